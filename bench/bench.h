@@ -1,0 +1,8 @@
+/* Entry points of `sluice bench <name>`; each returns a process exit code
+ * and prints one JSON object on stdout. */
+#ifndef SLUICE_BENCH_H
+#define SLUICE_BENCH_H
+
+int sl_bench_memsync_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Runs every test of sluice: builds the normal, ASan+UBSan and TSan
+# configurations and runs ctest in each (the TSan one runs the threaded
+# tests), then builds the libFuzzer harnesses and runs each one briefly.
+# Installs what it needs first (scripts/install-deps.sh).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$here"
+bash scripts/install-deps.sh
+bash scripts/fetch-default-model.sh >/dev/null || {
+  echo "test.sh: could not fetch the default model" >&2; exit 1; }
+
+jobs="$(nproc)"
+build() { # dir, extra cmake args...
+  local dir="$1"; shift
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  cmake --build "$dir" -j "$jobs"
+}
+
+echo "== normal build"
+build build
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+echo "== ASan+UBSan build"
+build build-asan -DSLUICE_SANITIZE=address -DSLUICE_CUDA=OFF
+ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure \
+  -j "$jobs" -L c
+
+echo "== TSan build (threaded tests)"
+build build-tsan -DSLUICE_SANITIZE=thread -DSLUICE_CUDA=OFF
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+  ctest --test-dir build-tsan --output-on-failure -L threaded
+
+if ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then
+  echo "== fuzz harnesses (libFuzzer, ${SLUICE_FUZZ_SECONDS:-20} s each)"
+  CC=clang build build-fuzz -DSLUICE_FUZZ=ON -DSLUICE_CUDA=OFF
+  for f in build-fuzz/fuzz_*; do
+    name="$(basename "$f")"; corpus="tests/fuzz/corpus/${name#fuzz_}"
+    mkdir -p "$corpus"; work="$(mktemp -d)"
+    "$f" -max_total_time="${SLUICE_FUZZ_SECONDS:-20}" -print_final_stats=0 \
+      "$work" "$corpus" 2>&1 | tail -n 2
+    rm -rf "$work"
+  done
+fi
+echo "== all tests passed"

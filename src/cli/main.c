@@ -1,0 +1,52 @@
+/* sluice — command-line entry point. exit() belongs here alone. */
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+#include "sluice/rt.h"
+#include "sluice/util.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: sluice <command> [options]\n"
+          "commands:\n"
+          "  bench memsync [--backend cpu|cuda] [--trials N]\n"
+          "                 the seed experiment: owning-stream cache clears\n"
+          "  version        print the version\n"
+          "  help           this message\n");
+}
+
+static int bench_main(int argc, char **argv) {
+  if (argc < 1) {
+    fprintf(stderr, "sluice bench: which benchmark? (memsync)\n");
+    return 2;
+  }
+  if (strcmp(argv[0], "memsync") == 0)
+    return sl_bench_memsync_main(argc - 1, argv + 1);
+  fprintf(stderr, "sluice bench: unknown benchmark '%s'\n", argv[0]);
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[1];
+  int rc;
+  if (strcmp(cmd, "bench") == 0)
+    rc = bench_main(argc - 2, argv + 2);
+  else if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+    printf("sluice 0.1.0\n");
+    rc = 0;
+  } else if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0) {
+    usage(stdout);
+    rc = 0;
+  } else {
+    fprintf(stderr, "sluice: unknown command '%s'\n", cmd);
+    usage(stderr);
+    rc = 2;
+  }
+  sl_rt_shutdown();
+  return rc;
+}

@@ -1,0 +1,133 @@
+/* A small test harness: each tests/test_<module>.c is one ctest binary.
+ *
+ *   static void test_foo(void) { CHECK(1 + 1 == 2); CHECK_EQ_INT(a, b); }
+ *   int main(int argc, char **argv) {
+ *     SL_TEST_CHILDREN(argc, argv, {"boom", child_boom});  // optional
+ *     RUN(test_foo);
+ *     return sl_test_finish();
+ *   }
+ *
+ * Exit code 77 marks the whole binary as skipped (ctest SKIP_RETURN_CODE).
+ * Death tests: sl_test_spawn_child("boom", &status, err, sizeof err) re-runs
+ * this binary as `<self> --child boom` and returns its wait status and its
+ * stderr, so aborts and exit codes can be checked without fork()ing a process
+ * that holds threads.
+ */
+#ifndef SLUICE_TEST_HARNESS_H
+#define SLUICE_TEST_HARNESS_H
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static int sl_test_failures;
+static int sl_test_checks;
+static const char *sl_test_current = "";
+
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    sl_test_checks++;                                                          \
+    if (!(cond)) {                                                             \
+      sl_test_failures++;                                                      \
+      fprintf(stderr, "FAIL %s:%d [%s]: %s\n", __FILE__, __LINE__,           \
+              sl_test_current, #cond);                                         \
+    }                                                                          \
+  } while (0)
+
+#define CHECK_MSG(cond, ...)                                                   \
+  do {                                                                         \
+    sl_test_checks++;                                                          \
+    if (!(cond)) {                                                             \
+      sl_test_failures++;                                                      \
+      fprintf(stderr, "FAIL %s:%d [%s]: %s: ", __FILE__, __LINE__,           \
+              sl_test_current, #cond);                                         \
+      fprintf(stderr, __VA_ARGS__);                                            \
+      fputc('\n', stderr);                                                     \
+    }                                                                          \
+  } while (0)
+
+#define CHECK_EQ_INT(a, b)                                                     \
+  CHECK_MSG((long long)(a) == (long long)(b), "%lld != %lld", (long long)(a),  \
+            (long long)(b))
+
+#define CHECK_OK(expr)                                                         \
+  do {                                                                         \
+    int sl__st = (int)(expr);                                                  \
+    CHECK_MSG(sl__st == 0, "status %d", sl__st);                               \
+  } while (0)
+
+#define RUN(fn)                                                                \
+  do {                                                                         \
+    sl_test_current = #fn;                                                     \
+    int sl__before = sl_test_failures;                                         \
+    fprintf(stderr, "-- %s\n", #fn);                                           \
+    fn();                                                                      \
+    fprintf(stderr, "   %s %s\n", #fn,                                         \
+            sl_test_failures == sl__before ? "ok" : "FAILED");                 \
+  } while (0)
+
+static inline int sl_test_finish(void) {
+  fprintf(stderr, "%d checks, %d failures\n", sl_test_checks,
+          sl_test_failures);
+  return sl_test_failures ? 1 : 0;
+}
+
+typedef struct sl_test_child {
+  const char *name;
+  void (*fn)(void);
+} sl_test_child;
+
+/* Dispatches `--child NAME` to the matching function, which should not
+ * return (it aborts or exits); if it does, the child exits 0. */
+#define SL_TEST_CHILDREN(argc, argv, ...)                                      \
+  do {                                                                         \
+    static const sl_test_child sl__kids[] = {__VA_ARGS__};                     \
+    if ((argc) == 3 && strcmp((argv)[1], "--child") == 0) {                   \
+      for (size_t i = 0; i < sizeof sl__kids / sizeof sl__kids[0]; i++)        \
+        if (strcmp(sl__kids[i].name, (argv)[2]) == 0) {                        \
+          sl__kids[i].fn();                                                    \
+          exit(0);                                                             \
+        }                                                                      \
+      exit(99);                                                                \
+    }                                                                          \
+  } while (0)
+
+/* Runs this binary with `--child name`; stores its wait status and up to
+ * errcap-1 bytes of its stderr (NUL-terminated). Returns 0 on success. */
+static inline int sl_test_spawn_child(const char *name, int *wstatus,
+                                      char *err, size_t errcap) {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0)
+    return -1;
+  self[n] = 0;
+  char tmpl[] = "/tmp/sl_test_child_XXXXXX";
+  int fd = mkstemp(tmpl);
+  if (fd < 0)
+    return -1;
+  unlink(tmpl);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fd, 2);
+  char *args[] = {self, (char *)"--child", (char *)name, NULL};
+  pid_t pid;
+  int rc = posix_spawn(&pid, self, &fa, NULL, args, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    close(fd);
+    return -1;
+  }
+  waitpid(pid, wstatus, 0);
+  ssize_t got = pread(fd, err, errcap - 1, 0);
+  err[got > 0 ? got : 0] = 0;
+  close(fd);
+  return 0;
+}
+
+#endif
