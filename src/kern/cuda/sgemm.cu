@@ -1,0 +1,150 @@
+/* sl__kern_cuda_sgemm: row-major f32 GEMM through cuBLAS on a given stream.
+ *
+ * cuBLAS handles. One handle per (device, native stream), made on first use
+ * and bound to that stream for good, so that no two streams ever share a
+ * handle or its workspace (a handle's default workspace used from two streams
+ * at once is a race). Handles are looked up in a mutex-guarded list; the
+ * backend drops a stream's handle through the stream-fini hook just before it
+ * destroys the native stream. Calls on one stream are serialized by that
+ * stream's submit lock (tasks run inside sl_stream_submit); a per-handle
+ * mutex makes concurrent calls on one stream from outside tasks safe too.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+extern "C" {
+#include "rt/cuda/cuda_hooks.h"
+#include "sluice/status.h"
+}
+
+namespace {
+
+struct handle_entry {
+  int device;
+  cudaStream_t stream;
+  cublasHandle_t h;
+  pthread_mutex_t mu; /* serializes calls on this handle */
+  handle_entry *next;
+};
+
+pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* guards g_handles */
+handle_entry *g_handles;
+pthread_once_t g_hook_once = PTHREAD_ONCE_INIT;
+
+/* Backend hook: the stream is drained and about to be destroyed. */
+void drop_stream(int device, void *native) {
+  pthread_mutex_lock(&g_mu);
+  handle_entry **pp = &g_handles;
+  handle_entry *found = nullptr;
+  for (; *pp; pp = &(*pp)->next)
+    if ((*pp)->device == device && (*pp)->stream == (cudaStream_t)native) {
+      found = *pp;
+      *pp = found->next;
+      break;
+    }
+  pthread_mutex_unlock(&g_mu);
+  if (found) {
+    cublasDestroy(found->h);
+    pthread_mutex_destroy(&found->mu);
+    free(found);
+  }
+}
+
+void install_hook() {
+  sl__cuda_set_stream_fini_hook(drop_stream);
+}
+
+bool sticky_pending() {
+  cudaError_t e = cudaPeekAtLastError();
+  switch (e) {
+  case cudaErrorIllegalAddress:
+  case cudaErrorLaunchFailure:
+  case cudaErrorIllegalInstruction:
+  case cudaErrorMisalignedAddress:
+  case cudaErrorInvalidPc:
+  case cudaErrorHardwareStackError:
+  case cudaErrorECCUncorrectable:
+  case cudaErrorAssert:
+  case cudaErrorLaunchTimeout:
+  case cudaErrorUnknown:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* The handle for (current device, stream), made on first use. Returns NULL
+ * and sets *st when it cannot be made. */
+handle_entry *handle_for(cudaStream_t stream, sl_status *st) {
+  pthread_once(&g_hook_once, install_hook);
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    *st = SL_ERR_DEVICE;
+    return nullptr;
+  }
+  pthread_mutex_lock(&g_mu);
+  for (handle_entry *e = g_handles; e; e = e->next)
+    if (e->device == device && e->stream == stream) {
+      pthread_mutex_unlock(&g_mu);
+      return e;
+    }
+  pthread_mutex_unlock(&g_mu);
+
+  /* made outside g_mu: cublasCreate allocates device memory. Plain calloc:
+   * sluice/util.h (sl_calloc) uses C11 _Noreturn, which CUDA C++ rejects. */
+  handle_entry *e = (handle_entry *)calloc(1, sizeof *e);
+  if (!e) {
+    *st = SL_ERR_NOMEM;
+    return nullptr;
+  }
+  cublasStatus_t cs = cublasCreate(&e->h);
+  if (cs != CUBLAS_STATUS_SUCCESS) {
+    free(e);
+    *st = cs == CUBLAS_STATUS_ALLOC_FAILED ? SL_ERR_DEVICE_OOM : SL_ERR_DEVICE;
+    return nullptr;
+  }
+  if (cublasSetStream(e->h, stream) != CUBLAS_STATUS_SUCCESS ||
+      cublasSetMathMode(e->h, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
+    cublasDestroy(e->h);
+    free(e);
+    *st = SL_ERR_DEVICE;
+    return nullptr;
+  }
+  e->device = device;
+  e->stream = stream;
+  pthread_mutex_init(&e->mu, nullptr);
+  pthread_mutex_lock(&g_mu);
+  /* one stream's tasks are serialized, so no one else made it meanwhile */
+  e->next = g_handles;
+  g_handles = e;
+  pthread_mutex_unlock(&g_mu);
+  return e;
+}
+
+} // namespace
+
+/* C(m×n) = alpha · A(m×k) · B(k×n), all row-major, enqueued on
+ * `native_stream` (a cudaStream_t) on the current device; does not wait.
+ * Row-major C is column-major Cᵀ = Bᵀ·Aᵀ, so cuBLAS gets (B, A) swapped.
+ * Returns SL_ERR_DEVICE (SL_ERR_DEVICE_FATAL after a sticky CUDA error) when
+ * cuBLAS refuses. Thread-safe. */
+extern "C" sl_status sl__kern_cuda_sgemm(void *native_stream, const float *A,
+                                         const float *B, float *C, int m,
+                                         int n, int k, float alpha) {
+  if (!A || !B || !C || m <= 0 || n <= 0 || k <= 0)
+    return SL_ERR_INVALID_ARG;
+  sl_status st = SL_OK;
+  handle_entry *e = handle_for((cudaStream_t)native_stream, &st);
+  if (!e)
+    return st;
+  const float beta = 0.0f;
+  pthread_mutex_lock(&e->mu);
+  cublasStatus_t cs = cublasSgemm(e->h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k,
+                                  &alpha, B, n, A, k, &beta, C, n);
+  pthread_mutex_unlock(&e->mu);
+  if (cs != CUBLAS_STATUS_SUCCESS)
+    return sticky_pending() ? SL_ERR_DEVICE_FATAL : SL_ERR_DEVICE;
+  return SL_OK;
+}
