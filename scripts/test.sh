@@ -33,12 +33,18 @@ TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 
 if ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then
   echo "== fuzz harnesses (libFuzzer, ${SLUICE_FUZZ_SECONDS:-20} s each)"
-  CC=clang build build-fuzz -DSLUICE_FUZZ=ON -DSLUICE_CUDA=OFF
-  for f in build-fuzz/fuzz_*; do
-    name="$(basename "$f")"; corpus="tests/fuzz/corpus/${name#fuzz_}"
-    mkdir -p "$corpus"; work="$(mktemp -d)"
-    "$f" -max_total_time="${SLUICE_FUZZ_SECONDS:-20}" -print_final_stats=0 \
-      "$work" "$corpus" 2>&1 | tail -n 2
+  targets=()
+  for src in tests/fuzz/fuzz_*.c; do targets+=("$(basename "$src" .c)"); done
+  CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DSLUICE_FUZZ=ON -DSLUICE_CUDA=OFF >/dev/null
+  cmake --build build-fuzz -j "$jobs" --target "${targets[@]}"
+  for name in "${targets[@]}"; do
+    f="build-fuzz/$name"; corpus="tests/fuzz/corpus/${name#fuzz_}"
+    mkdir -p "$corpus"; work="$(mktemp -d)"; seeds=()
+    [ "$name" = fuzz_jinja ] && seeds+=(tests/fixtures/templates)
+    SLUICE_MODEL="$here/models/SmolLM2-135M-Instruct.Q4_1.gguf" \
+      "$f" -max_total_time="${SLUICE_FUZZ_SECONDS:-20}" -print_final_stats=0 \
+      "$work" "$corpus" "${seeds[@]}" 2>&1 | tail -n 2
     rm -rf "$work"
   done
 fi

@@ -1,0 +1,423 @@
+/* sluice — model: Jinja string operations: Python's str methods
+ * (startswith, split, strip, replace, ...) and the case mappings the filters
+ * share. Strings are UTF-8 and indexed by code point. Case mapping covers
+ * ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic; Python's context
+ * rules (final sigma, dotted I) are not modelled.
+ */
+#define _GNU_SOURCE /* memmem */
+#include <stdio.h>
+#include <string.h>
+
+#include "model/jinja_impl.h"
+#include "sluice/util.h"
+
+
+/* Decodes the code point at p[i..n); stores its byte length. */
+static uint32_t cp_at(const char *p, size_t n, size_t i, size_t *len) {
+  unsigned char c = (unsigned char)p[i];
+  size_t l = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+  if (i + l > n)
+    l = 1;
+  uint32_t cp = l == 1 ? c : (uint32_t)(c & (0x7F >> l));
+  for (size_t k = 1; k < l; k++)
+    cp = (cp << 6) | ((unsigned char)p[i + k] & 0x3F);
+  *len = l;
+  return cp;
+}
+
+bool sl__jis_space(uint32_t c) {
+  return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f) ||
+         c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+         c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
+}
+
+static bool in_chars(uint32_t c, const sl_jv *chars) {
+  if (!chars)
+    return sl__jis_space(c);
+  for (size_t i = 0, l; i < chars->u.s.n; i += l)
+    if (cp_at(chars->u.s.p, chars->u.s.n, i, &l) == c)
+      return true;
+  return false;
+}
+
+/* strip(chars): which = 1 left, 2 right, 3 both; chars NULL = whitespace */
+sl_jv *sl__jstr_strip(sl__jrender *r, const sl_jv *s, const sl_jv *chars,
+                        int which) {
+  const char *p = s->u.s.p;
+  size_t n = s->u.s.n, b = 0, e = n, l;
+  if (which & 1)
+    while (b < e && in_chars(cp_at(p, n, b, &l), chars))
+      b += l;
+  if (which & 2)
+    while (e > b) {
+      size_t k = e - 1;
+      while (k > b && ((unsigned char)p[k] & 0xC0) == 0x80)
+        k--;
+      if (!in_chars(cp_at(p, n, k, &l), chars))
+        break;
+      e = k;
+    }
+  return sl__jv_str(r, p + b, e - b);
+}
+
+/* Simple case mapping of one code point: ASCII, Latin-1, Latin Extended-A,
+ * Greek and Cyrillic (what chat content needs; Python's special cases such as
+ * final sigma and dotted capital I are not modelled). 0xDF (sharp s) upper
+ * is "SS" and handled by the caller. */
+static uint32_t cp_upper(uint32_t c) {
+  if (c < 0x80)
+    return c >= 'a' && c <= 'z' ? c - 32 : c;
+  if (c == 0xB5)
+    return 0x39C;
+  if (c >= 0xE0 && c <= 0xFE && c != 0xF7)
+    return c - 0x20;
+  if (c == 0xFF)
+    return 0x178;
+  if (c >= 0x100 && c <= 0x17F) {
+    if (c == 0x131)
+      return 'I';
+    if (c == 0x17F)
+      return 'S';
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E))
+      return (c & 1) ? c : c - 1;
+    if (c == 0x130 || c == 0x138 || c == 0x149 || c == 0x178)
+      return c;
+    return (c & 1) ? c - 1 : c;
+  }
+  if (c >= 0x3B1 && c <= 0x3C9)
+    return c == 0x3C2 ? 0x3A3 : c - 0x20;
+  if (c == 0x3AC)
+    return 0x386;
+  if (c >= 0x3AD && c <= 0x3AF)
+    return c - 0x25;
+  if (c == 0x3CC)
+    return 0x38C;
+  if (c == 0x3CD || c == 0x3CE)
+    return c - 0x3F;
+  if (c >= 0x430 && c <= 0x44F)
+    return c - 0x20;
+  if (c >= 0x450 && c <= 0x45F)
+    return c - 0x50;
+  return c;
+}
+
+static uint32_t cp_lower(uint32_t c) {
+  if (c < 0x80)
+    return c >= 'A' && c <= 'Z' ? c + 32 : c;
+  if (c >= 0xC0 && c <= 0xDE && c != 0xD7)
+    return c + 0x20;
+  if (c == 0x178)
+    return 0xFF;
+  if (c >= 0x100 && c <= 0x17F) {
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E))
+      return (c & 1) ? c + 1 : c;
+    if (c == 0x130 || c == 0x131 || c == 0x138 || c == 0x149 || c == 0x17F)
+      return c;
+    return (c & 1) ? c : c + 1;
+  }
+  if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2)
+    return c + 0x20;
+  if (c == 0x386)
+    return 0x3AC;
+  if (c >= 0x388 && c <= 0x38A)
+    return c + 0x25;
+  if (c == 0x38C)
+    return 0x3CC;
+  if (c == 0x38E || c == 0x38F)
+    return c + 0x3F;
+  if (c >= 0x410 && c <= 0x42F)
+    return c + 0x20;
+  if (c >= 0x400 && c <= 0x40F)
+    return c + 0x50;
+  return c;
+}
+
+static bool cp_cased(uint32_t c) { return cp_upper(c) != c || cp_lower(c) != c || c == 0xDF; }
+static bool cp_is_upper(uint32_t c) { return cp_lower(c) != c; }
+static bool cp_is_lower(uint32_t c) { return cp_upper(c) != c || c == 0xDF; }
+
+static void put_cp(sl__jrender *r, sl__jbuf *b, uint32_t cp) {
+  char o[4];
+  size_t k = 0;
+  if (cp < 0x80) {
+    o[k++] = (char)cp;
+  } else if (cp < 0x800) {
+    o[k++] = (char)(0xC0 | (cp >> 6));
+    o[k++] = (char)(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    o[k++] = (char)(0xE0 | (cp >> 12));
+    o[k++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    o[k++] = (char)(0x80 | (cp & 0x3F));
+  } else {
+    o[k++] = (char)(0xF0 | (cp >> 18));
+    o[k++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    o[k++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    o[k++] = (char)(0x80 | (cp & 0x3F));
+  }
+  sl__jbuf_put(r, b, o, k);
+}
+
+/* Appends one code point mapped up (upper) or down; bytes that are not a
+ * valid sequence pass through unchanged. */
+static void put_mapped(sl__jrender *r, sl__jbuf *b, const char *p, size_t l,
+                       uint32_t cp, bool upper) {
+  uint32_t m = upper ? cp_upper(cp) : cp_lower(cp);
+  if (upper && cp == 0xDF)
+    sl__jbuf_puts(r, b, "SS");
+  else if (m == cp)
+    sl__jbuf_put(r, b, p, l);
+  else
+    put_cp(r, b, m);
+}
+
+/* mode: 0 lower, 1 upper, 2 capitalize, 3 Python title, 4 jinja title */
+static sl_jv *case_map(sl__jrender *r, const sl_jv *s, int mode) {
+  sl__jbuf b = {0};
+  const char *p = s->u.s.p;
+  size_t n = s->u.s.n, l;
+  bool prev_cased = false, word_start = true;
+  for (size_t i = 0; i < n; i += l) {
+    uint32_t cp = cp_at(p, n, i, &l);
+    bool upper;
+    switch (mode) {
+    case 0: upper = false; break;
+    case 1: upper = true; break;
+    case 2: upper = i == 0; break;
+    case 3:
+      upper = !prev_cased;
+      prev_cased = cp_cased(cp);
+      break;
+    default: {
+      bool sep = sl__jis_space(cp) || cp == '-' || cp == '(' || cp == '{' ||
+                 cp == '[' || cp == '<';
+      upper = word_start;
+      word_start = sep;
+      if (sep) {
+        sl__jbuf_put(r, &b, p + i, l);
+        continue;
+      }
+    }
+    }
+    put_mapped(r, &b, p + i, l, cp, upper);
+  }
+  return sl__jv_str(r, b.p ? b.p : "", b.n);
+}
+
+sl_jv *sl__jstr_upper(sl__jrender *r, const sl_jv *s) { return case_map(r, s, 1); }
+sl_jv *sl__jstr_lower(sl__jrender *r, const sl_jv *s) { return case_map(r, s, 0); }
+sl_jv *sl__jstr_capitalize(sl__jrender *r, const sl_jv *s) {
+  return case_map(r, s, 2);
+}
+sl_jv *sl__jstr_title(sl__jrender *r, const sl_jv *s, bool jinja_style) {
+  return case_map(r, s, jinja_style ? 4 : 3);
+}
+
+sl_jv *sl__jstr_replace(sl__jrender *r, int line, const sl_jv *s,
+                          const sl_jv *old, const sl_jv *neu, int64_t count) {
+  sl__jneed_str(r, line, "replace", old);
+  sl__jneed_str(r, line, "replace", neu);
+  sl__jbuf b = {0};
+  const char *p = s->u.s.p;
+  size_t n = s->u.s.n, i = 0;
+  int64_t done = 0;
+  if (old->u.s.n == 0) {
+    /* Python inserts `new` before every character and at the end */
+    size_t l;
+    for (i = 0; i <= n; i += l) {
+      l = 1;
+      if (count < 0 || done < count) {
+        sl__jbuf_put(r, &b, neu->u.s.p, neu->u.s.n);
+        done++;
+      }
+      if (i == n)
+        break;
+      cp_at(p, n, i, &l);
+      sl__jbuf_put(r, &b, p + i, l);
+    }
+    return sl__jv_str(r, b.p ? b.p : "", b.n);
+  }
+  while (i < n) {
+    const char *hit = (count < 0 || done < count)
+                          ? memmem(p + i, n - i, old->u.s.p, old->u.s.n)
+                          : NULL;
+    if (!hit) {
+      sl__jbuf_put(r, &b, p + i, n - i);
+      break;
+    }
+    size_t h = (size_t)(hit - p);
+    sl__jbuf_put(r, &b, p + i, h - i);
+    sl__jbuf_put(r, &b, neu->u.s.p, neu->u.s.n);
+    i = h + old->u.s.n;
+    done++;
+  }
+  return sl__jv_str(r, b.p ? b.p : "", b.n);
+}
+
+static sl_jv *str_split(sl__jrender *r, int line, const sl_jv *s,
+                        const sl_jv *sep, int64_t maxsplit) {
+  sl_jv *l = sl__jv_list(r, 0);
+  const char *p = s->u.s.p;
+  size_t n = s->u.s.n;
+  if (!sep || sep->kind == SL_JV_NULL) {
+    size_t i = 0, len;
+    int64_t splits = 0;
+    for (;;) {
+      while (i < n && sl__jis_space(cp_at(p, n, i, &len)))
+        i += len;
+      if (i >= n)
+        break;
+      if (maxsplit >= 0 && splits >= maxsplit) {
+        /* the rest, right-stripped */
+        size_t e = n;
+        sl_jv tmp = {.kind = SL_JV_STRING};
+        tmp.u.s.p = (char *)p + i;
+        tmp.u.s.n = e - i;
+        sl__jv_list_push(r, l, sl__jstr_strip(r, &tmp, NULL, 2));
+        break;
+      }
+      size_t b = i;
+      while (i < n && !sl__jis_space(cp_at(p, n, i, &len)))
+        i += len;
+      sl__jv_list_push(r, l, sl__jv_str(r, p + b, i - b));
+      splits++;
+    }
+    return l;
+  }
+  sl__jneed_str(r, line, "split", sep);
+  if (sep->u.s.n == 0)
+    sl__jfail(r, SL_ERR_FORMAT, line, "empty separator");
+  size_t i = 0;
+  int64_t splits = 0;
+  for (;;) {
+    const char *hit = (maxsplit < 0 || splits < maxsplit)
+                          ? memmem(p + i, n - i, sep->u.s.p, sep->u.s.n)
+                          : NULL;
+    if (!hit) {
+      sl__jv_list_push(r, l, sl__jv_str(r, p + i, n - i));
+      return l;
+    }
+    size_t h = (size_t)(hit - p);
+    sl__jv_list_push(r, l, sl__jv_str(r, p + i, h - i));
+    i = h + sep->u.s.n;
+    splits++;
+  }
+}
+
+static bool str_prefix_test(sl__jrender *r, int line, const sl_jv *s,
+                            const sl_jv *x, bool suffix) {
+  if (x->kind == SL_JV_LIST) {
+    for (size_t i = 0; i < x->u.l.n; i++)
+      if (str_prefix_test(r, line, s, x->u.l.v[i], suffix))
+        return true;
+    return false;
+  }
+  sl__jneed_str(r, line, suffix ? "endswith" : "startswith", x);
+  if (x->u.s.n > s->u.s.n)
+    return false;
+  const char *at = suffix ? s->u.s.p + s->u.s.n - x->u.s.n : s->u.s.p;
+  return memcmp(at, x->u.s.p, x->u.s.n) == 0;
+}
+
+
+
+sl_jv *sl__jstr_method(sl__jrender *r, int line, sl_jv *s,
+                            const char *m, const sl__jargs *a) {
+  sl_jv *a0 = sl__jarg(a, 0, NULL), *a1 = sl__jarg(a, 1, NULL);
+  if (!strcmp(m, "startswith") || !strcmp(m, "endswith")) {
+    if (!a0)
+      sl__jfail(r, SL_ERR_FORMAT, line, "%s() takes at least 1 argument", m);
+    return sl__jv_bool(r, str_prefix_test(r, line, s, a0, m[0] == 'e'));
+  }
+  if (!strcmp(m, "strip") || !strcmp(m, "lstrip") || !strcmp(m, "rstrip")) {
+    const sl_jv *chars = a0 && a0->kind != SL_JV_NULL
+                             ? sl__jneed_str(r, line, m, a0)
+                             : NULL;
+    return sl__jstr_strip(r, s, chars, m[0] == 'l' ? 1 : m[0] == 'r' ? 2 : 3);
+  }
+  if (!strcmp(m, "split")) {
+    sl_jv *sep = sl__jarg(a, 0, "sep"), *mx = sl__jarg(a, 1, "maxsplit");
+    return str_split(r, line, s, sep, mx ? sl__jneed_int(r, line, m, mx) : -1);
+  }
+  if (!strcmp(m, "upper"))
+    return sl__jstr_upper(r, s);
+  if (!strcmp(m, "lower"))
+    return sl__jstr_lower(r, s);
+  if (!strcmp(m, "title"))
+    return sl__jstr_title(r, s, false);
+  if (!strcmp(m, "capitalize"))
+    return sl__jstr_capitalize(r, s);
+  if (!strcmp(m, "replace")) {
+    if (!a0 || !a1)
+      sl__jfail(r, SL_ERR_FORMAT, line, "replace() takes at least 2 arguments");
+    sl_jv *c = sl__jarg(a, 2, "count");
+    return sl__jstr_replace(r, line, s, a0, a1, c ? sl__jneed_int(r, line, m, c) : -1);
+  }
+  if (!strcmp(m, "find") || !strcmp(m, "count")) {
+    if (!a0)
+      sl__jfail(r, SL_ERR_FORMAT, line, "%s() takes at least 1 argument", m);
+    sl__jneed_str(r, line, m, a0);
+    if (m[0] == 'f') {
+      const char *h = a0->u.s.n == 0 ? s->u.s.p
+                      : memmem(s->u.s.p, s->u.s.n, a0->u.s.p, a0->u.s.n);
+      return sl__jv_int(r, h ? (int64_t)sl__utf8_count(s->u.s.p,
+                                                      (size_t)(h - s->u.s.p))
+                             : -1);
+    }
+    if (a0->u.s.n == 0)
+      return sl__jv_int(r, (int64_t)sl__utf8_count(s->u.s.p, s->u.s.n) + 1);
+    int64_t c = 0;
+    for (size_t i = 0; i + a0->u.s.n <= s->u.s.n;) {
+      const char *h = memmem(s->u.s.p + i, s->u.s.n - i, a0->u.s.p, a0->u.s.n);
+      if (!h)
+        break;
+      c++;
+      i = (size_t)(h - s->u.s.p) + a0->u.s.n;
+    }
+    return sl__jv_int(r, c);
+  }
+  if (!strcmp(m, "join")) {
+    if (!a0)
+      sl__jfail(r, SL_ERR_FORMAT, line, "join() takes exactly 1 argument");
+    sl_jv *items = sl__jv_iter_list(r, line, a0);
+    sl__jbuf b = {0};
+    for (size_t i = 0; i < items->u.l.n; i++) {
+      const sl_jv *it = sl__jneed_str(r, line, "join", items->u.l.v[i]);
+      if (i)
+        sl__jbuf_put(r, &b, s->u.s.p, s->u.s.n);
+      sl__jbuf_put(r, &b, it->u.s.p, it->u.s.n);
+    }
+    return sl__jv_str(r, b.p ? b.p : "", b.n);
+  }
+  if (!strcmp(m, "isdigit") || !strcmp(m, "isalpha") ||
+      !strcmp(m, "isspace") || !strcmp(m, "islower") ||
+      !strcmp(m, "isupper") || !strcmp(m, "isalnum")) {
+    bool ok = s->u.s.n > 0, cased = false;
+    size_t l;
+    for (size_t i = 0; i < s->u.s.n; i += l) {
+      uint32_t c = cp_at(s->u.s.p, s->u.s.n, i, &l);
+      bool d = c >= '0' && c <= '9';
+      switch (m[2]) {
+      case 'd': ok = ok && d; break;
+      case 'a': ok = ok && (m[4] == 'h' ? cp_cased(c) : cp_cased(c) || d); break;
+      case 's': ok = ok && sl__jis_space(c); break;
+      case 'l':
+        ok = ok && !cp_is_upper(c);
+        cased = cased || cp_is_lower(c);
+        break;
+      default:
+        ok = ok && !cp_is_lower(c);
+        cased = cased || cp_is_upper(c);
+        break;
+      }
+    }
+    if (m[2] == 'l' || m[2] == 'u')
+      ok = ok && cased;
+    return sl__jv_bool(r, ok);
+  }
+  if (!strcmp(m, "format"))
+    sl__jfail(r, SL_ERR_UNSUPPORTED, line,
+              "unsupported construct: str.format()");
+  return NULL;
+}
+

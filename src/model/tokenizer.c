@@ -1,0 +1,416 @@
+/* Tokenizer: special-token partitioning, the encode driver, detokenization
+ * and accessors (loading is in tokenizer_load.c). Behaviour follows
+ * llama.cpp's llama-vocab. */
+#define _GNU_SOURCE /* memmem */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/tokenizer_impl.h"
+#include "sluice/util.h"
+
+int32_t sl__tok_lookup(const sl_tokenizer_t *t, const char *s, size_t len) {
+  int64_t v;
+  if (sl__strmap_get(&t->tok_map, s, len, &v))
+    return (int32_t)v;
+  return SL_TOKEN_NULL;
+}
+
+/* ---- encode -------------------------------------------------------------- */
+
+typedef struct fragment {
+  int32_t id; /* SL_TOKEN_NULL: raw text */
+  size_t off, len;
+} fragment;
+
+typedef struct fragvec {
+  fragment *v;
+  size_t n, cap;
+} fragvec;
+
+static sl_status frag_push(fragvec *f, fragment x) {
+  if (f->n == f->cap) {
+    size_t nc = f->cap ? f->cap * 2 : 16, bytes;
+    if (!sl_mul_ok(nc, sizeof *f->v, &bytes))
+      return SL_ERR_NOMEM;
+    fragment *nv = sl_realloc(f->v, bytes);
+    if (!nv)
+      return SL_ERR_NOMEM;
+    f->v = nv;
+    f->cap = nc;
+  }
+  f->v[f->n++] = x;
+  return SL_OK;
+}
+
+static const char *find_bytes(const char *h, size_t hl, const char *nd,
+                              size_t nl) {
+  if (nl == 0 || nl > hl)
+    return NULL;
+  return memmem(h, hl, nd, nl);
+}
+
+/* Splits raw fragments on special tokens, one token at a time in the cache
+ * order (longest first), as llama.cpp's tokenizer_st_partition. */
+static sl_status partition(const sl_tokenizer_t *t, const char *text,
+                           size_t len, bool parse_special, fragvec *out) {
+  fragvec cur = {0}, nxt = {0};
+  sl_status st = frag_push(&cur, (fragment){SL_TOKEN_NULL, 0, len});
+  for (size_t si = 0; si < t->n_special && st == SL_OK; si++) {
+    int32_t sid = t->special[si];
+    uint32_t a = t->attr[sid];
+    if (!parse_special && (a & (SL__TA_CONTROL | SL__TA_UNKNOWN)))
+      continue;
+    const char *tt = sl__tok_text(t, sid);
+    size_t tl = t->text_len[sid];
+    nxt.n = 0;
+    for (size_t fi = 0; fi < cur.n && st == SL_OK; fi++) {
+      fragment f = cur.v[fi];
+      if (f.id != SL_TOKEN_NULL) {
+        st = frag_push(&nxt, f);
+        continue;
+      }
+      size_t off = f.off, flen = f.len;
+      for (;;) {
+        const char *m = find_bytes(text + off, flen, tt, tl);
+        if (!m) {
+          if (flen > 0)
+            st = frag_push(&nxt, (fragment){SL_TOKEN_NULL, off, flen});
+          break;
+        }
+        size_t mo = (size_t)(m - text);
+        if (mo > off) {
+          size_t ll = mo - off;
+          if (a & SL__TA_LSTRIP)
+            while (ll > 0 && isspace((unsigned char)text[off + ll - 1]))
+              ll--;
+          if (ll > 0)
+            st = frag_push(&nxt, (fragment){SL_TOKEN_NULL, off, ll});
+        }
+        if (st == SL_OK)
+          st = frag_push(&nxt, (fragment){sid, 0, 0});
+        if (st != SL_OK)
+          break;
+        size_t ro = mo + tl, rl = off + flen - ro;
+        if (rl == 0)
+          break;
+        if (a & SL__TA_RSTRIP)
+          while (rl > 0 && isspace((unsigned char)text[ro])) {
+            ro++;
+            rl--;
+          }
+        off = ro;
+        flen = rl;
+        if (flen == 0)
+          break;
+      }
+    }
+    fragvec tmp = cur;
+    cur = nxt;
+    nxt = tmp;
+  }
+  sl_free(nxt.v);
+  if (st != SL_OK) {
+    sl_free(cur.v);
+    return st;
+  }
+  *out = cur;
+  return SL_OK;
+}
+
+static sl_status encode_bpe_text(const sl_tokenizer_t *t, const char *s,
+                                 size_t len, sl__ivec *out) {
+  uint32_t *cpts = NULL;
+  size_t nc = 0;
+  sl__ivec lens = {0};
+  char *word = NULL;
+  sl_status st = sl__utf8_decode(s, len, &cpts, &nc);
+  if (st != SL_OK)
+    return st;
+  st = sl__pre_split(t->pre, cpts, nc, &lens);
+  if (st != SL_OK)
+    goto done;
+  size_t maxw = 0;
+  for (size_t i = 0; i < lens.n; i++)
+    if ((size_t)lens.v[i] > maxw)
+      maxw = (size_t)lens.v[i];
+  /* each code point: up to 4 UTF-8 bytes, each up to 2 after byte-encoding */
+  size_t cap;
+  if (!sl_mul_ok(maxw, 8, &cap)) {
+    st = SL_ERR_NOMEM;
+    goto done;
+  }
+  word = sl_malloc(cap + 1);
+  if (!word) {
+    st = SL_ERR_NOMEM;
+    goto done;
+  }
+  size_t c0 = 0;
+  for (size_t i = 0; i < lens.n && st == SL_OK; i++) {
+    size_t wl = 0;
+    for (size_t k = c0; k < c0 + (size_t)lens.v[i]; k++) {
+      char u[4];
+      size_t ul = sl__utf8_encode(cpts[k], u);
+      for (size_t j = 0; j < ul; j++)
+        wl += sl__byte_to_unicode((uint8_t)u[j], word + wl);
+    }
+    c0 += (size_t)lens.v[i];
+    st = sl__bpe_word(t, word, wl, out);
+  }
+done:
+  sl_free(word);
+  sl_free(lens.v);
+  sl_free(cpts);
+  return st;
+}
+
+static sl_status encode_spm_text(const sl_tokenizer_t *t, const char *s,
+                                 size_t len, bool prefix, sl__ivec *out) {
+  size_t cap;
+  if (!sl_mul_ok(len + 1, 3, &cap))
+    return SL_ERR_NOMEM;
+  char *buf = sl_malloc(cap);
+  if (!buf)
+    return SL_ERR_NOMEM;
+  size_t o = 0;
+  if (prefix) {
+    memcpy(buf, "\xE2\x96\x81", 3);
+    o = 3;
+  }
+  for (size_t i = 0; i < len; i++) {
+    if (s[i] == ' ') {
+      memcpy(buf + o, "\xE2\x96\x81", 3);
+      o += 3;
+    } else {
+      buf[o++] = s[i];
+    }
+  }
+  sl_status st = sl__spm_fragment(t, buf, o, out);
+  sl_free(buf);
+  return st;
+}
+
+sl_status sl_tokenizer_encode(const sl_tokenizer_t *t, const char *text,
+                              size_t len, bool add_bos, bool parse_special,
+                              int32_t **ids, size_t *n) {
+  if (!t || !ids || !n || (!text && len))
+    return SL_ERR_INVALID_ARG;
+  *ids = NULL;
+  *n = 0;
+  sl__ivec out = {0};
+  fragvec frags = {0};
+  sl_status st = SL_OK;
+  if (len > 0) {
+    st = partition(t, text, len, parse_special, &frags);
+    if (st != SL_OK)
+      return st;
+  }
+  if (add_bos && t->add_bos && t->bos != SL_TOKEN_NULL)
+    st = sl__ivec_push(&out, t->bos);
+  bool prev_special = true;
+  for (size_t i = 0; i < frags.n && st == SL_OK; i++) {
+    fragment f = frags.v[i];
+    if (f.id != SL_TOKEN_NULL) {
+      st = sl__ivec_push(&out, f.id);
+      prev_special = true;
+      continue;
+    }
+    if (t->kind == SL_VOCAB_BPE) {
+      st = encode_bpe_text(t, text + f.off, f.len, &out);
+    } else {
+      st = encode_spm_text(t, text + f.off, f.len,
+                           t->add_space_prefix && prev_special, &out);
+      prev_special = false;
+    }
+  }
+  if (st == SL_OK && add_bos && t->add_eos && t->eos != SL_TOKEN_NULL)
+    st = sl__ivec_push(&out, t->eos);
+  sl_free(frags.v);
+  if (st != SL_OK) {
+    sl_free(out.v);
+    return st;
+  }
+  *ids = out.v;
+  *n = out.n;
+  if (out.n == 0) {
+    sl_free(out.v);
+    *ids = NULL;
+  }
+  return SL_OK;
+}
+
+/* ---- decode -------------------------------------------------------------- */
+
+const char *sl_tokenizer_piece(const sl_tokenizer_t *t, int32_t id,
+                               size_t *len) {
+  if (!t || id < 0 || (size_t)id >= t->n_vocab) {
+    if (len)
+      *len = 0;
+    return NULL;
+  }
+  if (len)
+    *len = t->piece_len[id];
+  return t->piece_arena + t->piece_off[id];
+}
+
+sl_status sl_tokenizer_token_to_piece(const sl_tokenizer_t *t, int32_t id,
+                                      bool special, char *buf, size_t cap,
+                                      size_t *len) {
+  if (!t || !len || (!buf && cap))
+    return SL_ERR_INVALID_ARG;
+  *len = 0;
+  if (id < 0 || (size_t)id >= t->n_vocab)
+    return SL_ERR_RANGE;
+  size_t n = t->piece_len[id];
+  if (!special && (t->attr[id] & (SL__TA_UNKNOWN | SL__TA_CONTROL)))
+    n = 0;
+  *len = n;
+  if (cap < n)
+    return SL_ERR_OVERFLOW;
+  if (n)
+    memcpy(buf, t->piece_arena + t->piece_off[id], n);
+  return SL_OK;
+}
+
+/* llama.cpp's clean_up_tokenization_spaces passes, in place. */
+static size_t clean_spaces(char *s, size_t total) {
+  /* " ?", " !", " .", " ," lose the space */
+  size_t t1 = total, o = total ? 1 : 0;
+  for (size_t i = 1; i < t1; i++) {
+    char x = s[i];
+    if (s[i - 1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ','))
+      o--;
+    s[o++] = x;
+  }
+  /* " ' " -> "'" */
+  size_t t2 = o;
+  o = t2 ? 1 : 0;
+  for (size_t i = 1; i < t2; i++) {
+    char x = s[i];
+    if (x == '\'' && i + 1 < t2 && s[i - 1] == ' ' && s[i + 1] == ' ') {
+      o--;
+      s[++i] = 0;
+    }
+    s[o++] = x;
+  }
+  /* " 's", " 'm", " 're", " 've" lose the space */
+  size_t t3 = o;
+  o = t3 ? 1 : 0;
+  for (size_t i = 1; i < t3; i++) {
+    char x = s[i];
+    if (s[i - 1] == ' ' && x == '\'' && i + 1 < t3) {
+      char x1 = s[i + 1];
+      if (x1 == 's' || x1 == 'm')
+        o--;
+      else if (i + 2 < t3 && ((x1 == 'r' && s[i + 2] == 'e') ||
+                              (x1 == 'v' && s[i + 2] == 'e')))
+        o--;
+    }
+    s[o++] = x;
+  }
+  return o;
+}
+
+sl_status sl_tokenizer_decode(const sl_tokenizer_t *t, const int32_t *ids,
+                              size_t n, bool remove_special,
+                              bool unparse_special, char **out,
+                              size_t *out_len) {
+  if (!t || !out || !out_len || (!ids && n))
+    return SL_ERR_INVALID_ARG;
+  *out = NULL;
+  *out_len = 0;
+  bool remove_space = t->add_space_prefix;
+  if (remove_special && t->add_bos && n > 0 && ids[0] == t->bos) {
+    remove_space = false;
+    ids++;
+    n--;
+  }
+  if (remove_special && t->add_eos && n > 0 && ids[n - 1] == t->eos)
+    n--;
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (ids[i] < 0 || (size_t)ids[i] >= t->n_vocab)
+      return SL_ERR_RANGE;
+    total += t->piece_len[ids[i]];
+  }
+  char *s = sl_malloc(total + 1);
+  if (!s)
+    return SL_ERR_NOMEM;
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t pl;
+    sl_status st = sl_tokenizer_token_to_piece(t, ids[i], unparse_special,
+                                               s + o, total - o, &pl);
+    SL_ASSERT(st == SL_OK);
+    if (remove_space && pl > 0 && s[o] == ' ') {
+      memmove(s + o, s + o + 1, pl - 1);
+      pl--;
+    }
+    remove_space = false;
+    o += pl;
+  }
+  if (t->clean_spaces)
+    o = clean_spaces(s, o);
+  s[o] = 0;
+  *out = s;
+  *out_len = o;
+  return SL_OK;
+}
+
+/* ---- accessors ------------------------------------------------------------ */
+
+size_t sl_tokenizer_vocab_size(const sl_tokenizer_t *t) { return t->n_vocab; }
+sl_vocab_kind sl_tokenizer_kind(const sl_tokenizer_t *t) { return t->kind; }
+int32_t sl_tokenizer_bos(const sl_tokenizer_t *t) { return t->bos; }
+int32_t sl_tokenizer_eos(const sl_tokenizer_t *t) { return t->eos; }
+int32_t sl_tokenizer_eot(const sl_tokenizer_t *t) { return t->eot; }
+int32_t sl_tokenizer_unk(const sl_tokenizer_t *t) { return t->unk; }
+int32_t sl_tokenizer_pad(const sl_tokenizer_t *t) { return t->pad; }
+bool sl_tokenizer_add_bos(const sl_tokenizer_t *t) { return t->add_bos; }
+bool sl_tokenizer_add_eos(const sl_tokenizer_t *t) { return t->add_eos; }
+const char *sl_tokenizer_pre_name(const sl_tokenizer_t *t) {
+  return t->pre_name;
+}
+
+bool sl_tokenizer_is_eog(const sl_tokenizer_t *t, int32_t id) {
+  if (id < 0 || (size_t)id >= t->n_vocab)
+    return false;
+  return bsearch(&id, t->eog, t->n_eog, sizeof *t->eog, sl__cmp_i32) != NULL;
+}
+
+sl_token_type sl_tokenizer_token_type(const sl_tokenizer_t *t, int32_t id) {
+  if (id < 0 || (size_t)id >= t->n_vocab)
+    return SL_TOKEN_TYPE_UNDEFINED;
+  uint32_t a = t->attr[id];
+  if (a & SL__TA_UNUSED)
+    return SL_TOKEN_TYPE_UNUSED;
+  if (a & SL__TA_CONTROL)
+    return SL_TOKEN_TYPE_CONTROL;
+  if (a & SL__TA_USER_DEFINED)
+    return SL_TOKEN_TYPE_USER_DEFINED;
+  if (a & SL__TA_BYTE)
+    return SL_TOKEN_TYPE_BYTE;
+  if (a & SL__TA_UNKNOWN)
+    return SL_TOKEN_TYPE_UNKNOWN;
+  if (a & SL__TA_NORMAL)
+    return SL_TOKEN_TYPE_NORMAL;
+  return SL_TOKEN_TYPE_UNDEFINED;
+}
+
+const char *sl_tokenizer_token_text(const sl_tokenizer_t *t, int32_t id,
+                                    size_t *len) {
+  if (id < 0 || (size_t)id >= t->n_vocab) {
+    if (len)
+      *len = 0;
+    return NULL;
+  }
+  if (len)
+    *len = t->text_len[id];
+  return sl__tok_text(t, id);
+}
+
+int32_t sl_tokenizer_find(const sl_tokenizer_t *t, const char *text,
+                          size_t len) {
+  return sl__tok_lookup(t, text, len);
+}
