@@ -4,5 +4,6 @@
 #define SLUICE_BENCH_H
 
 int sl_bench_memsync_main(int argc, char **argv);
+int sl_bench_model_main(int argc, char **argv);
 
 #endif

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "cli.h"
 #include "sluice/rt.h"
 #include "sluice/util.h"
 
@@ -12,6 +13,13 @@ static void usage(FILE *f) {
           "commands:\n"
           "  bench memsync [--backend cpu|cuda] [--trials N]\n"
           "                 the seed experiment: owning-stream cache clears\n"
+          "  bench model [-m MODEL] [-t THREADS] [--peer llama-cpp]\n"
+          "                 pp512 / tg128 tokens/s, decode bandwidth, peak RSS\n"
+          "  serve [-m MODEL] [--host H] [--port P] [--api-key K] ...\n"
+          "                 the OpenAI/Anthropic-compatible server (serve --help)\n"
+          "  run [-m MODEL] [-p PROMPT | --chat] [-n N] [--temp T] ...\n"
+          "                 generate text (sluice run --help)\n"
+          "  tokenize [-m MODEL] [--decode]   text on stdin -> token ids\n"
           "  version        print the version\n"
           "  help           this message\n");
 }
@@ -23,6 +31,8 @@ static int bench_main(int argc, char **argv) {
   }
   if (strcmp(argv[0], "memsync") == 0)
     return sl_bench_memsync_main(argc - 1, argv + 1);
+  if (strcmp(argv[0], "model") == 0)
+    return sl_bench_model_main(argc - 1, argv + 1);
   fprintf(stderr, "sluice bench: unknown benchmark '%s'\n", argv[0]);
   return 2;
 }
@@ -36,6 +46,12 @@ int main(int argc, char **argv) {
   int rc;
   if (strcmp(cmd, "bench") == 0)
     rc = bench_main(argc - 2, argv + 2);
+  else if (strcmp(cmd, "serve") == 0)
+    rc = sl_cli_serve_main(argc - 2, argv + 2);
+  else if (strcmp(cmd, "run") == 0)
+    rc = sl_cli_run_main(argc - 2, argv + 2);
+  else if (strcmp(cmd, "tokenize") == 0)
+    rc = sl_cli_tokenize_main(argc - 2, argv + 2);
   else if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
     printf("sluice 0.1.0\n");
     rc = 0;

@@ -1,0 +1,127 @@
+/* sluice — engine: one per loaded model. An executor thread owns the model's
+ * compute (its own thread-local stream), runs the scheduler (waiting ->
+ * prefilling -> running; continuous batching with chunked prefill over the
+ * paged KV cache and its prefix cache), samples, and reports events.
+ *
+ * Threading: sl_engine_submit / sl_engine_abort / sl_engine_stats may be
+ * called from any thread (HTTP threads). Event callbacks run on the executor
+ * thread and must not block: copy what you need and signal your own thread.
+ */
+#ifndef SLUICE_ENGINE_H
+#define SLUICE_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice/model.h"
+#include "sluice/sampler.h"
+#include "sluice/status.h"
+#include "sluice/tokenizer.h"
+
+typedef struct sl_engine sl_engine_t;
+
+typedef struct sl_engine_config {
+  int n_threads;          /* compute threads (<= 0: all CPUs) */
+  int n_ctx;              /* max tokens per sequence */
+  int kv_block_tokens;    /* --kv-block-tokens */
+  int kv_blocks;          /* 0: sized from max_memory */
+  int max_seqs;           /* --max-seqs: sequences running at once */
+  int max_batched_tokens; /* --max-batched-tokens: tokens per step */
+  int prefill_chunk;      /* --prefill-chunk: tokens per prefill chunk */
+  uint64_t max_memory;    /* --max-memory: the memory guard's limit (0: none) */
+  int clear_every_tokens; /* decode clear site: every N generated tokens */
+  int hot_loop_steps;     /* decode clear site: every M steps while the  */
+  uint64_t hot_loop_cache_bytes; /* cache holds at least this many bytes */
+} sl_engine_config;
+
+sl_engine_config sl_engine_config_defaults(void);
+
+#define SL_MAX_STOP 8
+#define SL_MAX_TOP_LOGPROBS 20
+
+typedef struct sl_gen_params {
+  int max_tokens;
+  sl_sampler_params sampling;
+  const char *stop[SL_MAX_STOP]; /* copied at submit */
+  int n_stop;
+  int top_logprobs; /* 0..SL_MAX_TOP_LOGPROBS; < 0: no logprobs */
+  bool ignore_eos;
+} sl_gen_params;
+
+typedef enum sl_finish {
+  SL_FINISH_NONE = 0,
+  SL_FINISH_STOP = 1,    /* end of generation token or a stop string */
+  SL_FINISH_LENGTH = 2,  /* max_tokens or the context */
+  SL_FINISH_ABORT = 3,   /* sl_engine_abort, or shutdown */
+  SL_FINISH_ERROR = 4,
+} sl_finish;
+
+typedef enum sl_event_kind {
+  SL_EV_STARTED = 0, /* prefill done; cached_tokens known */
+  SL_EV_TOKEN = 1,   /* one generated token, with its text (may be empty
+                        while a UTF-8 sequence or a stop string is pending) */
+  SL_EV_DONE = 2,    /* final: finish reason and usage; no more events */
+} sl_event_kind;
+
+typedef struct sl_token_logprob {
+  int32_t id;
+  float logprob;
+} sl_token_logprob;
+
+typedef struct sl_engine_event {
+  sl_event_kind kind;
+  uint64_t request_id;
+  /* SL_EV_TOKEN */
+  int32_t token;
+  const char *text; /* valid during the callback */
+  size_t text_len;
+  float logprob;    /* of `token`, when logprobs were asked for */
+  int n_top;
+  const sl_token_logprob *top;
+  /* SL_EV_STARTED and SL_EV_DONE */
+  int prompt_tokens;
+  int cached_tokens; /* prompt tokens served from the prefix cache */
+  int completion_tokens;
+  sl_finish finish;
+  sl_status error;       /* SL_EV_DONE with SL_FINISH_ERROR */
+  const char *error_code; /* e.g. "prefill_memory_exceeded" */
+  const char *error_msg;
+  uint64_t est_bytes, limit_bytes; /* memory-guard refusals */
+} sl_engine_event;
+
+typedef void (*sl_engine_cb)(void *user, const sl_engine_event *ev);
+
+/* Starts an engine for `model` and `tok` (both borrowed; they must outlive
+ * the engine) with its executor thread. */
+sl_status sl_engine_create(sl_model_t *model, const sl_tokenizer_t *tok,
+                           const sl_engine_config *cfg, sl_engine_t **out);
+
+/* Ends every request (SL_FINISH_ABORT), stops the executor thread, drains
+ * and frees its streams (I5), and frees the engine. */
+void sl_engine_free(sl_engine_t *e);
+
+/* Queues a request: takes a copy of prompt[0..n) and params. `cb` receives
+ * the events, the last one SL_EV_DONE. Fails (without calling cb) with
+ * SL_ERR_RANGE when the prompt does not fit the context, SL_ERR_INVALID_ARG
+ * for bad parameters. Stores the request id in *id. */
+sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
+                           const sl_gen_params *params, sl_engine_cb cb,
+                           void *user, uint64_t *id);
+
+/* Asks the engine to end request `id` within one step; its blocks are freed.
+ * The request still gets SL_EV_DONE (SL_FINISH_ABORT). Unknown ids are
+ * ignored. */
+void sl_engine_abort(sl_engine_t *e, uint64_t id);
+
+typedef struct sl_engine_stats {
+  int waiting, running;
+  uint64_t requests_total, requests_failed;
+  uint64_t prompt_tokens_total, cached_tokens_total, generated_tokens_total;
+  int kv_blocks_total, kv_blocks_used, kv_blocks_cached;
+  uint64_t steps;
+} sl_engine_stats;
+
+sl_engine_stats sl_engine_get_stats(sl_engine_t *e);
+
+#endif

@@ -1,0 +1,208 @@
+/* sluice — kern, CPU backend: kernels over quantized GGUF weights.
+ *
+ * Everything here works on host memory the caller owns; nothing is allocated
+ * except by sl_kern_pool_create (the pool and its scratch space).
+ *
+ * Weight blocks follow ggml's layouts byte for byte, so rows of a GGUF tensor
+ * (ne[0] = cols contiguous elements per row) are passed as they lie in the
+ * mapping:
+ *   Q4_0  32 elems, 18 B: f16 d, u8 qs[16]          x = (q - 8) * d
+ *   Q4_1  32 elems, 20 B: f16 d, f16 m, u8 qs[16]   x = q * d + m
+ *   Q8_0  32 elems, 34 B: f16 d, i8 qs[32]           x = q * d
+ *   Q4_K 256 elems, 144 B; Q5_K 256 elems, 176 B; Q6_K 256 elems, 210 B
+ *   F32, F16, BF16: one element per "block".
+ *
+ * Matmul quantizes the activations first, as ggml does (its vec_dot_type):
+ * Q8_0 for Q4_0 and Q8_0 weights, Q8_1 (f16 d, f16 s = d * sum q, i8 qs[32])
+ * for Q4_1, Q8_K (f32 d, i8 qs[256], i16 bsums[16]) for the K-quants; F32, F16
+ * and BF16 weights take the f32 activations as they are. Q8_0 / Q8_1 follow
+ * ggml's x86 quantizers (scale 127 / amax, round half to even) and the AVX2
+ * Q4_0 / Q4_1 / Q8_0 dots sum their blocks in ggml's order, so on AVX2 these
+ * results equal llama.cpp's bit for bit (rmsnorm and rope likewise).
+ *
+ * SIMD is chosen at run time: AVX-512 (F+BW+VL), AVX2+FMA+F16C, or scalar. The
+ * env var SLUICE_CPU_ISA=scalar|avx2|avx512 caps the level chosen at the first
+ * kernel call. Every ISA gives the same results as the scalar reference up to
+ * float summation order.
+ *
+ * Threading: every kernel may run on any thread at once with others; a pool
+ * runs one job at a time (see sl_kern_pool_run).
+ */
+#ifndef SLUICE_KERN_CPU_H
+#define SLUICE_KERN_CPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice/gguf.h"
+#include "sluice/status.h"
+
+/* ---- ISA selection --------------------------------------------------------- */
+
+typedef enum sl_kern_isa {
+  SL_KERN_ISA_SCALAR = 0,
+  SL_KERN_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
+  SL_KERN_ISA_AVX512 = 2, /* the AVX2 set + AVX-512 F, BW, VL, DQ */
+} sl_kern_isa;
+
+/* The level the kernels use now (chosen on first use: the best this CPU has,
+ * capped by SLUICE_CPU_ISA). */
+sl_kern_isa sl_kern_cpu_isa(void);
+
+/* True when this CPU (and OS) can run `isa`. */
+bool sl_kern_cpu_isa_supported(sl_kern_isa isa);
+
+/* Switches every kernel to `isa`. SL_ERR_UNSUPPORTED when the CPU lacks it,
+ * SL_ERR_INVALID_ARG for an unknown value. For tests and benchmarks: call it
+ * while no kernel runs on any thread. */
+sl_status sl_kern_cpu_set_isa(sl_kern_isa isa);
+
+/* "scalar", "avx2", "avx512" ("?" for an unknown value). */
+const char *sl_kern_isa_name(sl_kern_isa isa);
+
+/* ---- types ------------------------------------------------------------------ */
+
+/* Block size in elements and bytes of each type these kernels read or write
+ * (F32 F16 BF16 Q4_0 Q4_1 Q8_0 Q8_1 Q4_K Q5_K Q6_K Q8_K). Returns false for
+ * other types. */
+bool sl_kern_type_block(sl_ggml_type t, int64_t *block_elems,
+                        size_t *block_bytes);
+
+/* Bytes of a row of `n` elements of type t: SL_ERR_UNSUPPORTED for a type not
+ * listed above, SL_ERR_INVALID_ARG when n < 0 or not a multiple of the block
+ * size. */
+sl_status sl_kern_row_bytes(sl_ggml_type t, int64_t n, size_t *out);
+
+/* Dequantizes `n` elements (a multiple of the block size) of type t (F32 F16
+ * BF16 Q4_0 Q4_1 Q8_0 Q4_K Q5_K Q6_K, and Q8_0/Q8_1/Q8_K activations) from
+ * `src` into dst[n]. Returns SL_ERR_UNSUPPORTED or SL_ERR_INVALID_ARG as
+ * sl_kern_row_bytes does, and writes nothing then. */
+sl_status sl_kern_dequant_row(sl_ggml_type t, const void *src, float *dst,
+                              int64_t n);
+
+/* The activation type that matmul against weights of type wt quantizes to
+ * (SL_GGML_Q8_0, Q8_1, Q8_K, or SL_GGML_F32 for float weights). Returns
+ * SL_ERR_UNSUPPORTED for a weight type matmul does not handle. */
+sl_status sl_kern_act_type(sl_ggml_type wt, sl_ggml_type *act);
+
+/* Quantizes x[n] into `dst` (sl_kern_row_bytes(act, n) bytes) as activation
+ * type `act` (Q8_0, Q8_1 or Q8_K, n a multiple of its block; F32 copies).
+ * Errors as sl_kern_row_bytes. */
+sl_status sl_kern_quantize_act(sl_ggml_type act, const float *x, void *dst,
+                               int64_t n);
+
+/* *out = dot(w_row, x_act) over n elements: w_row of type wt, x_act already
+ * quantized to sl_kern_act_type(wt). Errors as sl_kern_row_bytes. */
+sl_status sl_kern_vec_dot(sl_ggml_type wt, int64_t n, const void *w_row,
+                          const void *x_act, float *out);
+
+/* ---- thread pool ------------------------------------------------------------ */
+
+typedef struct sl_kern_pool sl_kern_pool_t;
+
+/* Starts n_threads - 1 persistent workers (the caller of sl_kern_pool_run is
+ * thread 0). n_threads <= 0 means one per online CPU. Returns NULL when memory
+ * or a thread cannot be had. Free with sl_kern_pool_destroy. */
+sl_kern_pool_t *sl_kern_pool_create(int n_threads);
+
+/* Stops and joins the workers and frees the pool. NULL is a no-op. No job may
+ * be running. */
+void sl_kern_pool_destroy(sl_kern_pool_t *pool);
+
+int sl_kern_pool_n_threads(const sl_kern_pool_t *pool);
+
+/* Runs fn(ctx, ith, nth) for ith = 0..nth-1, one per thread, the calling
+ * thread taking ith = 0, and returns when all have returned. Workers spin a
+ * little between jobs, then sleep. One job at a time per pool: a pool belongs
+ * to one calling thread at a time. pool NULL runs fn(ctx, 0, 1). */
+void sl_kern_pool_run(sl_kern_pool_t *pool,
+                      void (*fn)(void *ctx, int ith, int nth), void *ctx);
+
+/* ---- matmul ------------------------------------------------------------------ */
+
+/* A weight matrix: `rows` rows of `cols` elements of type `type`, each row
+ * sl_kern_row_bytes(type, cols) bytes, rows contiguous (GGUF: ne[0] = cols,
+ * ne[1] = rows). `data` is borrowed. */
+typedef struct sl_kern_weight {
+  sl_ggml_type type;
+  int64_t rows;
+  int64_t cols;
+  const void *data;
+} sl_kern_weight;
+
+/* Y[t][r] = sum_k W[r][k] * X[t][k] for t < n_tokens, r < W->rows:
+ * X is [n_tokens][cols] f32, Y is [n_tokens][rows] f32, both contiguous and
+ * not overlapping. Rows are split across the pool's threads (pool may be NULL:
+ * the caller alone); tokens are processed in tiles so that each weight block
+ * is loaded once per tile. Uses the pool's scratch space, so it must not run
+ * on the same pool from two threads.
+ * Returns SL_ERR_UNSUPPORTED for a weight type it does not handle,
+ * SL_ERR_INVALID_ARG for bad sizes (cols not a multiple of the block size,
+ * negative counts), SL_ERR_NOMEM when scratch space cannot grow. */
+sl_status sl_kern_matmul(sl_kern_pool_t *pool, const sl_kern_weight *W,
+                         const float *X, float *Y, int64_t n_tokens);
+
+/* ---- small ops (all vectorized; out may alias an input) -------------------- */
+
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * (w ? w[i] : 1). */
+void sl_kern_rmsnorm(float *out, const float *x, const float *w, int64_t n,
+                     float eps);
+
+typedef enum sl_kern_rope_mode {
+  SL_KERN_ROPE_NORM = 0, /* llama.cpp LLAMA_ROPE_TYPE_NORM: pairs (2i, 2i+1) */
+  SL_KERN_ROPE_NEOX = 2, /* LLAMA_ROPE_TYPE_NEOX: pairs (i, i + n_rot/2) */
+} sl_kern_rope_mode;
+
+/* Rotates, in place, the first n_rot dims of each of n_heads heads of
+ * head_dim floats (x is [n_heads][head_dim]) for position `pos`:
+ * theta_i = pos * freq_scale * freq_base^(-2i/n_rot), computed in float as
+ * ggml does (theta_0 = pos, theta_{i+1} = theta_i * freq_base^(-2/n_rot)), so
+ * the angle carries a relative error of about (i + 1) float ulps.
+ * SL_ERR_INVALID_ARG when
+ * n_rot is odd, > head_dim, > 4096, or a size is negative. */
+sl_status sl_kern_rope(float *x, int64_t n_heads, int64_t head_dim,
+                       int64_t n_rot, int64_t pos, float freq_base,
+                       float freq_scale, sl_kern_rope_mode mode);
+
+/* In-place softmax of x[n] (n >= 1), max-subtracted. */
+void sl_kern_softmax(float *x, int64_t n);
+
+/* out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). */
+void sl_kern_swiglu(float *out, const float *gate, const float *up, int64_t n);
+
+/* out[i] = a[i] + b[i]. */
+void sl_kern_add(float *out, const float *a, const float *b, int64_t n);
+
+/* dst[i] = src[i] as IEEE half, rounded to nearest even (as F16C). */
+void sl_kern_f32_to_f16(uint16_t *dst, const float *src, int64_t n);
+
+/* ---- attention --------------------------------------------------------------- */
+
+#define SL_KERN_ATTN_MAX_HEAD_DIM 1024
+
+/* One query head of causal attention over one sequence's f16 KV cache:
+ *   s_p = dot(q, k_p) * scale, a = softmax(s), out = sum_p a_p * v_p
+ * for p < len, where k_p = k + p * kv_stride and v_p = v + p * kv_stride
+ * (head_dim halves each; kv_stride in elements).
+ *
+ * The arithmetic is that of ggml's CPU attention without flash attention, as
+ * llama.cpp runs it by default: q is rounded to f16 (the f16 matmul's
+ * activation type), the products are summed in float, the softmax sums in
+ * double, and the probabilities are rounded to f16 before the weighted sum
+ * of V, which is in float. ggml sums its dot products in one order when a
+ * step evaluates several tokens (its gemm) and in another when it evaluates
+ * one (its gemv); `single` picks the second. Summing in the same order keeps
+ * the result bit-for-bit with llama.cpp on most inputs, which matters because
+ * the next activation quantization amplifies last-bit differences.
+ *
+ * out[head_dim] must not overlap q; scratch holds `len` rounded up to a
+ * multiple of 32 floats. Returns SL_ERR_INVALID_ARG for a NULL pointer,
+ * head_dim outside 1..SL_KERN_ATTN_MAX_HEAD_DIM, len < 1 or
+ * kv_stride < head_dim (and writes nothing then). */
+sl_status sl_kern_attn_f16(float *out, const float *q, const uint16_t *k,
+                           const uint16_t *v, int64_t head_dim, int64_t len,
+                           int64_t kv_stride, float scale, bool single,
+                           float *scratch);
+
+#endif

@@ -1,0 +1,132 @@
+/* sluice — model: Llama-family architectures (llama, qwen2, qwen3) from GGUF,
+ * and a single-sequence context that runs the forward pass on the CPU.
+ *
+ * Weights are borrowed views into the GGUF mapping (the model owns the
+ * sl_gguf_t). A context owns its KV cache and activations, which come from the
+ * runtime's caching allocator on the stream it is given; every forward pass is
+ * one task on that stream.
+ */
+#ifndef SLUICE_MODEL_H
+#define SLUICE_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice/gguf.h"
+#include "sluice/rt.h"
+#include "sluice/status.h"
+
+typedef enum sl_arch {
+  SL_ARCH_LLAMA = 0, /* Llama 2/3, SmolLM2, Mistral */
+  SL_ARCH_QWEN2 = 1, /* attention biases, NEOX rope */
+  SL_ARCH_QWEN3 = 2, /* q/k RMSNorm, NEOX rope */
+} sl_arch;
+
+typedef struct sl_model_hparams {
+  sl_arch arch;
+  int64_t n_vocab;
+  int64_t n_embd;    /* model width */
+  int64_t n_layer;
+  int64_t n_head;
+  int64_t n_head_kv;
+  int64_t head_dim;  /* per head, for q and k and v */
+  int64_t n_rot;     /* rotated dims per head */
+  int64_t n_ff;
+  int64_t n_ctx_train;
+  float rope_base;
+  float rope_scale;  /* multiplier on positions (1 / linear factor) */
+  float rms_eps;
+  int rope_mode;     /* sl_kern_rope_mode */
+  bool tied_embeddings;
+} sl_model_hparams;
+
+typedef struct sl_model sl_model_t;
+typedef struct sl_ctx sl_ctx_t;
+
+/* Opens `path` and binds every tensor the architecture needs. Refuses an
+ * unknown architecture with an error naming it. On failure returns NULL, sets
+ * *st and writes a message into err. The caller frees with sl_model_free. */
+sl_model_t *sl_model_load(const char *path, sl_status *st, char *err,
+                          size_t errcap);
+void sl_model_free(sl_model_t *m);
+
+const sl_model_hparams *sl_model_hparams_of(const sl_model_t *m);
+const sl_gguf_t *sl_model_gguf(const sl_model_t *m);
+/* Bytes of weight data the forward pass reads per token (all layers). */
+uint64_t sl_model_weight_bytes(const sl_model_t *m);
+const char *sl_arch_name(sl_arch a);
+
+/* Makes a context for one sequence of up to n_ctx tokens, computing with
+ * n_threads threads (<= 0: all CPUs), its buffers owned by `stream` (a CPU
+ * stream: the calling engine thread's own). Free with sl_ctx_free. */
+sl_status sl_ctx_create(sl_model_t *m, sl_stream_t *stream, int n_ctx,
+                        int n_threads, sl_ctx_t **out);
+void sl_ctx_free(sl_ctx_t *c);
+
+/* Number of tokens in the KV cache. */
+int sl_ctx_n_past(const sl_ctx_t *c);
+/* Forgets the cache from position `n` on (n <= n_past). */
+void sl_ctx_truncate(sl_ctx_t *c, int n);
+
+/* Runs tokens[0..n) at positions n_past.. as one batch (prefill chunks are
+ * batched matrix products), appends them to the KV cache and waits for the
+ * result. Writes logits of the last token to `logits` (n_vocab floats), or,
+ * when `all_logits` is true, of every token (n × n_vocab) — either may be
+ * NULL. SL_ERR_RANGE when the cache would overflow. */
+sl_status sl_ctx_eval(sl_ctx_t *c, const int32_t *tokens, int n,
+                      float *logits, bool all_logits);
+
+/* ---- batched forward over the paged KV cache (the engine's path) ---- */
+
+struct sl_kv_pool;
+
+/* One sequence's slice of a batch: its tokens are tokens[first, first+n) of
+ * the batch, at positions pos0.. of the sequence. Its KV lives in the pool
+ * blocks listed in block_table (enough blocks for pos0 + n positions). */
+typedef struct sl_batch_seq {
+  const int32_t *block_table;
+  int n_blocks;
+  int pos0;
+  int first;
+  int n;
+  bool want_logits; /* logits of its last token in this batch */
+} sl_batch_seq;
+
+typedef struct sl_batch {
+  const int32_t *tokens;
+  int n_tokens;
+  const sl_batch_seq *seqs;
+  int n_seqs;
+} sl_batch;
+
+typedef struct sl_batch_ctx sl_batch_ctx_t;
+
+/* Makes the scratch state for batched forward passes of `m` over `kv`, run
+ * as tasks on `stream` with n_threads compute threads. */
+sl_status sl_batch_ctx_create(sl_model_t *m, struct sl_kv_pool *kv,
+                              sl_stream_t *stream, int n_threads,
+                              sl_batch_ctx_t **out);
+void sl_batch_ctx_free(sl_batch_ctx_t *c);
+
+/* Runs one batch and waits for it: writes the K/V of every token into its
+ * sequence's blocks, and the logits of each sequence with want_logits into
+ * logits[k * n_vocab ...] for the k-th such sequence in order. Activations
+ * come from the runtime allocator per call, so a memory limit surfaces as
+ * SL_ERR_MEMORY_LIMIT (nothing is written to the KV cache then). */
+sl_status sl_batch_ctx_run(sl_batch_ctx_t *c, const sl_batch *b,
+                           float *logits);
+
+/* Bytes of activations a batch of n_tokens needs (the memory guard). */
+uint64_t sl_batch_activation_bytes(const sl_model_t *m, int n_tokens);
+
+/* The default model's path: $SLUICE_MODEL, else models/<default> in the
+ * working directory, else ../models/<default> next to the running binary.
+ * Returns `buf` (or the environment string). */
+const char *sl_model_default_path(char *buf, size_t cap);
+
+/* Touches every page of the weights so that the first token does not pay the
+ * page faults; with `progress`, shows a bar on stderr when it is a terminal. */
+void sl_model_prefault(const sl_model_t *m, bool progress);
+
+#endif

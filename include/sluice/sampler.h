@@ -1,0 +1,41 @@
+/* sluice — sampling: greedy, temperature, top-k, top-p, min-p, repetition /
+ * presence / frequency penalties, and a seeded generator (the same seed and
+ * logits give the same tokens). One sampler per sequence; not thread-safe. */
+#ifndef SLUICE_SAMPLER_H
+#define SLUICE_SAMPLER_H
+
+#include <stdint.h>
+
+#include "sluice/status.h"
+
+typedef struct sl_sampler_params {
+  float temperature;   /* <= 0: greedy */
+  int top_k;           /* <= 0: off */
+  float top_p;         /* >= 1: off */
+  float min_p;         /* <= 0: off */
+  float repeat_penalty;    /* 1: off (llama.cpp semantics) */
+  float presence_penalty;  /* 0: off (OpenAI semantics) */
+  float frequency_penalty; /* 0: off */
+  int penalty_last_n;      /* tokens of history the penalties look at */
+  uint64_t seed;
+} sl_sampler_params;
+
+/* Defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalties,
+ * penalty_last_n 64, seed 0. */
+sl_sampler_params sl_sampler_defaults(void);
+
+typedef struct sl_sampler sl_sampler_t;
+
+/* Returns NULL on allocation failure or n_vocab <= 0. Free with
+ * sl_sampler_free. */
+sl_sampler_t *sl_sampler_create(const sl_sampler_params *p, int n_vocab);
+void sl_sampler_free(sl_sampler_t *s);
+
+/* Records a token (prompt or generated) in the penalty history. */
+void sl_sampler_accept(sl_sampler_t *s, int32_t token);
+
+/* Picks the next token from logits[n_vocab]. The logits are modified
+ * (penalties applied). */
+int32_t sl_sampler_sample(sl_sampler_t *s, float *logits);
+
+#endif

@@ -1,0 +1,241 @@
+/* `sluice serve`: load a model, start its engine and the HTTP server, serve
+ * until SIGINT / SIGTERM, then shut down cleanly (exit 0).
+ *
+ * Signals: SIGINT and SIGTERM are blocked before any thread starts, so every
+ * thread inherits the mask and only this thread, in sigwait(), sees them. */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "sluice/engine.h"
+#include "sluice/memsync.h"
+#include "sluice/model.h"
+#include "sluice/rt.h"
+#include "sluice/server.h"
+#include "sluice/tokenizer.h"
+#include "sluice/util.h"
+
+/* Dispatched from main.c as `sluice serve ...`; returns the exit code. */
+int sl_cli_serve_main(int argc, char **argv);
+
+static void serve_usage(FILE *f) {
+  fprintf(f,
+          "usage: sluice serve [-m MODEL] [--host H] [--port P] [--api-key K]\n"
+          "                    [--model-name NAME] [-c CTX] [-t THREADS]\n"
+          "                    [--max-memory BYTES] [--max-seqs N]\n"
+          "                    [--max-batched-tokens N] [--prefill-chunk N]\n"
+          "                    [--kv-block-tokens N] [--http-timeout S]\n"
+          "                    [--max-body BYTES] [--grace-ms MS]\n"
+          "  serves the OpenAI (/v1/chat/completions, /v1/completions,\n"
+          "  /v1/models) and Anthropic (/v1/messages) APIs, /health, /metrics\n"
+          "  and /admin/api/stats; binds 127.0.0.1:8080 unless told otherwise.\n"
+          "  BYTES accept K, M, G suffixes (powers of 1024).\n");
+}
+
+static bool parse_long(const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi)
+    return false;
+  *out = v;
+  return true;
+}
+
+/* "4G", "512M", "123456", "1.5G" -> bytes. */
+static bool parse_bytes(const char *s, uint64_t *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || !(v >= 0))
+    return false;
+  double mul = 1;
+  switch (*end) {
+  case 'k':
+  case 'K':
+    mul = 1024.0;
+    end++;
+    break;
+  case 'm':
+  case 'M':
+    mul = 1024.0 * 1024;
+    end++;
+    break;
+  case 'g':
+  case 'G':
+    mul = 1024.0 * 1024 * 1024;
+    end++;
+    break;
+  case 't':
+  case 'T':
+    mul = 1024.0 * 1024 * 1024 * 1024;
+    end++;
+    break;
+  default:
+    break;
+  }
+  if (*end == 'i' || *end == 'B')
+    end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
+  if (*end || v * mul > 1.8e19)
+    return false;
+  *out = (uint64_t)(v * mul);
+  return true;
+}
+
+/* The file's name without directories, and without ".gguf" in *stem. */
+static void model_names(const char *path, char *base, size_t bcap, char *stem,
+                        size_t scap) {
+  const char *b = strrchr(path, '/');
+  b = b ? b + 1 : path;
+  snprintf(base, bcap, "%s", b);
+  snprintf(stem, scap, "%s", b);
+  size_t n = strlen(stem);
+  if (n > 5 && strcmp(stem + n - 5, ".gguf") == 0)
+    stem[n - 5] = 0;
+}
+
+int sl_cli_serve_main(int argc, char **argv) {
+  char defbuf[PATH_MAX];
+  const char *model = NULL, *name = NULL;
+  sl_server_config scfg = sl_server_config_defaults();
+  sl_engine_config ecfg = sl_engine_config_defaults();
+  bool ctx_set = false;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    long lv;
+    uint64_t bv;
+#define NEED_VALUE                                                             \
+  if (!v) {                                                                    \
+    fprintf(stderr, "sluice serve: %s needs a value\n", a);                    \
+    return 2;                                                                  \
+  }                                                                            \
+  i++;
+#define BAD_VALUE                                                              \
+  {                                                                            \
+    fprintf(stderr, "sluice serve: bad value '%s' for %s\n", v, a);            \
+    return 2;                                                                  \
+  }
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+      NEED_VALUE model = v;
+    } else if (!strcmp(a, "--host")) {
+      NEED_VALUE scfg.host = v;
+    } else if (!strcmp(a, "--port")) {
+      NEED_VALUE if (!parse_long(v, 0, 65535, &lv)) BAD_VALUE scfg.port =
+          (int)lv;
+    } else if (!strcmp(a, "--api-key")) {
+      NEED_VALUE scfg.api_key = v;
+    } else if (!strcmp(a, "--model-name")) {
+      NEED_VALUE name = v;
+    } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
+      NEED_VALUE if (!parse_long(v, 16, 1 << 20, &lv)) BAD_VALUE ecfg.n_ctx =
+          (int)lv;
+      ctx_set = true;
+    } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+      NEED_VALUE if (!parse_long(v, 1, 1024, &lv)) BAD_VALUE ecfg.n_threads =
+          (int)lv;
+    } else if (!strcmp(a, "--max-memory")) {
+      NEED_VALUE if (!parse_bytes(v, &bv)) BAD_VALUE ecfg.max_memory = bv;
+    } else if (!strcmp(a, "--max-seqs")) {
+      NEED_VALUE if (!parse_long(v, 1, 4096, &lv)) BAD_VALUE ecfg.max_seqs =
+          (int)lv;
+    } else if (!strcmp(a, "--max-batched-tokens")) {
+      NEED_VALUE if (!parse_long(v, 1, 1 << 20, &lv)) BAD_VALUE
+          ecfg.max_batched_tokens = (int)lv;
+    } else if (!strcmp(a, "--prefill-chunk")) {
+      NEED_VALUE if (!parse_long(v, 1, 1 << 20, &lv)) BAD_VALUE
+          ecfg.prefill_chunk = (int)lv;
+    } else if (!strcmp(a, "--kv-block-tokens")) {
+      NEED_VALUE if (!parse_long(v, 1, 4096, &lv)) BAD_VALUE
+          ecfg.kv_block_tokens = (int)lv;
+    } else if (!strcmp(a, "--http-timeout")) {
+      NEED_VALUE if (!parse_long(v, 1, 86400, &lv)) BAD_VALUE
+          scfg.http_timeout_s = (unsigned)lv;
+    } else if (!strcmp(a, "--max-body")) {
+      NEED_VALUE if (!parse_bytes(v, &bv) || bv < 1024 || bv > (1ull << 32))
+          BAD_VALUE scfg.max_body_bytes = (size_t)bv;
+    } else if (!strcmp(a, "--grace-ms")) {
+      NEED_VALUE if (!parse_long(v, 0, 3600000, &lv)) BAD_VALUE
+          scfg.grace_ms = (unsigned)lv;
+    } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      serve_usage(stdout);
+      return 0;
+    } else {
+      fprintf(stderr, "sluice serve: unknown option '%s'\n", a);
+      serve_usage(stderr);
+      return 2;
+    }
+#undef NEED_VALUE
+#undef BAD_VALUE
+  }
+  if (!model)
+    model = sl_model_default_path(defbuf, sizeof defbuf);
+
+  /* before any thread exists: only sigwait() below receives these */
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  signal(SIGPIPE, SIG_IGN); /* a vanished client is an error return */
+
+  int rc = 1;
+  char err[512] = "";
+  sl_status st;
+  sl_tokenizer_t *tok = NULL;
+  sl_engine_t *engine = NULL;
+  sl_server_t *srv = NULL;
+  sl_model_t *m = sl_model_load(model, &st, err, sizeof err);
+  if (!m) {
+    fprintf(stderr, "sluice serve: cannot load '%s': %s\n", model, err);
+    goto out;
+  }
+  sl_model_prefault(m, true);
+  if (sl_tokenizer_load(sl_model_gguf(m), &tok, err, sizeof err) != SL_OK) {
+    fprintf(stderr, "sluice serve: tokenizer: %s\n", err);
+    goto out_model;
+  }
+  const sl_model_hparams *hp = sl_model_hparams_of(m);
+  if (!ctx_set && hp->n_ctx_train > 0 && hp->n_ctx_train < ecfg.n_ctx)
+    ecfg.n_ctx = (int)hp->n_ctx_train;
+  if ((st = sl_engine_create(m, tok, &ecfg, &engine)) != SL_OK) {
+    fprintf(stderr, "sluice serve: cannot start the engine: %s\n",
+            sl_status_str(st));
+    goto out_tok;
+  }
+  char base[256], stem[256];
+  model_names(model, base, sizeof base, stem, sizeof stem);
+  scfg.model_name = name ? name : stem;
+  scfg.model_alias = base;
+  scfg.n_ctx = ecfg.n_ctx;
+  if ((st = sl_server_start(engine, m, tok, &scfg, &srv, err, sizeof err)) !=
+      SL_OK) {
+    fprintf(stderr, "sluice serve: %s\n", err);
+    goto out_engine;
+  }
+  const char *host = scfg.host ? scfg.host : "127.0.0.1";
+  bool v6 = strchr(host, ':') != NULL;
+  fprintf(stderr, "sluice: serving %s at http://%s%s%s:%d\n", scfg.model_name,
+          v6 ? "[" : "", host, v6 ? "]" : "", sl_server_port(srv));
+  fflush(stderr);
+
+  int sig = 0;
+  while (sigwait(&sigs, &sig) != 0)
+    ;
+  fprintf(stderr, "sluice: %s, shutting down\n",
+          sig == SIGINT ? "SIGINT" : "SIGTERM");
+  sl_server_stop(srv);
+  rc = 0;
+out_engine:
+  sl_engine_free(engine);
+out_tok:
+  sl_tokenizer_free(tok);
+out_model:
+  sl_model_free(m);
+out:
+  return rc;
+}

@@ -1,0 +1,130 @@
+/* Engine internals: requests, the scheduler's state, clear-site counters.
+ * Only src/engine and the engine's tests include this. */
+#ifndef SLUICE_ENGINE_IMPL_H
+#define SLUICE_ENGINE_IMPL_H
+
+#include <pthread.h>
+
+#include "sluice/engine.h"
+#include "sluice/kv.h"
+#include "sluice/model.h"
+#include "sluice/rt.h"
+
+/* Every clear site of the engine (DESIGN.md, "Clear sites"). */
+#define SL__CLEAR_SITES(X)                                                     \
+  X(SL__SITE_PREFILL_CHUNK, "prefill.chunk")                                   \
+  X(SL__SITE_PREFILL_END, "prefill.end")                                       \
+  X(SL__SITE_ADMIT_MEM_EXCEEDED, "admit.memory_exceeded")                      \
+  X(SL__SITE_ADMIT_RUNTIME_ERR, "admit.runtime_error")                         \
+  X(SL__SITE_CHUNK_MEM_EXCEEDED, "chunk.memory_exceeded")                      \
+  X(SL__SITE_CHUNK_RUNTIME_ERR, "chunk.runtime_error")                         \
+  X(SL__SITE_DECODE_EVERY_N, "decode.every_n_tokens")                          \
+  X(SL__SITE_DECODE_HOT_LOOP, "decode.hot_loop")                               \
+  X(SL__SITE_DECODE_AFTER_FINISH, "decode.after_finish")                       \
+  X(SL__SITE_IDLE, "engine.idle_reclaim")                                      \
+  X(SL__SITE_SHUTDOWN, "engine.shutdown")
+
+typedef enum sl__clear_site {
+#define SL__SITE_ENUM(id, name) id,
+  SL__CLEAR_SITES(SL__SITE_ENUM)
+#undef SL__SITE_ENUM
+      SL__SITE_COUNT
+} sl__clear_site;
+
+const char *sl__clear_site_name(sl__clear_site s);
+
+typedef struct sl__site_stats {
+  uint64_t count;
+  uint64_t engine_pending_max; /* engine-stream tasks pending after a clear */
+  uint64_t inflight_bytes_max; /* bytes with pending uses at the clear */
+  double inflight_ms_max;
+} sl__site_stats;
+
+sl__site_stats sl__engine_site_stats(sl_engine_t *e, sl__clear_site site);
+
+/* Test hooks (tests/test_engine.c). `before_clear` runs on the executor
+ * thread just before each clear site, with the engine stream, so a test can
+ * queue real work there. `fail_*` inject faults: the Nth first chunk / later
+ * chunk (1-based; 0: never) gets a memory-guard refusal or a runtime
+ * SL_ERR_MEMORY_LIMIT. */
+typedef struct sl__engine_test_hooks {
+  void (*before_clear)(void *ud, sl_stream_t *engine_stream,
+                       sl__clear_site site);
+  void *ud;
+  int fail_guard_admit, fail_guard_chunk;
+  int fail_oom_admit, fail_oom_chunk;
+} sl__engine_test_hooks;
+
+/* Must be called before any request is submitted. */
+void sl__engine_set_test_hooks(sl_engine_t *e, const sl__engine_test_hooks *h);
+
+typedef enum sl__req_state {
+  SL__REQ_WAITING = 0,
+  SL__REQ_PREFILLING = 1,
+  SL__REQ_RUNNING = 2,
+  SL__REQ_DONE = 3,
+} sl__req_state;
+
+typedef struct sl__req {
+  uint64_t id;
+  sl__req_state state;
+  int32_t *tokens; /* (n_ctx) prompt then generated */
+  int n_prompt, n_tokens;
+  int n_computed;  /* tokens whose K/V is in the cache */
+  int n_cached;    /* prompt tokens served from the prefix cache */
+  int n_generated;
+  int32_t *blocks; /* block table */
+  int n_blocks;
+  int retries;     /* runtime memory errors so far */
+  bool first_chunk_done;
+  uint64_t est_bytes;
+  sl_gen_params params;
+  sl_sampler_t *sampler;
+  sl_engine_cb cb;
+  void *user;
+  char *pend; /* generated text not yet emitted */
+  size_t pend_len, pend_cap;
+  uint64_t t_submit, t_first;
+  struct sl__req *next;
+} sl__req;
+
+#define SL__MAX_ABORTS 1024
+
+struct sl_engine {
+  sl_model_t *model;
+  const sl_tokenizer_t *tok;
+  sl_engine_config cfg;
+  pthread_t thread;
+  /* inbox: guarded by mu */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  sl__req *inbox, *inbox_tail;
+  uint64_t aborts[SL__MAX_ABORTS];
+  int n_aborts;
+  bool abort_all_unknown;
+  bool stopping;
+  uint64_t next_id;
+  sl_engine_stats stats;
+  sl__site_stats sites[SL__SITE_COUNT];
+  sl_status start_status; /* set by the executor before `started` */
+  bool started;
+  /* executor-thread state */
+  sl_stream_t *stream; /* the executor thread's own stream */
+  sl_kv_pool_t *kv;
+  sl_batch_ctx_t *bctx;
+  sl__req *waiting, *waiting_tail; /* FCFS */
+  sl__req **active;                /* prefilling and running, in order */
+  int n_active;
+  float *logits;     /* (max_seqs, n_vocab) */
+  float *logits_tmp; /* (n_vocab) */
+  int32_t *batch_tokens;
+  sl_batch_seq *batch_seqs;
+  sl__req **batch_reqs;
+  uint64_t tokens_since_clear;
+  uint64_t steps;
+  int finished_since_clear; /* 1 after a finish, counts steps to the clear */
+  uint64_t first_chunks, later_chunks; /* for the fault hooks */
+  sl__engine_test_hooks hooks;
+};
+
+#endif

@@ -1,0 +1,167 @@
+/* sluice — kern/cpu private: block layouts, fp16 helpers, the per-ISA op
+ * table. Only src/kern/cpu/ includes this. */
+#ifndef SLUICE_KERN_CPU_IMPL_H
+#define SLUICE_KERN_CPU_IMPL_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "sluice/kern_cpu.h"
+
+#define SL__QK 32    /* elements per Q4_0 / Q4_1 / Q8_0 / Q8_1 block */
+#define SL__QK_K 256 /* elements per K-quant super-block */
+
+/* ggml block layouts (must match ggml byte for byte). */
+typedef struct {
+  uint16_t d; /* f16 */
+  uint8_t qs[SL__QK / 2];
+} sl__block_q4_0; /* 18 B */
+typedef struct {
+  uint16_t d, m; /* f16 */
+  uint8_t qs[SL__QK / 2];
+} sl__block_q4_1; /* 20 B */
+typedef struct {
+  uint16_t d;
+  int8_t qs[SL__QK];
+} sl__block_q8_0; /* 34 B */
+typedef struct {
+  uint16_t d, s; /* s = d * sum(qs) */
+  int8_t qs[SL__QK];
+} sl__block_q8_1; /* 36 B */
+typedef struct {
+  uint16_t d, dmin;
+  uint8_t scales[12]; /* 8 6-bit scales and 8 6-bit mins, packed */
+  uint8_t qs[SL__QK_K / 2];
+} sl__block_q4_K; /* 144 B */
+typedef struct {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qh[SL__QK_K / 8];
+  uint8_t qs[SL__QK_K / 2];
+} sl__block_q5_K; /* 176 B */
+typedef struct {
+  uint8_t ql[SL__QK_K / 2];
+  uint8_t qh[SL__QK_K / 4];
+  int8_t scales[SL__QK_K / 16];
+  uint16_t d;
+} sl__block_q6_K; /* 210 B */
+typedef struct {
+  float d;
+  int8_t qs[SL__QK_K];
+  int16_t bsums[SL__QK_K / 16]; /* sums of qs in groups of 16 */
+} sl__block_q8_K; /* 292 B */
+
+_Static_assert(sizeof(sl__block_q4_0) == 18, "q4_0");
+_Static_assert(sizeof(sl__block_q4_1) == 20, "q4_1");
+_Static_assert(sizeof(sl__block_q8_0) == 34, "q8_0");
+_Static_assert(sizeof(sl__block_q8_1) == 36, "q8_1");
+_Static_assert(sizeof(sl__block_q4_K) == 144, "q4_K");
+_Static_assert(sizeof(sl__block_q5_K) == 176, "q5_K");
+_Static_assert(sizeof(sl__block_q6_K) == 210, "q6_K");
+_Static_assert(sizeof(sl__block_q8_K) == 292, "q8_K");
+
+/* ---- scalar f16 / bf16 ---------------------------------------------------- */
+
+static inline float sl__bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static inline uint32_t sl__f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+static inline float sl__f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0) {
+    float v = ldexpf((float)mant, -24); /* zero or subnormal: exact */
+    return sign ? -v : v;
+  }
+  if (exp == 31)
+    return sl__bits_f32(sign | 0x7f800000u | (mant << 13));
+  return sl__bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+/* Round to nearest even, like F16C's _mm_cvtps_ph(x, 0). */
+static inline uint16_t sl__f32_to_f16(float f) {
+  uint32_t x = sl__f32_bits(f);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) /* inf / nan */
+    return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
+  if (ax >= 0x477ff000u) /* rounds to >= 65520: overflow */
+    return (uint16_t)(sign | 0x7c00u);
+  if (ax < 0x38800000u) { /* below the smallest normal: subnormal or zero */
+    float v = sl__bits_f32(ax) * 16777216.0f; /* in units of 2^-24 */
+    return (uint16_t)(sign | (uint32_t)lrintf(v));
+  }
+  uint32_t mant_odd = (ax >> 13) & 1u;
+  ax += 0x0fffu + mant_odd;
+  return (uint16_t)(sign | ((ax - 0x38000000u) >> 13));
+}
+
+static inline float sl__bf16_to_f32(uint16_t h) {
+  return sl__bits_f32((uint32_t)h << 16);
+}
+
+/* ggml's get_scale_min_k4: the j-th 6-bit scale and min of a Q4_K/Q5_K block. */
+static inline void sl__scale_min_k4(int j, const uint8_t *q, uint8_t *sc,
+                                    uint8_t *m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+/* ---- the op table --------------------------------------------------------- */
+
+#define SL__NTYPES 31 /* indexable by sl_ggml_type up to BF16 = 30 */
+#define SL__NT_MAX 4  /* tokens per dot tile */
+
+typedef void (*sl__dequant_fn)(const void *src, float *dst, int64_t n);
+typedef void (*sl__quant_fn)(const float *x, void *dst, int64_t n);
+/* y[t * y_stride] = dot(w, x + t * x_stride bytes) for t < nt (1..NT_MAX). */
+typedef void (*sl__dot_fn)(int64_t n, const void *w, const void *x,
+                           size_t x_stride, float *y, size_t y_stride, int nt);
+
+typedef struct sl__kern_cpu_ops {
+  sl__dequant_fn dequant[SL__NTYPES];
+  sl__quant_fn quant[SL__NTYPES]; /* by activation type */
+  sl__dot_fn dot[SL__NTYPES];     /* by weight type */
+  void (*rmsnorm)(float *out, const float *x, const float *w, int64_t n,
+                  float eps);
+  /* cs/sn: n_rot/2 cos and sin values */
+  void (*rope)(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
+               const float *cs, const float *sn, int neox);
+  void (*softmax)(float *x, int64_t n);
+  void (*swiglu)(float *out, const float *g, const float *u, int64_t n);
+  void (*add)(float *out, const float *a, const float *b, int64_t n);
+  void (*f32_to_f16)(uint16_t *dst, const float *src, int64_t n);
+  /* sl_kern_attn_f16 after its checks */
+  void (*attn_f16)(float *out, const float *q, const uint16_t *k,
+                   const uint16_t *v, int64_t head_dim, int64_t len,
+                   int64_t kv_stride, float scale, bool single,
+                   float *scratch);
+} sl__kern_cpu_ops;
+
+/* Per-ISA tables; a NULL entry falls back to the scalar one. */
+extern const sl__kern_cpu_ops sl__kern_cpu_scalar_ops;
+extern const sl__kern_cpu_ops sl__kern_cpu_avx2_ops;
+extern const sl__kern_cpu_ops sl__kern_cpu_avx512_ops;
+
+/* The table in use (all entries filled). */
+const sl__kern_cpu_ops *sl__kern_cpu_ops_get(void);
+
+/* Scratch space owned by a pool (NULL pool: thread-local). Returns NULL when
+ * it cannot grow to `bytes`. Valid until the next call on the same pool. */
+void *sl__kern_pool_scratch(sl_kern_pool_t *pool, size_t bytes);
+
+#endif

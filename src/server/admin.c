@@ -1,0 +1,250 @@
+/* sluice — server: /v1/models, /metrics (Prometheus text) and
+ * /admin/api/stats (JSON), and the request metrics the server measures
+ * itself (TTFT, TPOT). */
+#include <string.h>
+#include <time.h>
+
+#include "server/server_impl.h"
+#include "sluice/alloc.h"
+#include "sluice/memsync.h"
+#include "sluice/rt.h"
+#include "sluice/util.h"
+
+/* seconds */
+const double sl__srv_ttft_bounds[SL_SRV_TTFT_BUCKETS] = {
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+const double sl__srv_tpot_bounds[SL_SRV_TPOT_BUCKETS] = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+
+void sl__srv_metrics_init(sl_srv_metrics *m) {
+  memset(m, 0, sizeof *m);
+  pthread_mutex_init(&m->mu, NULL);
+  sl_unreleased_init(&m->unreleased, 0);
+}
+
+void sl__srv_metrics_destroy(sl_srv_metrics *m) {
+  pthread_mutex_destroy(&m->mu);
+}
+
+static void observe(uint64_t *counts, const double *bounds, int n,
+                    double v) {
+  for (int i = 0; i < n; i++)
+    if (v <= bounds[i])
+      counts[i]++;
+}
+
+void sl__srv_metrics_job(sl_server_t *s, const sl_srv_job *j, bool failed) {
+  sl_srv_metrics *m = &s->m;
+  pthread_mutex_lock(&m->mu);
+  m->requests++;
+  if (failed)
+    m->requests_failed++;
+  m->prompt_tokens += (uint64_t)j->prompt_tokens;
+  m->cached_tokens += (uint64_t)j->cached_tokens;
+  m->generated_tokens += (uint64_t)j->completion_tokens;
+  if (j->t_first && j->t_first >= j->t_submit) {
+    double ttft = (double)(j->t_first - j->t_submit) / 1e9;
+    observe(m->ttft_counts, sl__srv_ttft_bounds, SL_SRV_TTFT_BUCKETS, ttft);
+    m->ttft_sum += ttft;
+    m->ttft_n++;
+    if (j->completion_tokens > 1 && j->t_done > j->t_first) {
+      double tpot = (double)(j->t_done - j->t_first) / 1e9 /
+                    (double)(j->completion_tokens - 1);
+      observe(m->tpot_counts, sl__srv_tpot_bounds, SL_SRV_TPOT_BUCKETS, tpot);
+      m->tpot_sum += tpot;
+      m->tpot_n++;
+    }
+  }
+  pthread_mutex_unlock(&m->mu);
+}
+
+void sl__srv_metrics_failed(sl_server_t *s) {
+  pthread_mutex_lock(&s->m.mu);
+  s->m.requests++;
+  s->m.requests_failed++;
+  pthread_mutex_unlock(&s->m.mu);
+}
+
+/* A consistent snapshot of everything both endpoints report. */
+typedef struct snapshot {
+  sl_srv_metrics m; /* copied counters (mu and estimator unused) */
+  sl_engine_stats e;
+  sl_alloc_stats a;
+  uint64_t footprint, unreleased;
+  int in_flight;
+} snapshot;
+
+static void take(sl_server_t *s, snapshot *sn) {
+  sl_device_t *dev = sl_cpu_device();
+  sn->e = sl_engine_get_stats(s->engine);
+  sn->a = sl_alloc_get_stats(dev);
+  sn->footprint = sl_footprint_bytes(dev);
+  pthread_mutex_lock(&s->m.mu);
+  sn->unreleased = sl_unreleased_update(&s->m.unreleased, sl_now_ns(),
+                                        sn->footprint, sn->a.reserved);
+  memcpy(&sn->m, &s->m, sizeof sn->m);
+  pthread_mutex_unlock(&s->m.mu);
+  pthread_mutex_lock(&s->jobs_mu);
+  sn->in_flight = s->n_jobs;
+  pthread_mutex_unlock(&s->jobs_mu);
+}
+
+static void prom(sl_sbuf *o, const char *name, const char *type,
+                 const char *help, double v) {
+  sl__sbuf_addf(o, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name,
+                type, name, v);
+}
+
+static void prom_hist(sl_sbuf *o, const char *name, const char *help,
+                      const uint64_t *counts, const double *bounds, int n,
+                      double sum, uint64_t count) {
+  sl__sbuf_addf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+  for (int i = 0; i < n; i++)
+    sl__sbuf_addf(o, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i],
+                  (unsigned long long)counts[i]);
+  sl__sbuf_addf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n",
+                name, (unsigned long long)count, name, sum, name,
+                (unsigned long long)count);
+}
+
+void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *o) {
+  snapshot sn;
+  take(s, &sn);
+  sl__sbuf_addf(o, "# HELP sluice_info The served model.\n"
+                   "# TYPE sluice_info gauge\nsluice_info{model=\"%s\"} 1\n",
+                s->model_name);
+  prom(o, "sluice_http_requests_total", "counter", "HTTP requests received.",
+       (double)sn.m.http_requests);
+  prom(o, "sluice_requests_total", "counter", "Generation requests answered.",
+       (double)sn.m.requests);
+  prom(o, "sluice_requests_failed_total", "counter",
+       "Generation requests answered with an error.",
+       (double)sn.m.requests_failed);
+  prom(o, "sluice_requests_in_flight", "gauge",
+       "Requests submitted to the engine and not yet finished.",
+       (double)sn.in_flight);
+  prom(o, "sluice_requests_running", "gauge", "Sequences the engine runs.",
+       sn.e.running);
+  prom(o, "sluice_requests_waiting", "gauge", "Requests waiting for admission.",
+       sn.e.waiting);
+  prom(o, "sluice_prompt_tokens_total", "counter", "Prompt tokens.",
+       (double)sn.m.prompt_tokens);
+  prom(o, "sluice_cached_prompt_tokens_total", "counter",
+       "Prompt tokens served from the prefix cache.",
+       (double)sn.m.cached_tokens);
+  prom(o, "sluice_generated_tokens_total", "counter", "Generated tokens.",
+       (double)sn.m.generated_tokens);
+  prom_hist(o, "sluice_ttft_seconds", "Time to first token.",
+            sn.m.ttft_counts, sl__srv_ttft_bounds, SL_SRV_TTFT_BUCKETS,
+            sn.m.ttft_sum, sn.m.ttft_n);
+  prom_hist(o, "sluice_tpot_seconds", "Time per output token after the first.",
+            sn.m.tpot_counts, sl__srv_tpot_bounds, SL_SRV_TPOT_BUCKETS,
+            sn.m.tpot_sum, sn.m.tpot_n);
+  prom(o, "sluice_kv_blocks_total", "gauge", "KV cache blocks.",
+       sn.e.kv_blocks_total);
+  prom(o, "sluice_kv_blocks_used", "gauge", "KV blocks held by sequences.",
+       sn.e.kv_blocks_used);
+  prom(o, "sluice_kv_blocks_cached", "gauge",
+       "KV blocks kept for the prefix cache.", sn.e.kv_blocks_cached);
+  prom(o, "sluice_engine_steps_total", "counter", "Scheduler steps.",
+       (double)sn.e.steps);
+  prom(o, "sluice_memory_active_bytes", "gauge", "Allocator bytes in use.",
+       (double)sn.a.active);
+  prom(o, "sluice_memory_retiring_bytes", "gauge",
+       "Released bytes with pending uses.", (double)sn.a.retiring);
+  prom(o, "sluice_memory_cache_bytes", "gauge", "Allocator cache bytes.",
+       (double)sn.a.cache);
+  prom(o, "sluice_memory_peak_bytes", "gauge", "Peak allocator bytes.",
+       (double)sn.a.peak);
+  prom(o, "sluice_memory_limit_bytes", "gauge", "Allocator limit (0: none).",
+       (double)sn.a.limit);
+  prom(o, "sluice_memory_footprint_bytes", "gauge", "Process footprint (RSS).",
+       (double)sn.footprint);
+  prom(o, "sluice_memory_unreleased_bytes", "gauge",
+       "Freed bytes the OS still charges.", (double)sn.unreleased);
+  prom(o, "sluice_cache_clears_total", "counter", "Allocator cache clears.",
+       (double)sn.a.clears);
+  prom(o, "sluice_clears_with_inflight_total", "counter",
+       "Clears that found work in flight.", (double)sn.a.clears_with_inflight);
+  prom(o, "sluice_inflight_at_clear_bytes", "gauge",
+       "Bytes with pending uses at the last clear.",
+       (double)sn.a.inflight_bytes_last);
+  prom(o, "sluice_inflight_at_clear_bytes_max", "gauge",
+       "Most bytes with pending uses at a clear.",
+       (double)sn.a.inflight_bytes_max);
+  prom(o, "sluice_inflight_at_clear_ms", "gauge",
+       "Time until the last clear's in-flight work ended.",
+       sn.a.inflight_ms_last);
+  prom(o, "sluice_inflight_at_clear_ms_max", "gauge",
+       "Longest in-flight time at a clear.", sn.a.inflight_ms_max);
+}
+
+json_t *sl__srv_stats_json(sl_server_t *s) {
+  snapshot sn;
+  take(s, &sn);
+  json_t *o = json_object();
+  if (!o)
+    return NULL;
+  json_object_set_new(o, "model", json_string(s->model_name));
+  json_object_set_new(
+      o, "uptime_s",
+      json_real((double)(sl_now_ns() - s->t_start_ns) / 1e9));
+  json_object_set_new(
+      o, "requests",
+      json_pack("{s:I,s:I,s:I,s:i}", "http", (json_int_t)sn.m.http_requests,
+                "total", (json_int_t)sn.m.requests, "failed",
+                (json_int_t)sn.m.requests_failed, "in_flight", sn.in_flight));
+  json_object_set_new(
+      o, "tokens",
+      json_pack("{s:I,s:I,s:I}", "prompt", (json_int_t)sn.m.prompt_tokens,
+                "cached", (json_int_t)sn.m.cached_tokens, "generated",
+                (json_int_t)sn.m.generated_tokens));
+  json_object_set_new(
+      o, "latency",
+      json_pack("{s:I,s:f,s:I,s:f}", "ttft_count", (json_int_t)sn.m.ttft_n,
+                "ttft_mean_ms",
+                sn.m.ttft_n ? sn.m.ttft_sum / (double)sn.m.ttft_n * 1e3 : 0.0,
+                "tpot_count", (json_int_t)sn.m.tpot_n, "tpot_mean_ms",
+                sn.m.tpot_n ? sn.m.tpot_sum / (double)sn.m.tpot_n * 1e3 : 0.0));
+  json_object_set_new(
+      o, "engine",
+      json_pack("{s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:i,s:I}", "running",
+                sn.e.running, "waiting", sn.e.waiting, "requests_total",
+                (json_int_t)sn.e.requests_total, "requests_failed",
+                (json_int_t)sn.e.requests_failed, "prompt_tokens_total",
+                (json_int_t)sn.e.prompt_tokens_total, "cached_tokens_total",
+                (json_int_t)sn.e.cached_tokens_total,
+                "generated_tokens_total",
+                (json_int_t)sn.e.generated_tokens_total, "kv_blocks_total",
+                sn.e.kv_blocks_total, "kv_blocks_used", sn.e.kv_blocks_used,
+                "kv_blocks_cached", sn.e.kv_blocks_cached, "steps",
+                (json_int_t)sn.e.steps));
+  json_object_set_new(
+      o, "memory",
+      json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "active",
+                (json_int_t)sn.a.active, "retiring", (json_int_t)sn.a.retiring,
+                "cache", (json_int_t)sn.a.cache, "peak", (json_int_t)sn.a.peak,
+                "reserved", (json_int_t)sn.a.reserved, "limit",
+                (json_int_t)sn.a.limit, "footprint",
+                (json_int_t)sn.footprint, "unreleased",
+                (json_int_t)sn.unreleased));
+  json_object_set_new(
+      o, "clears",
+      json_pack("{s:I,s:I,s:I,s:I,s:f,s:f}", "total", (json_int_t)sn.a.clears,
+                "with_inflight", (json_int_t)sn.a.clears_with_inflight,
+                "inflight_bytes_last", (json_int_t)sn.a.inflight_bytes_last,
+                "inflight_bytes_max", (json_int_t)sn.a.inflight_bytes_max,
+                "inflight_ms_last", sn.a.inflight_ms_last, "inflight_ms_max",
+                sn.a.inflight_ms_max));
+  return o;
+}
+
+json_t *sl__srv_models_json(sl_server_t *s) {
+  json_t *data = json_array();
+  long long created = (long long)time(NULL);
+  json_array_append_new(data,
+                        json_pack("{s:s,s:s,s:I,s:s}", "id", s->model_name,
+                                  "object", "model", "created",
+                                  (json_int_t)created, "owned_by", "sluice"));
+  return json_pack("{s:s,s:o}", "object", "list", "data", data);
+}

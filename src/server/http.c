@@ -1,0 +1,833 @@
+/* sluice — server: libmicrohttpd plumbing, routing, authentication, the
+ * generation request's lifecycle, SSE streaming, shutdown.
+ *
+ * Threads: MHD runs one thread per connection. That thread parses the body,
+ * tokenizes, submits to the engine and then waits on the job's condition
+ * variable (non-streaming) or inside the response's content reader
+ * (streaming). The engine's executor thread fills the job through on_event,
+ * which only takes the job's mutex for a copy and a signal.
+ *
+ * Job lifetime: a job is reference counted. The connection holds one
+ * reference (dropped in the request-completed callback), the engine one from
+ * submit until SL_EV_DONE, and a streaming response one until MHD frees it.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/server_impl.h"
+#include "sluice/util.h"
+
+enum route {
+  ROUTE_NONE = 0,
+  ROUTE_HEALTH,
+  ROUTE_MODELS,
+  ROUTE_METRICS,
+  ROUTE_STATS,
+  ROUTE_CHAT,
+  ROUTE_COMPLETIONS,
+  ROUTE_MESSAGES,
+};
+
+/* Per-request state of one connection (MHD's con_cls). */
+typedef struct conn {
+  enum route route;
+  sl_srv_family fam;
+  bool responded; /* an early response (401, 413) was queued */
+  bool too_large;
+  sl_sbuf body;
+  sl_srv_job *job;
+} conn;
+
+/* ---- jobs ------------------------------------------------------------------- */
+
+static void job_unref(sl_srv_job *j) {
+  if (atomic_fetch_sub(&j->refs, 1) != 1)
+    return;
+  sl__srv_request_free(&j->req);
+  sl_free(j->ids);
+  sl_free(j->text);
+  sl_free(j->toks);
+  sl__sbuf_free(&j->out);
+  pthread_cond_destroy(&j->cv);
+  pthread_mutex_destroy(&j->mu);
+  sl_free(j);
+}
+
+static void make_id(char *buf, size_t cap, const char *prefix) {
+  static atomic_uint_fast64_t counter;
+  uint64_t x = sl_now_ns() ^ ((uint64_t)getpid() << 32) ^
+               (atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull);
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  snprintf(buf, cap, "%s%016llx", prefix, (unsigned long long)x);
+}
+
+static void server_job_remove(sl_server_t *s, sl_srv_job *j) {
+  pthread_mutex_lock(&s->jobs_mu);
+  if (j->prev)
+    j->prev->next = j->next;
+  else if (s->jobs == j)
+    s->jobs = j->next;
+  if (j->next)
+    j->next->prev = j->prev;
+  j->prev = j->next = NULL;
+  s->n_jobs--;
+  pthread_cond_broadcast(&s->jobs_cv);
+  pthread_mutex_unlock(&s->jobs_mu);
+}
+
+/* The engine's callback: executor thread, must not block. */
+static void on_event(void *user, const sl_engine_event *ev) {
+  sl_srv_job *j = user;
+  pthread_mutex_lock(&j->mu);
+  switch (ev->kind) {
+  case SL_EV_STARTED:
+    j->started = true;
+    j->prompt_tokens = ev->prompt_tokens;
+    j->cached_tokens = ev->cached_tokens;
+    break;
+  case SL_EV_TOKEN: {
+    if (!j->t_first)
+      j->t_first = sl_now_ns();
+    if (j->oom)
+      break;
+    if (j->n_toks == j->toks_cap) {
+      int cap = j->toks_cap ? j->toks_cap * 2 : 64;
+      sl_srv_tok *nt = sl_realloc(j->toks, (size_t)cap * sizeof *nt);
+      if (!nt) {
+        j->oom = true;
+        break;
+      }
+      j->toks = nt;
+      j->toks_cap = cap;
+    }
+    if (j->text_len + ev->text_len + 1 > j->text_cap) {
+      size_t cap = j->text_cap ? j->text_cap : 1024;
+      while (cap < j->text_len + ev->text_len + 1)
+        cap *= 2;
+      char *nt = sl_realloc(j->text, cap);
+      if (!nt) {
+        j->oom = true;
+        break;
+      }
+      j->text = nt;
+      j->text_cap = cap;
+    }
+    sl_srv_tok *t = &j->toks[j->n_toks++];
+    t->id = ev->token;
+    t->logprob = ev->logprob;
+    t->text_off = j->text_len;
+    t->text_len = ev->text_len;
+    if (ev->text_len)
+      memcpy(j->text + j->text_len, ev->text, ev->text_len);
+    j->text_len += ev->text_len;
+    j->text[j->text_len] = 0;
+    t->n_top = ev->top && ev->n_top > 0 ? ev->n_top : 0;
+    if (t->n_top > SL_MAX_TOP_LOGPROBS)
+      t->n_top = SL_MAX_TOP_LOGPROBS;
+    if (t->n_top)
+      memcpy(t->top, ev->top, (size_t)t->n_top * sizeof *t->top);
+    break;
+  }
+  case SL_EV_DONE:
+    j->done = true;
+    j->t_done = sl_now_ns();
+    j->finish = ev->finish;
+    j->error = ev->error;
+    if (ev->prompt_tokens)
+      j->prompt_tokens = ev->prompt_tokens;
+    if (ev->cached_tokens || !j->started)
+      j->cached_tokens = ev->cached_tokens;
+    j->completion_tokens = ev->completion_tokens;
+    snprintf(j->error_code, sizeof j->error_code, "%s",
+             ev->error_code ? ev->error_code : "");
+    snprintf(j->error_msg, sizeof j->error_msg, "%s",
+             ev->error_msg ? ev->error_msg : "");
+    j->est_bytes = ev->est_bytes;
+    j->limit_bytes = ev->limit_bytes;
+    if (j->oom && j->finish != SL_FINISH_ERROR) {
+      j->finish = SL_FINISH_ERROR;
+      j->error = SL_ERR_NOMEM;
+    }
+    break;
+  }
+  bool done = j->done;
+  pthread_cond_broadcast(&j->cv);
+  pthread_mutex_unlock(&j->mu);
+  if (done) {
+    sl_server_t *s = j->srv;
+    sl__srv_metrics_job(s, j, j->finish == SL_FINISH_ERROR);
+    server_job_remove(s, j);
+    job_unref(j);
+  }
+}
+
+void sl__srv_job_error(const sl_srv_job *j, sl_srv_error *e) {
+  const char *code = j->error_code[0] ? j->error_code : NULL;
+  bool client = code && strcmp(code, "prefill_memory_exceeded") == 0;
+  if (!code && j->error == SL_ERR_RANGE) {
+    code = "context_length_exceeded";
+    client = true;
+  }
+  sl__srv_error_set(e, client ? 400 : 500, code, NULL, "%s%s%s",
+                    j->error_msg[0] ? j->error_msg : "generation failed",
+                    j->error_msg[0] ? "" : ": ",
+                    j->error_msg[0] ? "" : sl_status_str(j->error));
+  e->est_bytes = j->est_bytes;
+  e->limit_bytes = j->limit_bytes;
+  if (client && code && !strcmp(code, "prefill_memory_exceeded") &&
+      !strstr(e->message, "bytes"))
+    snprintf(e->message + strlen(e->message),
+             sizeof e->message - strlen(e->message),
+             " (estimated %llu bytes, limit %llu bytes)",
+             (unsigned long long)j->est_bytes,
+             (unsigned long long)j->limit_bytes);
+}
+
+/* True when the client closed its side of the socket. */
+static bool client_gone(int fd) {
+  if (fd < 0)
+    return false;
+  struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+  if (poll(&p, 1, 0) <= 0)
+    return false;
+  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+static void job_abort(sl_srv_job *j) {
+  pthread_mutex_lock(&j->mu);
+  bool go = j->submitted && !j->done && !j->aborted;
+  j->aborted = true;
+  pthread_mutex_unlock(&j->mu);
+  if (go)
+    sl_engine_abort(j->srv->engine, j->engine_id);
+}
+
+/* Waits until the job is done (or, with !until_done, has started). Returns
+ * false if the client hung up meanwhile (the job is then aborted). */
+static bool job_wait(sl_srv_job *j, bool until_done) {
+  pthread_mutex_lock(&j->mu);
+  while (!(j->done || (!until_done && (j->started || j->n_toks > 0)))) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+    if (!j->done && client_gone(j->fd)) {
+      pthread_mutex_unlock(&j->mu);
+      job_abort(j);
+      return false;
+    }
+  }
+  pthread_mutex_unlock(&j->mu);
+  return true;
+}
+
+/* ---- responses ---------------------------------------------------------------- */
+
+static enum MHD_Result send_bytes(struct MHD_Connection *c, unsigned status,
+                                  const char *ctype, const char *data,
+                                  size_t len, bool close) {
+  struct MHD_Response *r = MHD_create_response_from_buffer(
+      len, (void *)data, MHD_RESPMEM_MUST_COPY);
+  if (!r)
+    return MHD_NO;
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+  if (close)
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+  enum MHD_Result ret = MHD_queue_response(c, status, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+/* Sends `j` (a reference is taken over) as JSON. */
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status,
+                                 json_t *j, bool close) {
+  sl_sbuf b = {0};
+  sl__sbuf_add_json(&b, j);
+  json_decref(j);
+  enum MHD_Result ret;
+  if (b.oom)
+    ret = send_bytes(c, 500, "text/plain", "out of memory\n", 14, true);
+  else
+    ret = send_bytes(c, status, "application/json", b.p, b.len, close);
+  sl__sbuf_free(&b);
+  return ret;
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *c, sl_srv_family fam,
+                                  const sl_srv_error *e, bool close) {
+  return send_json(c, (unsigned)e->http, sl__srv_error_json(fam, e), close);
+}
+
+/* ---- streaming --------------------------------------------------------------- */
+
+static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+  sl_srv_job *j = cls;
+  sl_server_t *s = j->srv;
+  const char *model = j->req.model;
+  pthread_mutex_lock(&j->mu);
+  for (;;) {
+    if (j->out_off < j->out.len) {
+      size_t n = j->out.len - j->out_off;
+      if (n > max)
+        n = max;
+      memcpy(buf, j->out.p + j->out_off, n);
+      j->out_off += n;
+      if (j->out_off == j->out.len)
+        j->out_off = j->out.len = 0;
+      pthread_mutex_unlock(&j->mu);
+      return (ssize_t)n;
+    }
+    if (j->out.oom)
+      break;
+    if (j->phase == 2) {
+      pthread_mutex_unlock(&j->mu);
+      return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    if (j->req.api == SL_SRV_MESSAGES)
+      sl__ant_stream(j, model, s->tok);
+    else
+      sl__oai_stream(j, model, s->tok);
+    if (j->out.len > 0 || j->phase == 2)
+      continue;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+    if (!j->done && j->sent_toks == j->n_toks && client_gone(j->fd))
+      break;
+  }
+  pthread_mutex_unlock(&j->mu);
+  job_abort(j);
+  return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void sse_free(void *cls) { job_unref(cls); }
+
+/* ---- generation routes ------------------------------------------------------- */
+
+static enum MHD_Result handle_generate(sl_server_t *s,
+                                       struct MHD_Connection *c, conn *cn) {
+  sl_srv_api api = cn->route == ROUTE_CHAT          ? SL_SRV_CHAT
+                   : cn->route == ROUTE_COMPLETIONS ? SL_SRV_COMPLETIONS
+                                                    : SL_SRV_MESSAGES;
+  sl_srv_error err;
+  sl_srv_limits lim = {.model_names = s->names,
+                       .n_model_names = s->n_names,
+                       .n_ctx = s->cfg.n_ctx};
+  sl_srv_job *j = sl_calloc(1, sizeof *j);
+  if (!j) {
+    sl__srv_error_set(&err, 500, NULL, NULL, "out of memory");
+    goto fail_respond;
+  }
+  atomic_init(&j->refs, 1);
+  j->srv = s;
+  pthread_mutex_init(&j->mu, NULL);
+  pthread_cond_init(&j->cv, NULL);
+  j->fd = -1;
+  cn->job = j;
+  if (sl__srv_parse(api, cn->body.p ? cn->body.p : "", cn->body.len, &lim,
+                    &j->req, &err) != SL_OK)
+    goto fail_respond;
+  if (sl__srv_prompt_ids(&j->req, s->tok, s->chat_template, &j->ids,
+                         &j->n_ids, &err) != SL_OK)
+    goto fail_respond;
+  if (j->n_ids >= s->cfg.n_ctx) {
+    sl__srv_error_set(&err, 400, "context_length_exceeded",
+                      api == SL_SRV_COMPLETIONS ? "prompt" : "messages",
+                      "this model's maximum context length is %d tokens, "
+                      "but the prompt has %d tokens",
+                      s->cfg.n_ctx, j->n_ids);
+    goto fail_respond;
+  }
+  int room = s->cfg.n_ctx - j->n_ids;
+  if (!j->req.max_tokens_set && api == SL_SRV_CHAT)
+    j->req.gen.max_tokens = room;
+  if (j->req.gen.max_tokens > room)
+    j->req.gen.max_tokens = room;
+  j->prompt_tokens = j->n_ids;
+  j->created = (long long)time(NULL);
+  make_id(j->id, sizeof j->id,
+          api == SL_SRV_CHAT          ? "chatcmpl-"
+          : api == SL_SRV_COMPLETIONS ? "cmpl-"
+                                      : "msg_");
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  j->fd = ci ? ci->connect_fd : -1;
+
+  /* register, then submit: the engine holds one reference until DONE */
+  pthread_mutex_lock(&s->jobs_mu);
+  if (s->stopping) {
+    pthread_mutex_unlock(&s->jobs_mu);
+    sl__srv_error_set(&err, 503, "shutting_down", NULL,
+                      "the server is shutting down");
+    goto fail_respond;
+  }
+  j->next = s->jobs;
+  if (s->jobs)
+    s->jobs->prev = j;
+  s->jobs = j;
+  s->n_jobs++;
+  atomic_fetch_add(&j->refs, 1);
+  pthread_mutex_unlock(&s->jobs_mu);
+  /* no lock is held across submit: the executor may already be calling
+   * back into this job (and into the jobs list) */
+  uint64_t eid = 0;
+  j->t_submit = sl_now_ns();
+  sl_status st = sl_engine_submit(s->engine, j->ids, j->n_ids, &j->req.gen,
+                                  on_event, j, &eid);
+  pthread_mutex_lock(&j->mu);
+  j->engine_id = eid;
+  j->submitted = st == SL_OK;
+  pthread_mutex_unlock(&j->mu);
+  if (st != SL_OK) {
+    server_job_remove(s, j);
+    atomic_fetch_sub(&j->refs, 1);
+    if (st == SL_ERR_RANGE)
+      sl__srv_error_set(&err, 400, "context_length_exceeded", NULL,
+                        "the prompt (%d tokens) does not fit the context",
+                        j->n_ids);
+    else if (st == SL_ERR_INVALID_ARG)
+      sl__srv_error_set(&err, 400, "invalid_value", NULL,
+                        "the engine refused the request's parameters");
+    else
+      sl__srv_error_set(&err, 503, NULL, NULL, "cannot queue the request: %s",
+                        sl_status_str(st));
+    goto fail_respond;
+  }
+
+  /* the idle timeout guards the request's arrival (slow clients); while
+   * the engine works, the connection is not idle: no timeout until the
+   * request completes (on_completed restores it) */
+  MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+  if (!job_wait(j, !j->req.stream))
+    return MHD_NO; /* the client hung up; the job was aborted */
+
+  pthread_mutex_lock(&j->mu);
+  bool failed_early = j->done && j->finish == SL_FINISH_ERROR &&
+                      (!j->req.stream || j->n_toks == 0);
+  if (failed_early) {
+    sl__srv_job_error(j, &err);
+    pthread_mutex_unlock(&j->mu);
+    return send_error(c, cn->fam, &err, false);
+  }
+  if (!j->req.stream) {
+    json_t *body = api == SL_SRV_MESSAGES
+                       ? sl__ant_body(j, j->req.model, s->tok)
+                       : sl__oai_body(j, j->req.model, s->tok);
+    pthread_mutex_unlock(&j->mu);
+    return send_json(c, 200, body, false);
+  }
+  pthread_mutex_unlock(&j->mu);
+  atomic_fetch_add(&j->refs, 1); /* the response's */
+  struct MHD_Response *r = MHD_create_response_from_callback(
+      MHD_SIZE_UNKNOWN, 16 * 1024, sse_reader, j, sse_free);
+  if (!r) {
+    job_unref(j);
+    job_abort(j);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                          "text/event-stream");
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+  enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+  MHD_destroy_response(r);
+  return ret;
+
+fail_respond:
+  sl__srv_metrics_failed(s);
+  return send_error(c, cn->fam, &err, false);
+}
+
+/* ---- routing ------------------------------------------------------------------ */
+
+static enum route route_of(const char *url, const char *method, bool *post,
+                           bool *bad_method) {
+  static const struct {
+    const char *path;
+    bool post;
+    enum route r;
+  } table[] = {
+      {"/health", false, ROUTE_HEALTH},
+      {"/v1/models", false, ROUTE_MODELS},
+      {"/metrics", false, ROUTE_METRICS},
+      {"/admin/api/stats", false, ROUTE_STATS},
+      {"/v1/chat/completions", true, ROUTE_CHAT},
+      {"/v1/completions", true, ROUTE_COMPLETIONS},
+      {"/v1/messages", true, ROUTE_MESSAGES},
+  };
+  *bad_method = false;
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+    if (strcmp(url, table[i].path) == 0) {
+      bool is_post = strcmp(method, "POST") == 0;
+      bool is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+      *post = table[i].post;
+      if (table[i].post ? !is_post : !is_get)
+        *bad_method = true;
+      return table[i].r;
+    }
+  return ROUTE_NONE;
+}
+
+/* Constant-time comparison of a header value with the key. */
+static bool key_eq(const char *got, const char *want) {
+  size_t gl = strlen(got), wl = strlen(want);
+  unsigned diff = gl != wl;
+  for (size_t i = 0; i < wl; i++)
+    diff |= (unsigned)(unsigned char)want[i] ^
+            (unsigned)(unsigned char)(i < gl ? got[i] : 0);
+  return diff == 0;
+}
+
+static bool authorized(sl_server_t *s, struct MHD_Connection *c) {
+  if (!s->api_key)
+    return true;
+  const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                              MHD_HTTP_HEADER_AUTHORIZATION);
+  if (h && strncasecmp(h, "Bearer ", 7) == 0) {
+    h += 7;
+    while (*h == ' ')
+      h++;
+    if (key_eq(h, s->api_key))
+      return true;
+  }
+  h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+  return h && key_eq(h, s->api_key);
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
+                                 const char *url, const char *method,
+                                 const char *version, const char *upload_data,
+                                 size_t *upload_data_size, void **con_cls) {
+  sl_server_t *s = cls;
+  conn *cn = *con_cls;
+  sl_srv_error err;
+  if (!cn) {
+    if (!(cn = sl_calloc(1, sizeof *cn)))
+      return MHD_NO;
+    *con_cls = cn;
+    pthread_mutex_lock(&s->m.mu);
+    s->m.http_requests++;
+    pthread_mutex_unlock(&s->m.mu);
+    bool post = false, bad_method;
+    cn->route = route_of(url, method, &post, &bad_method);
+    cn->fam = strncmp(url, "/v1/messages", 12) == 0 ? SL_SRV_FAMILY_ANTHROPIC
+                                                      : SL_SRV_FAMILY_OPENAI;
+    if (cn->route != ROUTE_HEALTH && !authorized(s, c)) {
+      sl__srv_error_set(&err, 401, "invalid_api_key", NULL,
+                        "invalid or missing API key");
+      cn->responded = true;
+      return send_error(c, cn->fam, &err, true);
+    }
+    if (cn->route == ROUTE_NONE) {
+      sl__srv_error_set(&err, 404, "not_found", NULL, "no route for %s %s",
+                        method, url);
+      cn->responded = true;
+      return send_error(c, cn->fam, &err, true);
+    }
+    if (bad_method) {
+      sl__srv_error_set(&err, 405, "method_not_allowed", NULL,
+                        "%s is not allowed on %s", method, url);
+      cn->responded = true;
+      return send_error(c, cn->fam, &err, true);
+    }
+    const char *cl = MHD_lookup_connection_value(
+        c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body_bytes) {
+      sl__srv_error_set(&err, 413, "request_too_large", NULL,
+                        "the request body exceeds %zu bytes",
+                        s->cfg.max_body_bytes);
+      cn->responded = true;
+      sl__srv_metrics_failed(s);
+      return send_error(c, cn->fam, &err, true);
+    }
+    return MHD_YES;
+  }
+  if (*upload_data_size) {
+    if (!cn->too_large && cn->body.len + *upload_data_size >
+                              s->cfg.max_body_bytes) {
+      cn->too_large = true; /* count, keep draining, answer at the end */
+      sl__sbuf_free(&cn->body);
+    }
+    if (!cn->too_large && !cn->responded)
+      sl__sbuf_add(&cn->body, upload_data, *upload_data_size);
+    *upload_data_size = 0;
+    return MHD_YES;
+  }
+  if (cn->responded)
+    return MHD_YES;
+  cn->responded = true;
+  if (cn->too_large) {
+    sl__srv_error_set(&err, 413, "request_too_large", NULL,
+                      "the request body exceeds %zu bytes",
+                      s->cfg.max_body_bytes);
+    sl__srv_metrics_failed(s);
+    return send_error(c, cn->fam, &err, true);
+  }
+  if (cn->body.oom) {
+    sl__srv_error_set(&err, 500, NULL, NULL, "out of memory");
+    return send_error(c, cn->fam, &err, true);
+  }
+  bool stopping;
+  pthread_mutex_lock(&s->jobs_mu);
+  stopping = s->stopping;
+  pthread_mutex_unlock(&s->jobs_mu);
+  switch (cn->route) {
+  case ROUTE_HEALTH:
+    return send_json(c, stopping ? 503 : 200,
+                     json_pack("{s:s}", "status",
+                               stopping ? "shutting_down" : "ok"),
+                     false);
+  case ROUTE_MODELS:
+    return send_json(c, 200, sl__srv_models_json(s), false);
+  case ROUTE_STATS:
+    return send_json(c, 200, sl__srv_stats_json(s), false);
+  case ROUTE_METRICS: {
+    sl_sbuf b = {0};
+    sl__srv_metrics_text(s, &b);
+    enum MHD_Result r =
+        b.oom ? MHD_NO
+              : send_bytes(c, 200, "text/plain; version=0.0.4", b.p, b.len,
+                           false);
+    sl__sbuf_free(&b);
+    return r;
+  }
+  default:
+    if (stopping) {
+      sl__srv_error_set(&err, 503, "shutting_down", NULL,
+                        "the server is shutting down");
+      return send_error(c, cn->fam, &err, true);
+    }
+    return handle_generate(s, c, cn);
+  }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  conn *cn = *con_cls;
+  if (!cn)
+    return;
+  if (cn->job) {
+    /* a client that vanished, a timeout, a shutdown: stop generating */
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+      job_abort(cn->job);
+    job_unref(cn->job);
+    sl_server_t *s = cls;
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT,
+                              (unsigned)s->cfg.http_timeout_s);
+  }
+  sl__sbuf_free(&cn->body);
+  sl_free(cn);
+  *con_cls = NULL;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------ */
+
+sl_server_config sl_server_config_defaults(void) {
+  return (sl_server_config){.host = "127.0.0.1",
+                            .port = 8080,
+                            .max_body_bytes = 8u << 20,
+                            .http_timeout_s = 30,
+                            .grace_ms = 10000};
+}
+
+static char *dup_or_null(const char *s) {
+  return s && s[0] ? sl_strdup(s) : NULL;
+}
+
+sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
+                          const sl_tokenizer_t *tok,
+                          const sl_server_config *cfg, sl_server_t **out,
+                          char *err, size_t errcap) {
+  *out = NULL;
+  if (!engine || !model || !tok || !cfg || !cfg->model_name ||
+      cfg->n_ctx <= 0 || cfg->port < 0 || cfg->port > 65535) {
+    snprintf(err, errcap, "bad server configuration");
+    return SL_ERR_INVALID_ARG;
+  }
+  sl__srv_json_init();
+  sl_server_t *s = sl_calloc(1, sizeof *s);
+  if (!s)
+    goto fail_nomem;
+  s->engine = engine;
+  s->model = model;
+  s->tok = tok;
+  s->cfg = *cfg;
+  if (!s->cfg.max_body_bytes)
+    s->cfg.max_body_bytes = 8u << 20;
+  if (!s->cfg.http_timeout_s)
+    s->cfg.http_timeout_s = 30;
+  s->host = sl_strdup(cfg->host ? cfg->host : "127.0.0.1");
+  s->api_key = dup_or_null(cfg->api_key);
+  s->model_name = sl_strdup(cfg->model_name);
+  s->model_alias = dup_or_null(cfg->model_alias);
+  if (!s->host || !s->model_name || (cfg->api_key && cfg->api_key[0] &&
+                                     !s->api_key) ||
+      (cfg->model_alias && cfg->model_alias[0] && !s->model_alias))
+    goto fail_strings;
+  s->cfg.host = s->host;
+  s->cfg.api_key = s->api_key;
+  s->cfg.model_name = s->model_name;
+  s->cfg.model_alias = s->model_alias;
+  s->names[s->n_names++] = s->model_name;
+  if (s->model_alias)
+    s->names[s->n_names++] = s->model_alias;
+  s->names[s->n_names++] = "default";
+  sl_str tmpl;
+  if (sl_gguf_get_str(sl_model_gguf(model), "tokenizer.chat_template",
+                      &tmpl)) {
+    if (!(s->chat_template = sl_malloc(tmpl.len + 1)))
+      goto fail_strings;
+    memcpy(s->chat_template, tmpl.ptr, tmpl.len);
+    s->chat_template[tmpl.len] = 0;
+  }
+  pthread_mutex_init(&s->jobs_mu, NULL);
+  pthread_cond_init(&s->jobs_cv, NULL);
+  sl__srv_metrics_init(&s->m);
+  s->t_start_ns = sl_now_ns();
+
+  struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                           .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+  struct addrinfo *ai = NULL;
+  char port[16];
+  snprintf(port, sizeof port, "%d", cfg->port);
+  int gai = getaddrinfo(s->host, port, &hints, &ai);
+  if (gai != 0 || !ai) {
+    snprintf(err, errcap, "cannot resolve host '%s': %s", s->host,
+             gai_strerror(gai));
+    goto fail_sync;
+  }
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD |
+                   MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC;
+  if (ai->ai_family == AF_INET6)
+    flags |= MHD_USE_IPv6;
+  s->mhd = MHD_start_daemon(
+      flags, (uint16_t)cfg->port, NULL, NULL, on_access, s,
+      MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
+      on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
+      (unsigned)s->cfg.http_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+      (unsigned)1000, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+      MHD_OPTION_END);
+  freeaddrinfo(ai);
+  if (!s->mhd) {
+    snprintf(err, errcap, "cannot listen on %s:%d: %s", s->host, cfg->port,
+             strerror(errno));
+    sl__srv_metrics_destroy(&s->m);
+    pthread_cond_destroy(&s->jobs_cv);
+    pthread_mutex_destroy(&s->jobs_mu);
+    sl_free(s->chat_template);
+    sl_free(s->host);
+    sl_free(s->api_key);
+    sl_free(s->model_name);
+    sl_free(s->model_alias);
+    sl_free(s);
+    return SL_ERR_IO;
+  }
+  const union MHD_DaemonInfo *di =
+      MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+  s->port = di && di->port ? di->port : cfg->port;
+  *out = s;
+  return SL_OK;
+
+fail_sync:
+  sl__srv_metrics_destroy(&s->m);
+  pthread_cond_destroy(&s->jobs_cv);
+  pthread_mutex_destroy(&s->jobs_mu);
+  sl_free(s->chat_template);
+  sl_free(s->host);
+  sl_free(s->api_key);
+  sl_free(s->model_name);
+  sl_free(s->model_alias);
+  sl_free(s);
+  return SL_ERR_INVALID_ARG;
+fail_strings:
+  sl_free(s->chat_template);
+  sl_free(s->host);
+  sl_free(s->api_key);
+  sl_free(s->model_name);
+  sl_free(s->model_alias);
+  sl_free(s);
+fail_nomem:
+  snprintf(err, errcap, "out of memory");
+  return SL_ERR_NOMEM;
+}
+
+int sl_server_port(const sl_server_t *s) { return s->port; }
+
+/* Waits until no job is live or `ms` pass. Returns the number still live. */
+static int wait_jobs(sl_server_t *s, unsigned ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&s->jobs_mu);
+  while (s->n_jobs > 0)
+    if (pthread_cond_timedwait(&s->jobs_cv, &s->jobs_mu, &ts) == ETIMEDOUT)
+      break;
+  int n = s->n_jobs;
+  pthread_mutex_unlock(&s->jobs_mu);
+  return n;
+}
+
+void sl_server_stop(sl_server_t *s) {
+  if (!s)
+    return;
+  pthread_mutex_lock(&s->jobs_mu);
+  s->stopping = true;
+  pthread_mutex_unlock(&s->jobs_mu);
+  MHD_socket lfd = MHD_quiesce_daemon(s->mhd);
+  if (lfd != MHD_INVALID_SOCKET)
+    close(lfd);
+  if (wait_jobs(s, s->cfg.grace_ms) > 0) {
+    /* abort what is left; ids are copied under the lock, aborted outside */
+    for (;;) {
+      uint64_t ids[64];
+      int n = 0;
+      pthread_mutex_lock(&s->jobs_mu);
+      for (sl_srv_job *j = s->jobs; j && n < 64; j = j->next) {
+        pthread_mutex_lock(&j->mu);
+        if (j->submitted && !j->done)
+          ids[n++] = j->engine_id;
+        pthread_mutex_unlock(&j->mu);
+      }
+      pthread_mutex_unlock(&s->jobs_mu);
+      for (int i = 0; i < n; i++)
+        sl_engine_abort(s->engine, ids[i]);
+      if (wait_jobs(s, 2000) == 0 || n == 0)
+        break;
+    }
+  }
+  MHD_stop_daemon(s->mhd);
+  sl__srv_metrics_destroy(&s->m);
+  pthread_cond_destroy(&s->jobs_cv);
+  pthread_mutex_destroy(&s->jobs_mu);
+  sl_free(s->chat_template);
+  sl_free(s->host);
+  sl_free(s->api_key);
+  sl_free(s->model_name);
+  sl_free(s->model_alias);
+  sl_free(s);
+}

@@ -1,0 +1,199 @@
+/* sluice — server: OpenAI response bodies and SSE chunks for
+ * /v1/chat/completions and /v1/completions. Called with the job's lock
+ * held; nothing here blocks. */
+#include <string.h>
+
+#include "server/server_impl.h"
+#include "sluice/util.h"
+
+const char *sl__srv_finish_openai(sl_finish f) {
+  return f == SL_FINISH_LENGTH ? "length" : "stop";
+}
+
+static json_t *token_str(const sl_tokenizer_t *tok, int32_t id) {
+  size_t len = 0;
+  const char *p = sl_tokenizer_piece(tok, id, &len);
+  return sl__json_str_lossy(p ? p : "", len);
+}
+
+static json_t *token_bytes(const sl_tokenizer_t *tok, int32_t id) {
+  size_t len = 0;
+  const char *p = sl_tokenizer_piece(tok, id, &len);
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < len; i++)
+    json_array_append_new(a, json_integer((unsigned char)p[i]));
+  return a;
+}
+
+/* Chat: one entry of choices[].logprobs.content. */
+static json_t *chat_lp_entry(const sl_srv_tok *t, const sl_tokenizer_t *tok,
+                             int top_n) {
+  json_t *top = json_array();
+  for (int k = 0; top && k < t->n_top && k < top_n; k++)
+    json_array_append_new(
+        top, json_pack("{s:o,s:f,s:o}", "token", token_str(tok, t->top[k].id),
+                       "logprob", (double)t->top[k].logprob, "bytes",
+                       token_bytes(tok, t->top[k].id)));
+  return json_pack("{s:o,s:f,s:o,s:o}", "token", token_str(tok, t->id),
+                   "logprob", (double)t->logprob, "bytes",
+                   token_bytes(tok, t->id), "top_logprobs", top);
+}
+
+/* Completions: the logprobs object for toks[from..to). */
+static json_t *cmpl_logprobs(const sl_srv_job *j, int from, int to,
+                             const sl_tokenizer_t *tok) {
+  json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(),
+         *offs = json_array();
+  for (int i = from; i < to; i++) {
+    const sl_srv_tok *t = &j->toks[i];
+    if (t->id < 0)
+      continue; /* flushed text without a token */
+    json_array_append_new(tokens, token_str(tok, t->id));
+    json_array_append_new(lps, json_real(t->logprob));
+    json_t *top = json_object();
+    for (int k = 0; top && k < t->n_top && k < j->req.top_logprobs; k++) {
+      size_t len = 0;
+      const char *p = sl_tokenizer_piece(tok, t->top[k].id, &len);
+      json_t *key = sl__json_str_lossy(p ? p : "", len);
+      if (key)
+        json_object_set_new(top, json_string_value(key),
+                            json_real(t->top[k].logprob));
+      json_decref(key);
+    }
+    json_array_append_new(tops, top);
+    json_array_append_new(offs, json_integer((json_int_t)t->text_off));
+  }
+  return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs",
+                   lps, "top_logprobs", tops, "text_offset", offs);
+}
+
+static json_t *usage_json(const sl_srv_job *j) {
+  return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", j->prompt_tokens,
+                   "completion_tokens", j->completion_tokens, "total_tokens",
+                   j->prompt_tokens + j->completion_tokens,
+                   "prompt_tokens_details", "cached_tokens", j->cached_tokens);
+}
+
+json_t *sl__oai_body(sl_srv_job *j, const char *model,
+                     const sl_tokenizer_t *tok) {
+  json_t *text = sl__json_str_lossy(j->text ? j->text : "", j->text_len);
+  json_t *lp = json_null();
+  if (j->req.logprobs) {
+    if (j->req.api == SL_SRV_CHAT) {
+      json_t *content = json_array();
+      for (int i = 0; content && i < j->n_toks; i++)
+        if (j->toks[i].id >= 0)
+          json_array_append_new(
+            content, chat_lp_entry(&j->toks[i], tok, j->req.top_logprobs));
+      json_decref(lp);
+      lp = json_pack("{s:o}", "content", content);
+    } else {
+      json_decref(lp);
+      lp = cmpl_logprobs(j, 0, j->n_toks, tok);
+    }
+  }
+  const char *fin = sl__srv_finish_openai(j->finish);
+  json_t *choice;
+  if (j->req.api == SL_SRV_CHAT)
+    choice = json_pack("{s:i,s:{s:s,s:o,s:n},s:o,s:s}", "index", 0, "message",
+                       "role", "assistant", "content", text, "refusal",
+                       "logprobs", lp, "finish_reason", fin);
+  else
+    choice = json_pack("{s:o,s:i,s:o,s:s}", "text", text, "index", 0,
+                       "logprobs", lp, "finish_reason", fin);
+  return json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", j->id, "object",
+                   j->req.api == SL_SRV_CHAT ? "chat.completion"
+                                             : "text_completion",
+                   "created", (json_int_t)j->created, "model", model,
+                   "choices", choice, "usage", usage_json(j));
+}
+
+/* {id, object, created, model, choices: [choice]} (+ usage: null). */
+static void emit_chunk(sl_srv_job *j, const char *model, json_t *choice) {
+  json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", j->id, "object",
+                        j->req.api == SL_SRV_CHAT ? "chat.completion.chunk"
+                                                  : "text_completion",
+                        "created", (json_int_t)j->created, "model", model,
+                        "choices", choice);
+  if (c && j->req.include_usage)
+    json_object_set_new(c, "usage", json_null());
+  sl__sbuf_adds(&j->out, "data: ");
+  sl__sbuf_add_json(&j->out, c);
+  sl__sbuf_adds(&j->out, "\n\n");
+  json_decref(c);
+}
+
+bool sl__oai_stream(sl_srv_job *j, const char *model,
+                    const sl_tokenizer_t *tok) {
+  bool chat = j->req.api == SL_SRV_CHAT;
+  if (j->phase == 0) {
+    if (chat && !(j->done && j->finish == SL_FINISH_ERROR && j->n_toks == 0))
+      emit_chunk(j, model,
+                 json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", 0, "delta",
+                           "role", "assistant", "content", "", "logprobs",
+                           "finish_reason"));
+    j->phase = 1;
+  }
+  if (j->phase == 1) {
+    for (; j->sent_toks < j->n_toks; j->sent_toks++) {
+      const sl_srv_tok *t = &j->toks[j->sent_toks];
+      /* id < 0: text the engine flushed at the end, with no token */
+      bool with_lp = j->req.logprobs && t->id >= 0;
+      if (t->text_len == 0 && !with_lp)
+        continue;
+      json_t *piece = sl__json_str_lossy(j->text + t->text_off, t->text_len);
+      json_t *lp = json_null();
+      if (with_lp) {
+        json_decref(lp);
+        lp = chat ? json_pack("{s:[o]}", "content",
+                              chat_lp_entry(t, tok, j->req.top_logprobs))
+                  : cmpl_logprobs(j, j->sent_toks, j->sent_toks + 1, tok);
+      }
+      if (chat)
+        emit_chunk(j, model,
+                   json_pack("{s:i,s:{s:o},s:o,s:n}", "index", 0, "delta",
+                             "content", piece, "logprobs", lp,
+                             "finish_reason"));
+      else
+        emit_chunk(j, model,
+                   json_pack("{s:o,s:i,s:o,s:n}", "text", piece, "index", 0,
+                             "logprobs", lp, "finish_reason"));
+    }
+    if (!j->done)
+      return false;
+    if (j->finish == SL_FINISH_ERROR) {
+      sl_srv_error e;
+      sl__srv_job_error(j, &e);
+      json_t *ej = sl__srv_error_json(SL_SRV_FAMILY_OPENAI, &e);
+      sl__sbuf_adds(&j->out, "data: ");
+      sl__sbuf_add_json(&j->out, ej);
+      sl__sbuf_adds(&j->out, "\n\n");
+      json_decref(ej);
+    } else {
+      const char *fin = sl__srv_finish_openai(j->finish);
+      if (chat)
+        emit_chunk(j, model,
+                   json_pack("{s:i,s:{},s:n,s:s}", "index", 0, "delta",
+                             "logprobs", "finish_reason", fin));
+      else
+        emit_chunk(j, model,
+                   json_pack("{s:s,s:i,s:n,s:s}", "text", "", "index", 0,
+                             "logprobs", "finish_reason", fin));
+      if (j->req.include_usage) {
+        json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", j->id,
+                              "object",
+                              chat ? "chat.completion.chunk"
+                                   : "text_completion",
+                              "created", (json_int_t)j->created, "model",
+                              model, "choices", "usage", usage_json(j));
+        sl__sbuf_adds(&j->out, "data: ");
+        sl__sbuf_add_json(&j->out, c);
+        sl__sbuf_adds(&j->out, "\n\n");
+        json_decref(c);
+      }
+    }
+    sl__sbuf_adds(&j->out, "data: [DONE]\n\n");
+    j->phase = 2;
+  }
+  return true;
+}

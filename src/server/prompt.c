@@ -1,0 +1,110 @@
+/* sluice — server: a validated request -> the prompt's token ids (chat
+ * template rendering, tokenization). Runs on HTTP threads; the tokenizer
+ * and the template source are immutable and shared. */
+#include <stdio.h>
+#include <string.h>
+
+#include "server/server_impl.h"
+#include "sluice/util.h"
+
+/* The text of token `id` as a C string in buf ("" when absent). */
+static void token_text(const sl_tokenizer_t *tok, int32_t id, char *buf,
+                       size_t cap) {
+  size_t len;
+  const char *p;
+  buf[0] = 0;
+  if (id >= 0 && (p = sl_tokenizer_piece(tok, id, &len)) && len < cap) {
+    memcpy(buf, p, len);
+    buf[len] = 0;
+  }
+}
+
+sl_status sl__srv_prompt_ids(const sl_srv_request *r, const sl_tokenizer_t *tok,
+                             const char *chat_template, int32_t **ids, int *n,
+                             sl_srv_error *err) {
+  *ids = NULL;
+  *n = 0;
+  if (r->api == SL_SRV_COMPLETIONS && r->prompt_ids) {
+    size_t nv = sl_tokenizer_vocab_size(tok);
+    for (int i = 0; i < r->n_prompt_ids; i++)
+      if ((size_t)r->prompt_ids[i] >= nv) {
+        sl__srv_error_set(err, 400, "invalid_value", "prompt",
+                          "token id %d at prompt[%d] is outside the "
+                          "vocabulary (%zu)", r->prompt_ids[i], i, nv);
+        return SL_ERR_RANGE;
+      }
+    int32_t *c = sl_calloc((size_t)r->n_prompt_ids, sizeof *c);
+    if (!c)
+      goto fail_nomem;
+    memcpy(c, r->prompt_ids, (size_t)r->n_prompt_ids * sizeof *c);
+    *ids = c;
+    *n = r->n_prompt_ids;
+    return SL_OK;
+  }
+
+  char *rendered = NULL;
+  const char *text;
+  size_t text_len;
+  bool add_bos = sl_tokenizer_add_bos(tok);
+  char bos[256], eos[256];
+  token_text(tok, sl_tokenizer_bos(tok), bos, sizeof bos);
+  token_text(tok, sl_tokenizer_eos(tok), eos, sizeof eos);
+  if (r->api == SL_SRV_COMPLETIONS) {
+    text = r->prompt;
+    text_len = r->prompt_len;
+  } else {
+    if (!chat_template) {
+      sl__srv_error_set(err, 400, "no_chat_template", NULL,
+                        "the model has no chat template; use /v1/completions");
+      return SL_ERR_UNSUPPORTED;
+    }
+    char terr[256] = "";
+    sl_status st = sl_chat_template_render(chat_template, r->messages, true,
+                                           bos, eos, NULL, &rendered,
+                                           &text_len, terr, sizeof terr);
+    if (st == SL_ERR_NOMEM)
+      goto fail_nomem;
+    if (st != SL_OK) {
+      /* raise_exception() in a template rejects the conversation (e.g.
+       * roles not alternating): the client's fault */
+      sl__srv_error_set(err, 400, "invalid_messages", "messages",
+                        "the chat template rejected the messages: %s", terr);
+      return SL_ERR_FORMAT;
+    }
+    text = rendered;
+    /* the template wrote BOS itself: do not add a second one */
+    if (bos[0] && text_len >= strlen(bos) &&
+        memcmp(text, bos, strlen(bos)) == 0)
+      add_bos = false;
+  }
+  size_t nn = 0;
+  int32_t *out = NULL;
+  sl_status st = sl_tokenizer_encode(tok, text, text_len, add_bos, true, &out,
+                                     &nn);
+  sl_free(rendered);
+  if (st == SL_ERR_NOMEM)
+    goto fail_nomem;
+  if (st != SL_OK) {
+    sl__srv_error_set(err, 400, "invalid_prompt", "prompt",
+                      "cannot tokenize the prompt: %s", sl_status_str(st));
+    return st;
+  }
+  if (nn == 0) {
+    sl_free(out);
+    sl__srv_error_set(err, 400, "invalid_value", "prompt",
+                      "the prompt is empty");
+    return SL_ERR_FORMAT;
+  }
+  if (nn > INT32_MAX) {
+    sl_free(out);
+    sl__srv_error_set(err, 400, "context_length_exceeded", "messages",
+                      "the prompt is too long");
+    return SL_ERR_RANGE;
+  }
+  *ids = out;
+  *n = (int)nn;
+  return SL_OK;
+fail_nomem:
+  sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
+  return SL_ERR_NOMEM;
+}

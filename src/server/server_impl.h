@@ -1,0 +1,272 @@
+/* sluice — server internals shared by the files of src/server/.
+ *
+ * Layers inside the server:
+ *   json.c      UTF-8 checks, a string builder, API error bodies (no engine)
+ *   parse.c     request bodies -> sl_srv_request, or an sl_srv_error
+ *   prompt.c    sl_srv_request -> prompt token ids (chat template, tokenizer)
+ *   openai.c    OpenAI response bodies and SSE chunks
+ *   anthropic.c Anthropic response bodies and SSE events
+ *   admin.c     /health, /v1/models, /metrics, /admin/api/stats
+ *   http.c      libmicrohttpd plumbing, routing, auth, the request lifecycle
+ */
+#ifndef SLUICE_SERVER_IMPL_H
+#define SLUICE_SERVER_IMPL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice/engine.h"
+#include "sluice/jinja.h"
+#include "sluice/memsync.h"
+#include "sluice/server.h"
+#include "sluice/tokenizer.h"
+
+/* ---- json.c: text and JSON helpers --------------------------------------- */
+
+/* True when buf[0..len) is well-formed UTF-8 (no overlongs, no surrogates,
+ * nothing above U+10FFFF). */
+bool sl__utf8_valid(const char *buf, size_t len);
+
+/* Length of the longest prefix of buf[0..len) that is whole, valid UTF-8
+ * characters (an incomplete sequence at the end is left out). */
+size_t sl__utf8_valid_prefix(const char *buf, size_t len);
+
+/* A growable byte string; `oom` sticks once an append failed. */
+typedef struct sl_sbuf {
+  char *p;
+  size_t len, cap;
+  bool oom;
+} sl_sbuf;
+
+void sl__sbuf_add(sl_sbuf *b, const void *data, size_t n);
+void sl__sbuf_adds(sl_sbuf *b, const char *s);
+void sl__sbuf_addf(sl_sbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Appends the compact serialization of `j` (borrowed). */
+void sl__sbuf_add_json(sl_sbuf *b, const json_t *j);
+void sl__sbuf_free(sl_sbuf *b);
+
+/* A JSON string of buf[0..len), invalid UTF-8 replaced by U+FFFD. New
+ * reference, or NULL when out of memory. */
+json_t *sl__json_str_lossy(const char *buf, size_t len);
+
+/* One-time JSON setup (none needed today; jansson keeps libc malloc). */
+void sl__srv_json_init(void);
+
+/* Which API's error shape to use. */
+typedef enum sl_srv_family {
+  SL_SRV_FAMILY_OPENAI = 0,
+  SL_SRV_FAMILY_ANTHROPIC = 1,
+} sl_srv_family;
+
+/* An API error: HTTP status, and the fields of the error body. */
+typedef struct sl_srv_error {
+  int http;           /* 400, 401, 404, 405, 413, 500, 503 */
+  char code[48];      /* OpenAI error.code ("" = null) */
+  char param[64];     /* OpenAI error.param ("" = null) */
+  char message[512];
+  uint64_t est_bytes, limit_bytes; /* memory-guard refusals (0: absent) */
+} sl_srv_error;
+
+/* Fills *e. `code` and `param` may be NULL. */
+void sl__srv_error_set(sl_srv_error *e, int http, const char *code,
+                       const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* The error body in the family's shape:
+ *   OpenAI:    {"error":{"message","type","param","code"}}
+ *   Anthropic: {"type":"error","error":{"type","message"}}
+ * New reference, or NULL when out of memory. */
+json_t *sl__srv_error_json(sl_srv_family fam, const sl_srv_error *e);
+
+/* ---- parse.c: request bodies --------------------------------------------- */
+
+typedef enum sl_srv_api {
+  SL_SRV_CHAT = 0,        /* POST /v1/chat/completions */
+  SL_SRV_COMPLETIONS = 1, /* POST /v1/completions */
+  SL_SRV_MESSAGES = 2,    /* POST /v1/messages */
+} sl_srv_api;
+
+/* What the parser checks against. */
+typedef struct sl_srv_limits {
+  const char *const *model_names; /* accepted "model" values */
+  int n_model_names;
+  int n_ctx; /* max_tokens may not exceed it */
+} sl_srv_limits;
+
+/* A validated request. Owns everything it points to; free with
+ * sl__srv_request_free. */
+typedef struct sl_srv_request {
+  sl_srv_api api;
+  char *model;        /* as the client wrote it */
+  sl_jv *messages;    /* chat / messages: list of {role, content} */
+  char *prompt;       /* completions, text form (NUL-terminated) */
+  size_t prompt_len;
+  int32_t *prompt_ids; /* completions, token form */
+  int n_prompt_ids;
+  bool stream;
+  bool include_usage; /* stream_options.include_usage */
+  bool logprobs;      /* chat: logprobs; completions: logprobs != null */
+  int top_logprobs;   /* number of alternatives per token */
+  bool max_tokens_set;
+  sl_gen_params gen;  /* gen.stop points into stops[] */
+  char *stops[SL_MAX_STOP];
+} sl_srv_request;
+
+/* Parses and validates a request body for `api`. The body need not be
+ * NUL-terminated and may be any bytes. On SL_OK *out is filled (free it with
+ * sl__srv_request_free); otherwise *err says why (its http field is the
+ * status to answer with) and *out holds nothing to free. Returns
+ * SL_ERR_FORMAT for bad input, SL_ERR_NOT_FOUND for an unknown model,
+ * SL_ERR_UNSUPPORTED for unsupported values, SL_ERR_NOMEM. */
+sl_status sl__srv_parse(sl_srv_api api, const char *body, size_t len,
+                        const sl_srv_limits *lim, sl_srv_request *out,
+                        sl_srv_error *err);
+
+void sl__srv_request_free(sl_srv_request *r);
+
+/* ---- prompt.c: the prompt's token ids ------------------------------------ */
+
+/* Renders the chat template (chat / messages) or takes the prompt text or
+ * ids (completions), and tokenizes. `chat_template` may be NULL (no template
+ * in the model: chat requests then fail with 400). On SL_OK stores a new
+ * array (free with sl_free) in *ids and its length in *n; on failure fills
+ * *err. */
+sl_status sl__srv_prompt_ids(const sl_srv_request *r, const sl_tokenizer_t *tok,
+                             const char *chat_template, int32_t **ids, int *n,
+                             sl_srv_error *err);
+
+/* ---- the running request (http.c owns its lifecycle) ---------------------- */
+
+typedef struct sl_srv_tok {
+  int32_t id;
+  float logprob;
+  size_t text_off, text_len; /* the event's text in job->text */
+  int n_top;
+  sl_token_logprob top[SL_MAX_TOP_LOGPROBS];
+} sl_srv_tok;
+
+typedef struct sl_srv_job sl_srv_job;
+struct sl_srv_job {
+  atomic_int refs;
+  sl_server_t *srv;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  sl_srv_job *prev, *next; /* the server's list of live jobs */
+
+  sl_srv_request req;
+  int32_t *ids;
+  int n_ids;
+  uint64_t engine_id;
+  bool submitted;
+  char id[48];     /* "chatcmpl-...", "cmpl-...", "msg_..." */
+  long long created;
+  int fd;          /* the client's socket, to notice a hang-up */
+
+  /* filled by the engine callback, under mu */
+  char *text;
+  size_t text_len, text_cap;
+  sl_srv_tok *toks;
+  int n_toks, toks_cap;
+  bool started, done, oom;
+  int prompt_tokens, cached_tokens, completion_tokens;
+  sl_finish finish;
+  sl_status error;
+  char error_code[64];
+  char error_msg[256];
+  uint64_t est_bytes, limit_bytes;
+  uint64_t t_submit, t_first, t_done;
+
+  /* the consumer's (HTTP thread's) state */
+  int phase;        /* streaming state machine, per API */
+  int sent_toks;    /* token records already streamed */
+  bool aborted;     /* we asked the engine to abort */
+  bool accounted;   /* metrics recorded */
+  sl_sbuf out;      /* bytes produced and not yet handed to MHD */
+  size_t out_off;
+};
+
+/* The finish reason strings. */
+const char *sl__srv_finish_openai(sl_finish f);
+/* Anthropic stop_reason; *stop_seq gets the matched stop string or NULL. */
+const char *sl__srv_finish_anthropic(const sl_srv_job *j,
+                                     const sl_tokenizer_t *tok,
+                                     const char **stop_seq);
+
+/* Builds a job's error when the engine finished it with SL_FINISH_ERROR. */
+void sl__srv_job_error(const sl_srv_job *j, sl_srv_error *e);
+
+/* openai.c / anthropic.c. All are called with j->mu held.
+ * *_body: the whole non-streaming body (new reference or NULL on OOM).
+ * *_stream: appends every SSE byte that the job's new events allow to
+ * j->out and returns true once the stream is complete. */
+json_t *sl__oai_body(sl_srv_job *j, const char *model,
+                     const sl_tokenizer_t *tok);
+bool sl__oai_stream(sl_srv_job *j, const char *model,
+                    const sl_tokenizer_t *tok);
+json_t *sl__ant_body(sl_srv_job *j, const char *model,
+                     const sl_tokenizer_t *tok);
+bool sl__ant_stream(sl_srv_job *j, const char *model,
+                    const sl_tokenizer_t *tok);
+
+/* ---- server state ---------------------------------------------------------- */
+
+#define SL_SRV_TTFT_BUCKETS 12
+#define SL_SRV_TPOT_BUCKETS 11
+
+typedef struct sl_srv_metrics {
+  pthread_mutex_t mu;
+  uint64_t http_requests;        /* every HTTP request */
+  uint64_t requests;             /* generation requests */
+  uint64_t requests_failed;      /* answered with an error */
+  uint64_t prompt_tokens, cached_tokens, generated_tokens;
+  uint64_t ttft_counts[SL_SRV_TTFT_BUCKETS]; /* cumulative at output */
+  double ttft_sum;
+  uint64_t ttft_n;
+  uint64_t tpot_counts[SL_SRV_TPOT_BUCKETS];
+  double tpot_sum;
+  uint64_t tpot_n;
+  sl_unreleased_est unreleased; /* guarded by mu */
+} sl_srv_metrics;
+
+extern const double sl__srv_ttft_bounds[SL_SRV_TTFT_BUCKETS];
+extern const double sl__srv_tpot_bounds[SL_SRV_TPOT_BUCKETS];
+
+struct sl_server {
+  sl_engine_t *engine;
+  const sl_model_t *model;
+  const sl_tokenizer_t *tok;
+  sl_server_config cfg;     /* strings below are owned copies */
+  char *host, *api_key, *model_name, *model_alias;
+  const char *names[3];     /* accepted model ids */
+  int n_names;
+  char *chat_template;      /* NULL: the model has none */
+  struct MHD_Daemon *mhd;
+  int port;
+  uint64_t t_start_ns;
+
+  pthread_mutex_t jobs_mu;
+  pthread_cond_t jobs_cv;
+  sl_srv_job *jobs;         /* live jobs (submitted, not yet released) */
+  int n_jobs;
+  bool stopping;
+
+  sl_srv_metrics m;
+};
+
+/* admin.c */
+void sl__srv_metrics_init(sl_srv_metrics *m);
+void sl__srv_metrics_destroy(sl_srv_metrics *m);
+/* Records a finished generation request (ttft/tpot from the job's times). */
+void sl__srv_metrics_job(sl_server_t *s, const sl_srv_job *j, bool failed);
+void sl__srv_metrics_failed(sl_server_t *s);
+/* Prometheus text (new sl_sbuf contents) / stats JSON / models JSON. */
+void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *out);
+json_t *sl__srv_stats_json(sl_server_t *s);
+json_t *sl__srv_models_json(sl_server_t *s);
+
+#endif

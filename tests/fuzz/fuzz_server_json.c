@@ -1,0 +1,57 @@
+/* libFuzzer harness: the server's request parsers (OpenAI chat, completions,
+ * Anthropic messages) over arbitrary bytes. The first byte picks the API;
+ * the rest is the body. Every input must end in a validated request or an
+ * error with a 4xx/5xx status and a message, and the error body must
+ * serialize in both API shapes; nothing may leak or crash. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server_impl.h"
+#include "sluice/util.h"
+
+static const char *names[] = {"smollm2", "default"};
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1 || size > 1 << 16)
+    return 0;
+  sl_srv_api api = (sl_srv_api)(data[0] % 3);
+  const sl_srv_limits lim = {names, 2, 2048};
+  size_t live = sl_malloc_live_bytes();
+  sl_srv_request r;
+  sl_srv_error e;
+  sl_status st =
+      sl__srv_parse(api, (const char *)data + 1, size - 1, &lim, &r, &e);
+  if (st == SL_OK) {
+    if (!r.model)
+      abort();
+    if (api == SL_SRV_COMPLETIONS ? !(r.prompt || r.n_prompt_ids > 0)
+                                  : sl_jv_len(r.messages) == 0)
+      abort();
+    if (r.gen.max_tokens < 0 || r.gen.max_tokens > lim.n_ctx ||
+        r.gen.n_stop > SL_MAX_STOP ||
+        r.gen.top_logprobs > SL_MAX_TOP_LOGPROBS)
+      abort();
+    for (int i = 0; i < r.gen.n_stop; i++)
+      if (!r.gen.stop[i] || !r.gen.stop[i][0])
+        abort();
+    sl__srv_request_free(&r);
+  } else {
+    if (e.http < 400 || e.http > 599 || !e.message[0])
+      abort();
+    for (int f = 0; f < 2; f++) {
+      json_t *j = sl__srv_error_json((sl_srv_family)f, &e);
+      if (!j)
+        abort();
+      sl_sbuf b = {0};
+      sl__sbuf_add_json(&b, j);
+      if (b.oom || !sl__utf8_valid(b.p, b.len))
+        abort();
+      sl__sbuf_free(&b);
+      json_decref(j);
+    }
+  }
+  if (sl_malloc_live_bytes() != live)
+    abort(); /* a leak through the funnel */
+  return 0;
+}

@@ -1,0 +1,377 @@
+/* The engine on the default model: every clear site is reached with real work
+ * queued on the engine stream just before it, and the runtime's counters show
+ * that nothing was in flight when the clear ran; the memory guard and the
+ * runtime error ladders in both the admission and the chunked-prefill paths;
+ * batching does not change greedy output; aborts free blocks. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/engine_impl.h"
+#include "harness.h"
+#include "sluice/kern.h"
+#include "sluice/memsync.h"
+#include "sluice/model.h"
+#include "sluice/tokenizer.h"
+#include "sluice/util.h"
+
+static sl_model_t *g_model;
+static sl_tokenizer_t *g_tok;
+
+/* ---- collecting a request's events ---- */
+
+typedef struct result {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done;
+  int32_t toks[512];
+  int n;
+  sl_finish finish;
+  char code[64];
+  int cached;
+  int prompt;
+} result;
+
+static void result_init(result *r) {
+  memset(r, 0, sizeof *r);
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->cv, NULL);
+}
+
+static void on_event(void *ud, const sl_engine_event *ev) {
+  result *r = ud;
+  pthread_mutex_lock(&r->mu);
+  if (ev->kind == SL_EV_TOKEN && ev->token >= 0 && r->n < 512)
+    r->toks[r->n++] = ev->token;
+  if (ev->kind == SL_EV_DONE) {
+    r->done = true;
+    r->finish = ev->finish;
+    r->cached = ev->cached_tokens;
+    r->prompt = ev->prompt_tokens;
+    if (ev->error_code)
+      snprintf(r->code, sizeof r->code, "%s", ev->error_code);
+    pthread_cond_broadcast(&r->cv);
+  }
+  pthread_mutex_unlock(&r->mu);
+}
+
+static void result_wait(result *r) {
+  pthread_mutex_lock(&r->mu);
+  while (!r->done)
+    pthread_cond_wait(&r->cv, &r->mu);
+  pthread_mutex_unlock(&r->mu);
+}
+
+static sl_gen_params greedy(int max_tokens) {
+  sl_gen_params p;
+  memset(&p, 0, sizeof p);
+  p.max_tokens = max_tokens;
+  p.sampling = sl_sampler_defaults();
+  p.sampling.temperature = 0;
+  p.top_logprobs = -1;
+  p.ignore_eos = true;
+  return p;
+}
+
+static int tokenize(const char *text, int32_t **ids) {
+  size_t n = 0;
+  if (sl_tokenizer_encode(g_tok, text, strlen(text), false, true, ids, &n) !=
+      SL_OK)
+    return -1;
+  return (int)n;
+}
+
+/* A long prompt: enough tokens for several prefill chunks. */
+static char *long_text(int reps) {
+  const char *unit = "The quick brown fox jumps over the lazy dog near the "
+                     "river bank while the sun sets. ";
+  size_t ul = strlen(unit);
+  char *s = sl_malloc(ul * (size_t)reps + 1);
+  for (int i = 0; i < reps; i++)
+    memcpy(s + ul * (size_t)i, unit, ul);
+  s[ul * (size_t)reps] = 0;
+  return s;
+}
+
+/* ---- the hook: real work on the engine stream just before each clear ---- */
+
+static _Atomic int g_hook_calls;
+
+static void queue_work(void *ud, sl_stream_t *s, sl__clear_site site) {
+  int n = 128;
+  size_t bytes = (size_t)n * (size_t)n * 4;
+  sl_buf_t *a, *b, *c;
+  if (sl_buf_alloc(s, bytes, &a) != SL_OK)
+    return;
+  sl_buf_alloc(s, bytes, &b);
+  sl_buf_alloc(s, bytes, &c);
+  for (int i = 0; i < 16; i++) /* a few ms of dependent products, not waited */
+    sl_kern_sgemm(s, a, i % 2 ? c : b, i % 2 ? b : c, n, n, n, 1.0f);
+  sl_buf_release(a); /* RETIRING until the products are done */
+  sl_buf_release(b);
+  sl_buf_release(c);
+  atomic_fetch_add(&g_hook_calls, 1);
+}
+
+static void check_site(sl_engine_t *e, sl__clear_site site) {
+  sl__site_stats s = sl__engine_site_stats(e, site);
+  const char *name = sl__clear_site_name(site);
+  CHECK_MSG(s.count > 0, "site %s never reached", name);
+  CHECK_MSG(s.engine_pending_max == 0, "site %s: %llu engine tasks pending",
+            name, (unsigned long long)s.engine_pending_max);
+  CHECK_MSG(s.inflight_bytes_max == 0, "site %s: %llu bytes in flight", name,
+            (unsigned long long)s.inflight_bytes_max);
+  CHECK_MSG(s.inflight_ms_max == 0.0, "site %s: %.3f ms in flight", name,
+            s.inflight_ms_max);
+  fprintf(stderr, "  site %-24s reached %llu time(s); in flight at clear: 0 "
+                  "bytes, 0.000 ms\n",
+          name, (unsigned long long)s.count);
+}
+
+static sl_engine_t *make_engine(int max_memory_mb, const sl__engine_test_hooks *h) {
+  sl_engine_config cfg = sl_engine_config_defaults();
+  cfg.n_ctx = 1024;
+  cfg.max_seqs = 8;
+  cfg.prefill_chunk = 64;
+  cfg.max_batched_tokens = 128;
+  cfg.kv_block_tokens = 16;
+  cfg.clear_every_tokens = 8;
+  cfg.hot_loop_steps = 4;
+  cfg.hot_loop_cache_bytes = 0;
+  cfg.n_threads = 2;
+  cfg.max_memory = (uint64_t)max_memory_mb << 20;
+  sl_engine_t *e;
+  if (sl_engine_create(g_model, g_tok, &cfg, &e) != SL_OK)
+    return NULL;
+  if (h)
+    sl__engine_set_test_hooks(e, h);
+  return e;
+}
+
+static void test_clear_sites_normal_path(void) {
+  sl__engine_test_hooks h = {.before_clear = queue_work};
+  sl_engine_t *e = make_engine(0, &h);
+  CHECK(e != NULL);
+  if (!e)
+    return;
+  char *text = long_text(12); /* ~250 tokens: several 64-token chunks */
+  int32_t *ids;
+  int n = tokenize(text, &ids);
+  CHECK(n > 130);
+  result a, b;
+  result_init(&a);
+  result_init(&b);
+  sl_gen_params pa = greedy(24), pb = greedy(40);
+  CHECK_OK(sl_engine_submit(e, ids, n, &pa, on_event, &a, NULL));
+  CHECK_OK(sl_engine_submit(e, ids, 20, &pb, on_event, &b, NULL));
+  result_wait(&a);
+  result_wait(&b);
+  CHECK_EQ_INT(a.n, 24);
+  CHECK_EQ_INT(b.n, 40);
+  usleep(200000); /* idle reclaim */
+  check_site(e, SL__SITE_PREFILL_CHUNK);
+  check_site(e, SL__SITE_PREFILL_END);
+  check_site(e, SL__SITE_DECODE_EVERY_N);
+  check_site(e, SL__SITE_DECODE_HOT_LOOP);
+  check_site(e, SL__SITE_DECODE_AFTER_FINISH);
+  check_site(e, SL__SITE_IDLE);
+  CHECK(atomic_load(&g_hook_calls) > 0);
+  sl_engine_free(e);
+  sl_free(ids);
+  sl_free(text);
+}
+
+static void test_error_ladders(void) {
+  char *text = long_text(12);
+  int32_t *ids;
+  int n = tokenize(text, &ids);
+  struct {
+    sl__engine_test_hooks h;
+    sl__clear_site site;
+    bool fails;
+    const char *code;
+  } cases[] = {
+      {{.before_clear = queue_work, .fail_guard_admit = 1},
+       SL__SITE_ADMIT_MEM_EXCEEDED, true, "prefill_memory_exceeded"},
+      {{.before_clear = queue_work, .fail_guard_chunk = 1},
+       SL__SITE_CHUNK_MEM_EXCEEDED, true, "prefill_memory_exceeded"},
+      {{.before_clear = queue_work, .fail_oom_admit = 1},
+       SL__SITE_ADMIT_RUNTIME_ERR, false, ""},
+      {{.before_clear = queue_work, .fail_oom_chunk = 2},
+       SL__SITE_CHUNK_RUNTIME_ERR, false, ""},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    sl_engine_t *e = make_engine(0, &cases[i].h);
+    result r;
+    result_init(&r);
+    sl_gen_params p = greedy(8);
+    CHECK_OK(sl_engine_submit(e, ids, n, &p, on_event, &r, NULL));
+    result_wait(&r);
+    if (cases[i].fails) {
+      CHECK(r.finish == SL_FINISH_ERROR);
+      CHECK_MSG(strcmp(r.code, cases[i].code) == 0, "code '%s'", r.code);
+    } else { /* requeued after the clear, then served */
+      CHECK(r.finish == SL_FINISH_LENGTH);
+      CHECK_EQ_INT(r.n, 8);
+    }
+    check_site(e, cases[i].site);
+    /* blocks all back */
+    sl_engine_stats st = sl_engine_get_stats(e);
+    CHECK_EQ_INT(st.kv_blocks_used, 0);
+    sl_engine_free(e);
+  }
+  sl_free(ids);
+  sl_free(text);
+}
+
+static void test_memory_guard_real_limit(void) {
+  /* a limit just over the weights: a long prompt cannot fit */
+  int mb = (int)(sl_model_weight_bytes(g_model) >> 20) + 2;
+  sl_engine_t *e = make_engine(mb, NULL);
+  char *text = long_text(12);
+  int32_t *ids;
+  int n = tokenize(text, &ids);
+  result r;
+  result_init(&r);
+  sl_gen_params p = greedy(4);
+  CHECK_OK(sl_engine_submit(e, ids, n, &p, on_event, &r, NULL));
+  result_wait(&r);
+  CHECK(r.finish == SL_FINISH_ERROR);
+  CHECK_MSG(strcmp(r.code, "prefill_memory_exceeded") == 0, "code '%s'",
+            r.code);
+  sl_engine_free(e);
+  sl_free(ids);
+  sl_free(text);
+}
+
+static void test_batching_invariance_and_prefix_cache(void) {
+  const char *prompts[] = {
+      "The capital of France is", "def add(a, b):\n    return",
+      "Once upon a time", "1, 2, 3, 4,", "The best way to learn C is",
+      "In 1492, Columbus", "Water boils at", "My favourite colour is"};
+  int np = 8;
+  int32_t *ids[8];
+  int n[8];
+  for (int i = 0; i < np; i++)
+    n[i] = tokenize(prompts[i], &ids[i]);
+  sl_engine_t *e = make_engine(0, NULL);
+  result alone[8], together[8];
+  sl_gen_params p = greedy(16);
+  for (int i = 0; i < np; i++) {
+    result_init(&alone[i]);
+    CHECK_OK(sl_engine_submit(e, ids[i], n[i], &p, on_event, &alone[i], NULL));
+    result_wait(&alone[i]);
+  }
+  for (int i = 0; i < np; i++) {
+    result_init(&together[i]);
+    CHECK_OK(
+        sl_engine_submit(e, ids[i], n[i], &p, on_event, &together[i], NULL));
+  }
+  for (int i = 0; i < np; i++) {
+    result_wait(&together[i]);
+    CHECK_EQ_INT(together[i].n, 16);
+    CHECK_MSG(memcmp(alone[i].toks, together[i].toks, 16 * sizeof(int32_t)) == 0,
+              "prompt %d differs when batched", i);
+  }
+  /* prefix cache: a long prompt twice; the second reuses full blocks */
+  char *text = long_text(6);
+  int32_t *lids;
+  int ln = tokenize(text, &lids);
+  result r1, r2;
+  result_init(&r1);
+  result_init(&r2);
+  CHECK_OK(sl_engine_submit(e, lids, ln, &p, on_event, &r1, NULL));
+  result_wait(&r1);
+  CHECK_OK(sl_engine_submit(e, lids, ln, &p, on_event, &r2, NULL));
+  result_wait(&r2);
+  CHECK_EQ_INT(r1.cached, 0);
+  CHECK_MSG(r2.cached >= ln - 16 && r2.cached < ln, "cached %d of %d",
+            r2.cached, ln);
+  CHECK(memcmp(r1.toks, r2.toks, 16 * sizeof(int32_t)) == 0);
+  sl_engine_free(e);
+  for (int i = 0; i < np; i++)
+    sl_free(ids[i]);
+  sl_free(lids);
+  sl_free(text);
+}
+
+static void test_abort_frees_blocks(void) {
+  sl_engine_t *e = make_engine(0, NULL);
+  int32_t *ids;
+  int n = tokenize("Tell me a very long story about", &ids);
+  result r;
+  result_init(&r);
+  sl_gen_params p = greedy(400);
+  uint64_t id;
+  CHECK_OK(sl_engine_submit(e, ids, n, &p, on_event, &r, &id));
+  while (1) {
+    pthread_mutex_lock(&r.mu);
+    int got = r.n;
+    pthread_mutex_unlock(&r.mu);
+    if (got >= 3)
+      break;
+    usleep(1000);
+  }
+  sl_engine_abort(e, id);
+  result_wait(&r);
+  CHECK(r.finish == SL_FINISH_ABORT);
+  CHECK(r.n < 400);
+  usleep(50000);
+  sl_engine_stats st = sl_engine_get_stats(e);
+  CHECK_EQ_INT(st.kv_blocks_used, 0);
+  CHECK_EQ_INT(st.running, 0);
+  sl_engine_free(e);
+  sl_free(ids);
+}
+
+static void test_bad_submissions(void) {
+  sl_engine_t *e = make_engine(0, NULL);
+  int32_t bad[2] = {1, 1 << 30};
+  result r;
+  result_init(&r);
+  sl_gen_params p = greedy(4);
+  CHECK(sl_engine_submit(e, bad, 2, &p, on_event, &r, NULL) ==
+        SL_ERR_INVALID_ARG);
+  p.max_tokens = 0;
+  CHECK(sl_engine_submit(e, bad, 1, &p, on_event, &r, NULL) ==
+        SL_ERR_INVALID_ARG);
+  int32_t *big = sl_calloc(2000, sizeof *big);
+  p.max_tokens = 4;
+  CHECK(sl_engine_submit(e, big, 2000, &p, on_event, &r, NULL) == SL_ERR_RANGE);
+  sl_free(big);
+  sl_engine_free(e);
+}
+
+int main(void) {
+  char buf[4096];
+  const char *path = sl_model_default_path(buf, sizeof buf);
+  const char *src = getenv("SLUICE_SOURCE_DIR");
+  char p2[4096];
+  if (access(path, R_OK) != 0 && src) {
+    snprintf(p2, sizeof p2, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", src);
+    path = p2;
+  }
+  char err[256];
+  sl_status st;
+  g_model = sl_model_load(path, &st, err, sizeof err);
+  if (!g_model) {
+    fprintf(stderr, "skipping: no model (%s)\n", err);
+    return 77;
+  }
+  if (sl_tokenizer_load(sl_model_gguf(g_model), &g_tok, err, sizeof err) !=
+      SL_OK) {
+    fprintf(stderr, "tokenizer: %s\n", err);
+    return 1;
+  }
+  RUN(test_clear_sites_normal_path);
+  RUN(test_error_ladders);
+  RUN(test_memory_guard_real_limit);
+  RUN(test_batching_invariance_and_prefix_cache);
+  RUN(test_abort_frees_blocks);
+  RUN(test_bad_submissions);
+  sl_tokenizer_free(g_tok);
+  sl_model_free(g_model);
+  sl_rt_shutdown();
+  return sl_test_finish();
+}

@@ -1,0 +1,650 @@
+/* Tests for kern/cpu: every op on every ISA level this CPU has, against the
+ * scalar reference, and the scalar reference against float64 math on the
+ * dequantized operands. Random data from fixed seeds. */
+#include <math.h>
+#include <stdatomic.h>
+
+#include "harness.h"
+#include "kern/cpu/kern_cpu_impl.h"
+#include "sluice/kern_cpu.h"
+#include "sluice/util.h"
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd_u64(void) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return g_rng;
+}
+static float rnd_f(float lo, float hi) { /* uniform in [lo, hi) */
+  return lo + (hi - lo) * (float)(rnd_u64() >> 40) / (float)(1 << 24);
+}
+
+static const sl_ggml_type k_wtypes[] = {
+    SL_GGML_F32,  SL_GGML_F16,  SL_GGML_BF16, SL_GGML_Q4_0, SL_GGML_Q4_1,
+    SL_GGML_Q8_0, SL_GGML_Q4_K, SL_GGML_Q5_K, SL_GGML_Q6_K};
+#define N_WTYPES (sizeof k_wtypes / sizeof k_wtypes[0])
+
+static int isa_list(sl_kern_isa *out) {
+  int n = 0;
+  for (int i = SL_KERN_ISA_SCALAR; i <= SL_KERN_ISA_AVX512; i++)
+    if (sl_kern_cpu_isa_supported((sl_kern_isa)i))
+      out[n++] = (sl_kern_isa)i;
+  return n;
+}
+
+static uint16_t f16_of(float f) { return sl__f32_to_f16(f); }
+
+/* Fills `n` elements of type t with random but well-formed blocks (every bit
+ * pattern of the quants, scales of a realistic size). */
+static void fill_random(sl_ggml_type t, void *dst, int64_t n) {
+  int64_t be;
+  size_t bb;
+  SL_ASSERT(sl_kern_type_block(t, &be, &bb));
+  uint8_t *p = dst;
+  for (int64_t b = 0; b < n / be; b++, p += bb) {
+    for (size_t k = 0; k < bb; k++)
+      p[k] = (uint8_t)rnd_u64();
+    uint16_t h;
+    switch (t) {
+    case SL_GGML_F32:
+      *(float *)p = rnd_f(-1, 1);
+      break;
+    case SL_GGML_F16:
+      h = f16_of(rnd_f(-1, 1));
+      memcpy(p, &h, 2);
+      break;
+    case SL_GGML_BF16:
+      h = (uint16_t)(sl__f32_bits(rnd_f(-1, 1)) >> 16);
+      memcpy(p, &h, 2);
+      break;
+    case SL_GGML_Q4_0:
+    case SL_GGML_Q8_0:
+      ((sl__block_q4_0 *)p)->d = f16_of(rnd_f(0.001f, 0.02f));
+      break;
+    case SL_GGML_Q4_1:
+      ((sl__block_q4_1 *)p)->d = f16_of(rnd_f(0.001f, 0.02f));
+      ((sl__block_q4_1 *)p)->m = f16_of(rnd_f(-0.1f, 0.1f));
+      break;
+    case SL_GGML_Q4_K:
+    case SL_GGML_Q5_K:
+      ((sl__block_q4_K *)p)->d = f16_of(rnd_f(0.0001f, 0.002f));
+      ((sl__block_q4_K *)p)->dmin = f16_of(rnd_f(0.0001f, 0.002f));
+      break;
+    case SL_GGML_Q6_K:
+      ((sl__block_q6_K *)p)->d = f16_of(rnd_f(0.0001f, 0.001f));
+      break;
+    default:
+      SL_ASSERT(0);
+    }
+  }
+}
+
+static size_t row_bytes(sl_ggml_type t, int64_t n) {
+  size_t b = 0;
+  SL_ASSERT(sl_kern_row_bytes(t, n, &b) == SL_OK);
+  return b;
+}
+
+static int64_t block_of(sl_ggml_type t) {
+  int64_t be;
+  SL_ASSERT(sl_kern_type_block(t, &be, NULL));
+  return be;
+}
+
+/* ---------------------------------------------------------------------------- */
+
+static void test_f16_roundtrip(void) {
+  int bad = 0;
+  for (uint32_t h = 0; h < 65536; h++) {
+    if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff))
+      continue; /* NaN */
+    if (sl__f32_to_f16(sl__f16_to_f32((uint16_t)h)) != h)
+      bad++;
+  }
+  CHECK_EQ_INT(bad, 0);
+  CHECK(sl__f32_to_f16(1.0f) == 0x3c00);
+  CHECK(sl__f32_to_f16(65504.0f) == 0x7bff);
+  CHECK(sl__f32_to_f16(1e6f) == 0x7c00);
+  CHECK(sl__f32_to_f16(1.0f + 1.0f / 4096) == 0x3c00); /* tie to even */
+  CHECK(sl__f32_to_f16(5.96046448e-8f) == 0x0001);     /* smallest subnormal */
+}
+
+static void test_type_info(void) {
+  size_t b;
+  CHECK_OK(sl_kern_row_bytes(SL_GGML_Q4_1, 576, &b));
+  CHECK_EQ_INT(b, 18 * 20);
+  CHECK_OK(sl_kern_row_bytes(SL_GGML_Q6_K, 512, &b));
+  CHECK_EQ_INT(b, 420);
+  CHECK_EQ_INT(sl_kern_row_bytes(SL_GGML_Q4_0, 33, &b), SL_ERR_INVALID_ARG);
+  CHECK_EQ_INT(sl_kern_row_bytes(SL_GGML_Q5_0, 32, &b), SL_ERR_UNSUPPORTED);
+  float f[32];
+  uint8_t raw[64] = {0};
+  CHECK_EQ_INT(sl_kern_dequant_row(SL_GGML_Q2_K, raw, f, 256),
+               SL_ERR_UNSUPPORTED);
+  CHECK_EQ_INT(sl_kern_dequant_row(SL_GGML_Q8_0, raw, f, 31),
+               SL_ERR_INVALID_ARG);
+  CHECK_EQ_INT(sl_kern_cpu_set_isa((sl_kern_isa)7), SL_ERR_INVALID_ARG);
+  sl_ggml_type a;
+  CHECK_OK(sl_kern_act_type(SL_GGML_Q4_1, &a));
+  CHECK_EQ_INT(a, SL_GGML_Q8_1);
+  CHECK_OK(sl_kern_act_type(SL_GGML_Q5_K, &a));
+  CHECK_EQ_INT(a, SL_GGML_Q8_K);
+  CHECK_EQ_INT(sl_kern_act_type(SL_GGML_Q5_1, &a), SL_ERR_UNSUPPORTED);
+}
+
+/* Dequantization on every ISA equals the scalar one (up to one rounding of
+ * an fma). Known values pin the layouts. */
+static void test_dequant(void) {
+  sl_kern_isa isas[3];
+  int ni = isa_list(isas);
+  const int64_t n = 256 * 3;
+  for (size_t ti = 0; ti < N_WTYPES; ti++) {
+    sl_ggml_type t = k_wtypes[ti];
+    void *w = sl_malloc(row_bytes(t, n));
+    float *ref = sl_malloc(n * sizeof(float)), *got = sl_malloc(n * sizeof(float));
+    fill_random(t, w, n);
+    CHECK_OK(sl_kern_cpu_set_isa(SL_KERN_ISA_SCALAR));
+    CHECK_OK(sl_kern_dequant_row(t, w, ref, n));
+    for (int k = 1; k < ni; k++) {
+      CHECK_OK(sl_kern_cpu_set_isa(isas[k]));
+      CHECK_OK(sl_kern_dequant_row(t, w, got, n));
+      int bad = 0;
+      for (int64_t i = 0; i < n; i++)
+        if (!(fabsf(got[i] - ref[i]) <= 1e-6f * fabsf(ref[i]) + 1e-9f))
+          bad++;
+      CHECK_MSG(bad == 0, "type %d isa %s: %d mismatches", t,
+                sl_kern_isa_name(isas[k]), bad);
+    }
+    sl_free(w);
+    sl_free(ref);
+    sl_free(got);
+  }
+  /* hand-made blocks */
+  CHECK_OK(sl_kern_cpu_set_isa(SL_KERN_ISA_SCALAR));
+  sl__block_q4_0 b0 = {.d = f16_of(0.5f)};
+  b0.qs[0] = 0x3A; /* x[0] = (10-8)*0.5 = 1, x[16] = (3-8)*0.5 = -2.5 */
+  float f[32];
+  CHECK_OK(sl_kern_dequant_row(SL_GGML_Q4_0, &b0, f, 32));
+  CHECK(f[0] == 1.0f && f[16] == -2.5f && f[1] == -4.0f);
+  sl__block_q4_1 b1 = {.d = f16_of(0.25f), .m = f16_of(-1.0f)};
+  b1.qs[15] = 0xF1; /* x[15] = 1*0.25-1, x[31] = 15*0.25-1 */
+  CHECK_OK(sl_kern_dequant_row(SL_GGML_Q4_1, &b1, f, 32));
+  CHECK(f[15] == -0.75f && f[31] == 2.75f && f[0] == -1.0f);
+}
+
+/* Activation quantization: round trip within ~half a step on every ISA, and
+ * the ISAs agree. */
+static void test_quantize_act(void) {
+  static const sl_ggml_type acts[] = {SL_GGML_Q8_0, SL_GGML_Q8_1, SL_GGML_Q8_K};
+  sl_kern_isa isas[3];
+  int ni = isa_list(isas);
+  const int64_t n = 512;
+  float x[512], back[512], ref[512];
+  for (int i = 0; i < n; i++)
+    x[i] = rnd_f(-3, 3) * (i % 37 == 0 ? 10.0f : 1.0f);
+  for (int i = 64; i < 96; i++)
+    x[i] = 0; /* an all-zero block */
+  for (size_t a = 0; a < 3; a++) {
+    int64_t be = block_of(acts[a]);
+    uint8_t *q = sl_malloc(row_bytes(acts[a], n));
+    for (int k = 0; k < ni; k++) {
+      CHECK_OK(sl_kern_cpu_set_isa(isas[k]));
+      CHECK_OK(sl_kern_quantize_act(acts[a], x, q, n));
+      CHECK_OK(sl_kern_dequant_row(acts[a], q, back, n));
+      if (k == 0)
+        memcpy(ref, back, sizeof ref);
+      int bad = 0, differ = 0;
+      for (int64_t b = 0; b < n / be; b++) {
+        float amax = 0;
+        for (int64_t i = b * be; i < (b + 1) * be; i++)
+          amax = fmaxf(amax, fabsf(x[i]));
+        float step = amax / 127;
+        for (int64_t i = b * be; i < (b + 1) * be; i++) {
+          if (!(fabsf(back[i] - x[i]) <= 0.57f * step + 1e-12f))
+            bad++;
+          if (!(fabsf(back[i] - ref[i]) <= 1.01f * step))
+            differ++;
+        }
+      }
+      CHECK_MSG(bad == 0 && differ == 0, "act %d isa %s: %d bad, %d differ",
+                acts[a], sl_kern_isa_name(isas[k]), bad, differ);
+      if (acts[a] == SL_GGML_Q8_1) { /* s = d * sum(q) */
+        const sl__block_q8_1 *b = (const sl__block_q8_1 *)q;
+        int sum = 0;
+        for (int i = 0; i < 32; i++)
+          sum += b[1].qs[i];
+        CHECK(fabsf(sl__f16_to_f32(b[1].s) -
+                    (float)sum * sl__f16_to_f32(b[1].d)) <=
+              1e-3f * fabsf((float)sum * sl__f16_to_f32(b[1].d)) + 1e-6f);
+      }
+      if (acts[a] == SL_GGML_Q8_K) {
+        const sl__block_q8_K *b = (const sl__block_q8_K *)q;
+        int sum = 0;
+        for (int i = 16; i < 32; i++)
+          sum += b[1].qs[i];
+        CHECK_EQ_INT(sum, b[1].bsums[1]);
+      }
+    }
+    sl_free(q);
+  }
+}
+
+/* f64 dot of dequantized w and dequantized activations, plus the sum of
+ * |w x| for a rounding bound and the fp16-s slack of Q8_1. */
+static double ref_dot(sl_ggml_type t, int64_t n, const void *w,
+                      const void *xq, double *absum, double *slack) {
+  sl_ggml_type act;
+  SL_ASSERT(sl_kern_act_type(t, &act) == SL_OK);
+  float *wf = sl_malloc(n * sizeof(float)), *xf = sl_malloc(n * sizeof(float));
+  SL_ASSERT(sl_kern_dequant_row(t, w, wf, n) == SL_OK);
+  SL_ASSERT(sl_kern_dequant_row(act, xq, xf, n) == SL_OK);
+  double s = 0, a = 0, sl = 0;
+  for (int64_t i = 0; i < n; i++) {
+    s += (double)wf[i] * xf[i];
+    a += fabs((double)wf[i] * xf[i]);
+  }
+  if (t == SL_GGML_Q4_1) { /* m * s with s rounded to f16, as ggml */
+    const sl__block_q4_1 *wb = w;
+    const sl__block_q8_1 *xb = xq;
+    for (int64_t b = 0; b < n / 32; b++)
+      sl += fabs(sl__f16_to_f32(wb[b].m) * sl__f16_to_f32(xb[b].s)) / 1024;
+  }
+  sl_free(wf);
+  sl_free(xf);
+  *absum = a;
+  *slack = sl;
+  return s;
+}
+
+static void test_vec_dot_scalar_vs_f64(void) {
+  CHECK_OK(sl_kern_cpu_set_isa(SL_KERN_ISA_SCALAR));
+  for (size_t ti = 0; ti < N_WTYPES; ti++) {
+    sl_ggml_type t = k_wtypes[ti], act;
+    CHECK_OK(sl_kern_act_type(t, &act));
+    int64_t be = block_of(t) > block_of(act) ? block_of(t) : block_of(act);
+    for (int64_t nb = 1; nb <= 5; nb += 2) {
+      int64_t n = be * nb + (be == 1 ? 13 : 0);
+      void *w = sl_malloc(row_bytes(t, n));
+      float *x = sl_malloc(n * sizeof(float));
+      void *xq = sl_malloc(row_bytes(act, n));
+      fill_random(t, w, n);
+      for (int64_t i = 0; i < n; i++)
+        x[i] = rnd_f(-2, 2);
+      CHECK_OK(sl_kern_quantize_act(act, x, xq, n));
+      float got;
+      CHECK_OK(sl_kern_vec_dot(t, n, w, xq, &got));
+      double absum, slack;
+      double want = ref_dot(t, n, w, xq, &absum, &slack);
+      CHECK_MSG(fabs(got - want) <= 2e-6 * absum + slack + 1e-9,
+                "type %d n %lld: %.9g vs %.9g (|wx| %.3g)", t, (long long)n,
+                got, want, absum);
+      sl_free(w);
+      sl_free(x);
+      sl_free(xq);
+    }
+  }
+}
+
+/* Matmul: each ISA, n_tokens, thread count against the scalar single-thread
+ * result; the scalar result against f64 per entry. */
+static void test_matmul(void) {
+  static const int64_t toks[] = {1, 3, 17, 64};
+  sl_kern_isa isas[3];
+  int ni = isa_list(isas);
+  sl_kern_pool_t *pools[2] = {sl_kern_pool_create(1), sl_kern_pool_create(2)};
+  CHECK(pools[0] && pools[1]);
+  const int64_t rows = 37;
+  for (size_t ti = 0; ti < N_WTYPES; ti++) {
+    sl_ggml_type t = k_wtypes[ti], act;
+    CHECK_OK(sl_kern_act_type(t, &act));
+    int64_t be = block_of(t) > block_of(act) ? block_of(t) : block_of(act);
+    int64_t cols = be == 1 ? 203 : (be == 32 ? 32 * 7 : 256 * 3);
+    size_t wrb = row_bytes(t, cols);
+    uint8_t *w = sl_malloc(wrb * rows);
+    fill_random(t, w, cols * rows);
+    sl_kern_weight W = {t, rows, cols, w};
+    int64_t maxt = 64;
+    float *X = sl_malloc(maxt * cols * sizeof(float));
+    float *ref = sl_malloc(maxt * rows * sizeof(float));
+    float *got = sl_malloc(maxt * rows * sizeof(float));
+    uint8_t *xq = sl_malloc(row_bytes(act, cols));
+    for (int64_t i = 0; i < maxt * cols; i++)
+      X[i] = rnd_f(-1, 1);
+    for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
+      int64_t nt = toks[k];
+      CHECK_OK(sl_kern_cpu_set_isa(SL_KERN_ISA_SCALAR));
+      CHECK_OK(sl_kern_matmul(NULL, &W, X, ref, nt));
+      /* scalar vs f64 */
+      int bad = 0;
+      double worst = 0;
+      for (int64_t tt = 0; tt < nt; tt++) {
+        CHECK_OK(sl_kern_quantize_act(act, X + tt * cols, xq, cols));
+        for (int64_t r = 0; r < rows; r++) {
+          double absum, slack;
+          double want = ref_dot(t, cols, w + r * wrb, xq, &absum, &slack);
+          double err = fabs(ref[tt * rows + r] - want);
+          double tol = 2e-6 * absum + slack + 1e-9;
+          if (err > tol)
+            bad++;
+          if (err / tol > worst)
+            worst = err / tol;
+        }
+      }
+      CHECK_MSG(bad == 0, "type %d nt %lld: %d entries off f64 (worst %.2f)",
+                t, (long long)nt, bad, worst);
+      for (int ki = 0; ki < ni; ki++)
+        for (int p = 0; p < 2; p++) {
+          CHECK_OK(sl_kern_cpu_set_isa(isas[ki]));
+          memset(got, 0xff, nt * rows * sizeof(float));
+          CHECK_OK(sl_kern_matmul(pools[p], &W, X, got, nt));
+          int off = 0;
+          for (int64_t i = 0; i < nt * rows; i++) {
+            float tol = 2e-6f * (fabsf(ref[i]) + 1.0f) * sqrtf((float)cols);
+            if (!(fabsf(got[i] - ref[i]) <= tol))
+              off++;
+          }
+          CHECK_MSG(off == 0, "type %d isa %s nt %lld threads %d: %d off", t,
+                    sl_kern_isa_name(isas[ki]), (long long)nt, p + 1, off);
+        }
+    }
+    sl_free(w);
+    sl_free(X);
+    sl_free(ref);
+    sl_free(got);
+    sl_free(xq);
+  }
+  /* argument errors */
+  float y[4], xx[64] = {0};
+  uint8_t wb[64] = {0};
+  sl_kern_weight bad = {SL_GGML_Q5_0, 1, 32, wb};
+  CHECK_EQ_INT(sl_kern_matmul(pools[1], &bad, xx, y, 1), SL_ERR_UNSUPPORTED);
+  sl_kern_weight odd = {SL_GGML_Q8_0, 1, 48, wb};
+  CHECK_EQ_INT(sl_kern_matmul(pools[1], &odd, xx, y, 1), SL_ERR_INVALID_ARG);
+  CHECK_EQ_INT(sl_kern_matmul(pools[1], &odd, xx, y, -1), SL_ERR_INVALID_ARG);
+  sl_kern_pool_destroy(pools[0]);
+  sl_kern_pool_destroy(pools[1]);
+}
+
+static void count_task(void *ctx, int ith, int nth) {
+  _Atomic long *c = ctx;
+  atomic_fetch_add(&c[ith], 1);
+  atomic_fetch_add(&c[8], nth);
+}
+
+static void test_pool(void) {
+  for (int nth = 1; nth <= 4; nth++) {
+    sl_kern_pool_t *p = sl_kern_pool_create(nth);
+    CHECK(p != NULL);
+    CHECK_EQ_INT(sl_kern_pool_n_threads(p), nth);
+    _Atomic long c[9] = {0};
+    const int runs = nth <= 2 ? 20000 : 500;
+    for (int r = 0; r < runs; r++) {
+      sl_kern_pool_run(p, count_task, (void *)c);
+      if (r == runs / 2)
+        usleep(100000); /* let the workers fall asleep, then wake them */
+    }
+    for (int i = 0; i < nth; i++)
+      CHECK_EQ_INT(c[i], runs);
+    CHECK_EQ_INT(c[8], (long)runs * nth * nth);
+    sl_kern_pool_destroy(p);
+  }
+  sl_kern_pool_destroy(NULL);
+}
+
+/* ---- small ops vs f64 --------------------------------------------------------- */
+
+static void test_small_ops(void) {
+  sl_kern_isa isas[3];
+  int ni = isa_list(isas);
+  static const int64_t sizes[] = {1, 7, 64, 333};
+  for (int k = 0; k < ni; k++) {
+    CHECK_OK(sl_kern_cpu_set_isa(isas[k]));
+    const char *in = sl_kern_isa_name(isas[k]);
+    for (size_t si = 0; si < 4; si++) {
+      int64_t n = sizes[si];
+      float a[333], b[333], w[333], out[333];
+      for (int64_t i = 0; i < n; i++) {
+        a[i] = rnd_f(-4, 4);
+        b[i] = rnd_f(-4, 4);
+        w[i] = rnd_f(0.5f, 1.5f);
+      }
+      /* rmsnorm */
+      double ss = 0;
+      for (int64_t i = 0; i < n; i++)
+        ss += (double)a[i] * a[i];
+      double sc = 1.0 / sqrt(ss / n + 1e-5);
+      sl_kern_rmsnorm(out, a, w, n, 1e-5f);
+      int bad = 0;
+      for (int64_t i = 0; i < n; i++)
+        bad += !(fabs(out[i] - a[i] * sc * w[i]) <= 2e-6 * fabs(a[i] * sc * w[i]) + 1e-7);
+      sl_kern_rmsnorm(out, a, NULL, n, 1e-5f);
+      for (int64_t i = 0; i < n; i++)
+        bad += !(fabs(out[i] - a[i] * sc) <= 2e-6 * fabs(a[i] * sc) + 1e-7);
+      CHECK_MSG(bad == 0, "rmsnorm %s n %lld", in, (long long)n);
+      /* add */
+      sl_kern_add(out, a, b, n);
+      bad = 0;
+      for (int64_t i = 0; i < n; i++)
+        bad += out[i] != a[i] + b[i];
+      CHECK_MSG(bad == 0, "add %s", in);
+      /* swiglu, over a wide range of gate values */
+      for (int64_t i = 0; i < n; i++)
+        w[i] = rnd_f(-30, 30);
+      sl_kern_swiglu(out, w, b, n);
+      bad = 0;
+      for (int64_t i = 0; i < n; i++) {
+        double want = w[i] / (1.0 + exp(-(double)w[i])) * b[i];
+        bad += !(fabs(out[i] - want) <= 4e-7 * fabs(w[i] * b[i]) + 1e-30);
+      }
+      CHECK_MSG(bad == 0, "swiglu %s n %lld", in, (long long)n);
+      /* softmax */
+      double mx = -1e30, sum = 0;
+      for (int64_t i = 0; i < n; i++)
+        mx = fmax(mx, a[i] * 5);
+      for (int64_t i = 0; i < n; i++)
+        sum += exp(a[i] * 5 - mx);
+      for (int64_t i = 0; i < n; i++)
+        out[i] = a[i] * 5;
+      sl_kern_softmax(out, n);
+      bad = 0;
+      for (int64_t i = 0; i < n; i++) {
+        double want = exp(a[i] * 5 - mx) / sum;
+        bad += !(fabs(out[i] - want) <= 2e-6 * want + 1e-12);
+      }
+      CHECK_MSG(bad == 0, "softmax %s n %lld", in, (long long)n);
+    }
+    /* rope: both layouts, partial rotation, odd head count */
+    for (int mode = 0; mode <= 2; mode += 2) {
+      const int64_t nh = 3, hd = 64;
+      for (int64_t nrot = 64; nrot >= 32; nrot -= 32) {
+        float x[3 * 64], orig[3 * 64];
+        for (int i = 0; i < nh * hd; i++)
+          orig[i] = x[i] = rnd_f(-2, 2);
+        int64_t pos = 1234;
+        CHECK_OK(sl_kern_rope(x, nh, hd, nrot, pos, 10000.0f, 1.0f,
+                              (sl_kern_rope_mode)mode));
+        int bad = 0;
+        for (int64_t h = 0; h < nh; h++)
+          for (int64_t i = 0; i < hd; i++) {
+            double want = orig[h * hd + i];
+            if (i < nrot) {
+              int64_t p = mode ? (i % (nrot / 2)) : i / 2; /* pair index */
+              double th = pos * pow(10000.0, -2.0 * p / nrot);
+              int64_t ia, ib;
+              if (mode) {
+                ia = p;
+                ib = p + nrot / 2;
+              } else {
+                ia = 2 * p;
+                ib = 2 * p + 1;
+              }
+              double x0 = orig[h * hd + ia], x1 = orig[h * hd + ib];
+              want = i == ia ? x0 * cos(th) - x1 * sin(th)
+                             : x0 * sin(th) + x1 * cos(th);
+            }
+            /* the angle is computed in float as ggml does: theta_p carries
+             * about (p + 1) roundings of relative size 2^-24 */
+            double th_err = pos * pow(10000.0, -2.0 * (double)(mode ? (i % (nrot / 2)) : i / 2) / nrot) *
+                            (double)((mode ? (i % (nrot / 2)) : i / 2) + 2) * 6e-8;
+            bad += !(fabs(x[h * hd + i] - want) <= 1e-5 + 4.0 * th_err);
+          }
+        CHECK_MSG(bad == 0, "rope %s mode %d nrot %lld: %d bad", in, mode,
+                  (long long)nrot, bad);
+      }
+    }
+  }
+  float x[8];
+  CHECK_EQ_INT(sl_kern_rope(x, 1, 8, 7, 0, 1e4f, 1, SL_KERN_ROPE_NORM),
+               SL_ERR_INVALID_ARG);
+  CHECK_EQ_INT(sl_kern_rope(x, 1, 8, 10, 0, 1e4f, 1, SL_KERN_ROPE_NORM),
+               SL_ERR_INVALID_ARG);
+}
+
+/* ---- f16 conversion and attention ------------------------------------------ */
+
+static void test_f32_to_f16(void) {
+  sl_kern_isa isas[3];
+  int ni = isa_list(isas);
+  float x[67];
+  uint16_t h[67];
+  for (int i = 0; i < 67; i++)
+    x[i] = rnd_f(-2, 2) * (i % 5 == 0 ? 3e4f : 1.0f);
+  x[3] = 1.0f + 1.0f / 4096; /* a tie */
+  x[4] = 1e6f;               /* overflow */
+  x[5] = 1e-7f;              /* subnormal */
+  for (int k = 0; k < ni; k++) {
+    CHECK_OK(sl_kern_cpu_set_isa(isas[k]));
+    sl_kern_f32_to_f16(h, x, 67);
+    int bad = 0;
+    for (int i = 0; i < 67; i++)
+      bad += h[i] != sl__f32_to_f16(x[i]);
+    CHECK_MSG(bad == 0, "f32_to_f16 %s: %d bad", sl_kern_isa_name(isas[k]), bad);
+  }
+}
+
+/* float64 attention on the f16 cache with q and the probabilities rounded to
+ * f16 as the kernel's contract says; *mag = sum_p a_p |v_p[i]| max over i. */
+static void attn_ref(double *out, const float *q, const uint16_t *k,
+                     const uint16_t *v, int64_t hd, int64_t len, int64_t st,
+                     float scale, double *mag) {
+  double *s = sl_malloc((size_t)len * sizeof(double));
+  double mx = -1e300, sum = 0;
+  for (int64_t p = 0; p < len; p++) {
+    double d = 0;
+    for (int64_t i = 0; i < hd; i++)
+      d += (double)sl__f16_to_f32(sl__f32_to_f16(q[i])) *
+           sl__f16_to_f32(k[p * st + i]);
+    s[p] = d * scale;
+    mx = fmax(mx, s[p]);
+  }
+  for (int64_t p = 0; p < len; p++)
+    sum += s[p] = exp(s[p] - mx);
+  *mag = 0;
+  for (int64_t i = 0; i < hd; i++) {
+    double o = 0, m = 0;
+    for (int64_t p = 0; p < len; p++) {
+      double a = sl__f16_to_f32(sl__f32_to_f16((float)(s[p] / sum)));
+      o += a * sl__f16_to_f32(v[p * st + i]);
+      m += a * fabs(sl__f16_to_f32(v[p * st + i]));
+    }
+    out[i] = o;
+    *mag = fmax(*mag, m);
+  }
+  sl_free(s);
+}
+
+static void test_attn_f16(void) {
+  sl_kern_isa isas[3];
+  int ni = isa_list(isas);
+  static const int64_t hds[] = {64, 128, 40, 7};
+  static const int64_t lens[] = {1, 3, 8, 33, 100, 257};
+  const int64_t st = 3 * 128; /* three kv heads of up to 128 */
+  const int64_t maxlen = 257;
+  uint16_t *k = sl_malloc((size_t)(maxlen * st) * 2);
+  uint16_t *v = sl_malloc((size_t)(maxlen * st) * 2);
+  float *sc = sl_malloc((size_t)(maxlen + 32) * sizeof(float));
+  float q[128], out[128], first[2][128];
+  double ref[128];
+  for (int64_t i = 0; i < maxlen * st; i++) {
+    k[i] = sl__f32_to_f16(rnd_f(-2, 2));
+    v[i] = sl__f32_to_f16(rnd_f(-1, 1));
+  }
+  for (size_t hi = 0; hi < 4; hi++)
+    for (size_t li = 0; li < 6; li++) {
+      int64_t hd = hds[hi], len = lens[li];
+      float qs = li % 2 ? 4.0f : 0.5f; /* peaked and flat distributions */
+      for (int64_t i = 0; i < hd; i++)
+        q[i] = rnd_f(-qs, qs);
+      const uint16_t *kh = k + 128, *vh = v + 128; /* the second kv head */
+      float scale = 1.0f / sqrtf((float)hd);
+      double mag;
+      attn_ref(ref, q, kh, vh, hd, len, st, scale, &mag);
+      for (int single = 0; single <= 1; single++)
+        for (int ki = 0; ki < ni; ki++) {
+          CHECK_OK(sl_kern_cpu_set_isa(isas[ki]));
+          for (int64_t i = 0; i < hd; i++)
+            out[i] = NAN;
+          CHECK_OK(sl_kern_attn_f16(out, q, kh, vh, hd, len, st, scale,
+                                    single, sc));
+          int bad = 0, differ = 0;
+          for (int64_t i = 0; i < hd; i++) {
+            /* a probability may round the other way in f16 (2^-11) */
+            if (!(fabs(out[i] - ref[i]) <= 1e-3 * mag + 1e-6))
+              bad++;
+            if (ki == 0)
+              first[single][i] = out[i];
+            else if (!(fabsf(out[i] - first[single][i]) <=
+                       1e-3f * (float)mag + 1e-6f))
+              differ++;
+          }
+          CHECK_MSG(bad == 0 && differ == 0,
+                    "attn %s hd %lld len %lld single %d: %d bad, %d differ",
+                    sl_kern_isa_name(isas[ki]), (long long)hd, (long long)len,
+                    single, bad, differ);
+        }
+    }
+  /* one position: the output is v_0 exactly */
+  for (int ki = 0; ki < ni; ki++) {
+    CHECK_OK(sl_kern_cpu_set_isa(isas[ki]));
+    CHECK_OK(sl_kern_attn_f16(out, q, k, v, 64, 1, st, 0.125f, false, sc));
+    int bad = 0;
+    for (int i = 0; i < 64; i++)
+      bad += out[i] != sl__f16_to_f32(v[i]);
+    CHECK_EQ_INT(bad, 0);
+  }
+  CHECK_EQ_INT(sl_kern_attn_f16(out, q, k, v, 64, 0, st, 1, false, sc),
+               SL_ERR_INVALID_ARG);
+  CHECK_EQ_INT(sl_kern_attn_f16(out, q, k, v, 0, 1, st, 1, false, sc),
+               SL_ERR_INVALID_ARG);
+  CHECK_EQ_INT(sl_kern_attn_f16(out, q, k, v, 64, 4, 32, 1, false, sc),
+               SL_ERR_INVALID_ARG);
+  CHECK_EQ_INT(sl_kern_attn_f16(out, q, k, v, SL_KERN_ATTN_MAX_HEAD_DIM + 1, 1,
+                                4096, 1, false, sc),
+               SL_ERR_INVALID_ARG);
+  CHECK_EQ_INT(sl_kern_attn_f16(out, q, NULL, v, 64, 1, st, 1, false, sc),
+               SL_ERR_INVALID_ARG);
+  sl_free(sc);
+  sl_free(v);
+  sl_free(k);
+}
+
+int main(void) {
+  sl_kern_isa isas[3];
+  int ni = isa_list(isas);
+  fprintf(stderr, "ISA levels here:");
+  for (int i = 0; i < ni; i++)
+    fprintf(stderr, " %s", sl_kern_isa_name(isas[i]));
+  fprintf(stderr, " (default %s)\n", sl_kern_isa_name(sl_kern_cpu_isa()));
+  RUN(test_f16_roundtrip);
+  RUN(test_type_info);
+  RUN(test_dequant);
+  RUN(test_quantize_act);
+  RUN(test_vec_dot_scalar_vs_f64);
+  RUN(test_matmul);
+  RUN(test_pool);
+  RUN(test_small_ops);
+  RUN(test_f32_to_f16);
+  RUN(test_attn_f16);
+  return sl_test_finish();
+}

@@ -1,0 +1,421 @@
+/* Server request parsing: OpenAI chat / completions and Anthropic messages
+ * bodies -> validated requests, or errors with the right HTTP status, code
+ * and param; the API error shapes; the UTF-8 checks; allocation failures at
+ * every step (no leaks, no crash, a 500). */
+#include <string.h>
+
+#include "harness.h"
+#include "server/server_impl.h"
+#include "sluice/util.h"
+
+static const char *names[] = {"smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                              "default"};
+static const sl_srv_limits lim = {names, 3, 2048};
+
+static sl_status parse(sl_srv_api api, const char *body, sl_srv_request *r,
+                       sl_srv_error *e) {
+  return sl__srv_parse(api, body, strlen(body), &lim, r, e);
+}
+
+static void test_chat_ok(void) {
+  sl_srv_request r;
+  sl_srv_error e;
+  CHECK_OK(parse(SL_SRV_CHAT,
+                 "{\"model\":\"smollm2\",\"messages\":[{\"role\":\"system\","
+                 "\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
+                 "[{\"type\":\"text\",\"text\":\"Hi \"},{\"type\":\"text\","
+                 "\"text\":\"there\"}]}]}",
+                 &r, &e));
+  CHECK_EQ_INT(sl_jv_len(r.messages), 2);
+  const sl_jv *m1 = sl_jv_list_get(r.messages, 1);
+  CHECK(strcmp(sl_jv_str(sl_jv_dict_get(m1, "role")), "user") == 0);
+  CHECK(strcmp(sl_jv_str(sl_jv_dict_get(m1, "content")), "Hi there") == 0);
+  CHECK(!r.stream && !r.max_tokens_set && !r.logprobs);
+  CHECK(r.gen.top_logprobs == -1);
+  CHECK(r.gen.sampling.temperature == 1.0f && r.gen.sampling.top_p == 1.0f);
+  CHECK_EQ_INT(r.gen.n_stop, 0);
+  sl__srv_request_free(&r);
+
+  CHECK_OK(parse(SL_SRV_CHAT,
+                 "{\"model\":\"default\",\"messages\":[{\"role\":\"developer\","
+                 "\"content\":\"x\"},{\"role\":\"assistant\",\"content\":null},"
+                 "{\"role\":\"user\",\"content\":\"q\"}],\"stream\":true,"
+                 "\"stream_options\":{\"include_usage\":true},\"stop\":"
+                 "[\"\\n\\n\",\"END\",\"\"],\"max_completion_tokens\":7,"
+                 "\"temperature\":0,\"top_p\":0.5,\"seed\":42,\"logprobs\":true,"
+                 "\"top_logprobs\":3,\"n\":1,\"response_format\":{\"type\":"
+                 "\"text\"},\"tools\":[],\"user\":\"u1\"}",
+                 &r, &e));
+  CHECK(r.stream && r.include_usage && r.logprobs);
+  CHECK_EQ_INT(r.top_logprobs, 3);
+  CHECK_EQ_INT(r.gen.top_logprobs, 3);
+  CHECK_EQ_INT(r.gen.max_tokens, 7);
+  CHECK(r.max_tokens_set);
+  CHECK(r.gen.sampling.temperature == 0.0f && r.gen.sampling.top_p == 0.5f);
+  CHECK(r.gen.sampling.seed == 42);
+  CHECK_EQ_INT(r.gen.n_stop, 2); /* the empty stop string is dropped */
+  CHECK(strcmp(r.gen.stop[0], "\n\n") == 0 && strcmp(r.gen.stop[1], "END") == 0);
+  CHECK(strcmp(sl_jv_str(sl_jv_dict_get(sl_jv_list_get(r.messages, 0),
+                                        "role")),
+               "system") == 0);
+  CHECK(strcmp(sl_jv_str(sl_jv_dict_get(sl_jv_list_get(r.messages, 1),
+                                        "content")),
+               "") == 0);
+  sl__srv_request_free(&r);
+
+  CHECK_OK(parse(SL_SRV_CHAT,
+                 "{\"model\":\"smollm2\",\"messages\":[{\"role\":\"user\","
+                 "\"content\":\"x\"}],\"stop\":\"###\",\"max_tokens\":2048}",
+                 &r, &e));
+  CHECK_EQ_INT(r.gen.n_stop, 1);
+  CHECK(strcmp(r.gen.stop[0], "###") == 0);
+  CHECK_EQ_INT(r.gen.max_tokens, 2048);
+  sl__srv_request_free(&r);
+}
+
+static void test_completions_ok(void) {
+  sl_srv_request r;
+  sl_srv_error e;
+  CHECK_OK(parse(SL_SRV_COMPLETIONS,
+                 "{\"model\":\"smollm2\",\"prompt\":\"Once upon\","
+                 "\"logprobs\":2}",
+                 &r, &e));
+  CHECK(r.prompt && strcmp(r.prompt, "Once upon") == 0);
+  CHECK_EQ_INT(r.prompt_len, 9);
+  CHECK_EQ_INT(r.gen.max_tokens, 16); /* the API's default */
+  CHECK(r.logprobs);
+  CHECK_EQ_INT(r.gen.top_logprobs, 2);
+  sl__srv_request_free(&r);
+
+  CHECK_OK(parse(SL_SRV_COMPLETIONS,
+                 "{\"model\":\"smollm2\",\"prompt\":[1,2,3],\"max_tokens\":5,"
+                 "\"logprobs\":0}",
+                 &r, &e));
+  CHECK(!r.prompt && r.n_prompt_ids == 3 && r.prompt_ids[2] == 3);
+  CHECK_EQ_INT(r.gen.max_tokens, 5);
+  CHECK(r.logprobs);
+  CHECK_EQ_INT(r.gen.top_logprobs, 0);
+  sl__srv_request_free(&r);
+
+  CHECK_OK(parse(SL_SRV_COMPLETIONS,
+                 "{\"model\":\"smollm2\",\"prompt\":[\"only one\"]}", &r, &e));
+  CHECK(r.prompt && strcmp(r.prompt, "only one") == 0);
+  sl__srv_request_free(&r);
+  CHECK_OK(parse(SL_SRV_COMPLETIONS,
+                 "{\"model\":\"smollm2\",\"prompt\":[[5,6]]}", &r, &e));
+  CHECK_EQ_INT(r.n_prompt_ids, 2);
+  sl__srv_request_free(&r);
+}
+
+static void test_messages_ok(void) {
+  sl_srv_request r;
+  sl_srv_error e;
+  CHECK_OK(parse(SL_SRV_MESSAGES,
+                 "{\"model\":\"SmolLM2-135M-Instruct.Q4_1.gguf\",\"max_tokens\""
+                 ":32,\"system\":[{\"type\":\"text\",\"text\":\"S1\"},{\"type\":"
+                 "\"text\",\"text\":\"S2\"}],\"messages\":[{\"role\":\"user\","
+                 "\"content\":\"hello\"},{\"role\":\"assistant\",\"content\":"
+                 "[{\"type\":\"text\",\"text\":\"hi\"}]},{\"role\":\"user\","
+                 "\"content\":\"more\"}],\"stop_sequences\":[\"\\n\"],"
+                 "\"temperature\":0.2,\"top_k\":5,\"top_p\":0.9,\"stream\":true,"
+                 "\"metadata\":{\"user_id\":\"x\"}}",
+                 &r, &e));
+  CHECK_EQ_INT(sl_jv_len(r.messages), 4);
+  const sl_jv *sys = sl_jv_list_get(r.messages, 0);
+  CHECK(strcmp(sl_jv_str(sl_jv_dict_get(sys, "role")), "system") == 0);
+  CHECK(strcmp(sl_jv_str(sl_jv_dict_get(sys, "content")), "S1S2") == 0);
+  CHECK(r.stream && r.max_tokens_set && r.gen.max_tokens == 32);
+  CHECK(r.gen.sampling.top_k == 5);
+  CHECK_EQ_INT(r.gen.n_stop, 1);
+  sl__srv_request_free(&r);
+}
+
+typedef struct bad_case {
+  sl_srv_api api;
+  const char *body;
+  int http;
+  const char *code;  /* NULL: not checked */
+  const char *param; /* NULL: not checked */
+} bad_case;
+
+#define CHAT_MSGS "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]"
+#define M "\"model\":\"smollm2\""
+
+static const bad_case bad[] = {
+    {SL_SRV_CHAT, "{", 400, "invalid_json", NULL},
+    {SL_SRV_CHAT, "", 400, "invalid_json", NULL},
+    {SL_SRV_CHAT, "[]", 400, "invalid_json", NULL},
+    {SL_SRV_CHAT, "{\"a\":1,\"a\":2}", 400, "invalid_json", NULL},
+    {SL_SRV_CHAT, "{\"model\":\"\xff\"}", 400, "invalid_utf8", NULL},
+    {SL_SRV_CHAT, "{\"model\":\"\xc0\x80\"}", 400, "invalid_utf8", NULL},
+    {SL_SRV_CHAT, "{\"model\":\"\xed\xa0\x80\"}", 400, "invalid_utf8", NULL},
+    {SL_SRV_CHAT, "{" CHAT_MSGS "}", 400, "missing_required_parameter",
+     "model"},
+    {SL_SRV_CHAT, "{\"model\":5," CHAT_MSGS "}", 400, "invalid_type", "model"},
+    {SL_SRV_CHAT, "{\"model\":\"gpt-9\"," CHAT_MSGS "}", 404,
+     "model_not_found", "model"},
+    {SL_SRV_CHAT, "{" M "}", 400, "missing_required_parameter", "messages"},
+    {SL_SRV_CHAT, "{" M ",\"messages\":[]}", 400, "invalid_value", "messages"},
+    {SL_SRV_CHAT, "{" M ",\"messages\":\"hi\"}", 400, "invalid_type",
+     "messages"},
+    {SL_SRV_CHAT, "{" M ",\"messages\":[5]}", 400, "invalid_type",
+     "messages[0]"},
+    {SL_SRV_CHAT, "{" M ",\"messages\":[{\"content\":\"x\"}]}", 400,
+     "missing_required_parameter", "messages[0]"},
+    {SL_SRV_CHAT, "{" M ",\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}",
+     400, "invalid_value", "messages[0]"},
+    {SL_SRV_CHAT, "{" M ",\"messages\":[{\"role\":\"user\",\"content\":5}]}",
+     400, "invalid_type", "messages[0].content"},
+    {SL_SRV_CHAT, "{" M ",\"messages\":[{\"role\":\"user\"}]}", 400,
+     "missing_required_parameter", "messages[0].content"},
+    {SL_SRV_CHAT,
+     "{" M ",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+     "\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
+     400, "unsupported_parameter", "messages[0].content"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"temperature\":\"hot\"}", 400,
+     "invalid_type", "temperature"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"temperature\":3}", 400,
+     "invalid_value", "temperature"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"top_p\":1.5}", 400, "invalid_value",
+     "top_p"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"max_tokens\":0}", 400,
+     "invalid_value", "max_tokens"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"max_tokens\":-5}", 400,
+     "invalid_value", "max_tokens"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"max_tokens\":2049}", 400,
+     "invalid_value", "max_tokens"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"max_tokens\":99999999999999}", 400,
+     "invalid_value", "max_tokens"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"max_tokens\":\"10\"}", 400,
+     "invalid_type", "max_tokens"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"max_completion_tokens\":1.5}", 400,
+     "invalid_type", "max_completion_tokens"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"n\":2}", 400,
+     "unsupported_parameter", "n"},
+    {SL_SRV_CHAT,
+     "{" M "," CHAT_MSGS ",\"response_format\":{\"type\":\"json_object\"}}",
+     400, "unsupported_parameter", "response_format"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"response_format\":\"json\"}", 400,
+     "invalid_type", "response_format"},
+    {SL_SRV_CHAT,
+     "{" M "," CHAT_MSGS
+     ",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\"]}",
+     400, "invalid_value", "stop"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"stop\":[1]}", 400, "invalid_type",
+     "stop"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"stop\":7}", 400, "invalid_type",
+     "stop"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"top_logprobs\":2}", 400,
+     "invalid_value", "top_logprobs"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"logprobs\":true,\"top_logprobs\":21}",
+     400, "invalid_value", "top_logprobs"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"logprobs\":1}", 400, "invalid_type",
+     "logprobs"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"stream\":\"yes\"}", 400,
+     "invalid_type", "stream"},
+    {SL_SRV_CHAT,
+     "{" M "," CHAT_MSGS ",\"stream_options\":{\"include_usage\":true}}", 400,
+     "invalid_value", "stream_options"},
+    {SL_SRV_CHAT,
+     "{" M "," CHAT_MSGS ",\"tools\":[{\"type\":\"function\"}]}", 400,
+     "unsupported_parameter", "tools"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"seed\":1.5}", 400, "invalid_type",
+     "seed"},
+    {SL_SRV_COMPLETIONS, "{" M "}", 400, "missing_required_parameter",
+     "prompt"},
+    {SL_SRV_COMPLETIONS, "{" M ",\"prompt\":\"\"}", 400, "invalid_value",
+     "prompt"},
+    {SL_SRV_COMPLETIONS, "{" M ",\"prompt\":[]}", 400, "invalid_value",
+     "prompt"},
+    {SL_SRV_COMPLETIONS, "{" M ",\"prompt\":[1,-1]}", 400, "invalid_type",
+     "prompt"},
+    {SL_SRV_COMPLETIONS, "{" M ",\"prompt\":[1,\"a\"]}", 400, "invalid_type",
+     "prompt"},
+    {SL_SRV_COMPLETIONS, "{" M ",\"prompt\":[\"a\",\"b\"]}", 400,
+     "unsupported_parameter", "prompt"},
+    {SL_SRV_COMPLETIONS, "{" M ",\"prompt\":{}}", 400, "invalid_type",
+     "prompt"},
+    {SL_SRV_COMPLETIONS, "{" M ",\"prompt\":\"a\",\"echo\":true}", 400,
+     "unsupported_parameter", "echo"},
+    {SL_SRV_COMPLETIONS, "{" M ",\"prompt\":\"a\",\"suffix\":\"b\"}", 400,
+     "unsupported_parameter", "suffix"},
+    {SL_SRV_COMPLETIONS, "{" M ",\"prompt\":\"a\",\"logprobs\":21}", 400,
+     "invalid_value", "logprobs"},
+    {SL_SRV_COMPLETIONS, "{" M ",\"prompt\":\"a\",\"best_of\":3}", 400,
+     "unsupported_parameter", "best_of"},
+    {SL_SRV_MESSAGES, "{" M "," CHAT_MSGS "}", 400,
+     "missing_required_parameter", "max_tokens"},
+    {SL_SRV_MESSAGES, "{" M "," CHAT_MSGS ",\"max_tokens\":null}", 400,
+     "invalid_type", "max_tokens"},
+    {SL_SRV_MESSAGES, "{" M "," CHAT_MSGS ",\"max_tokens\":0}", 400,
+     "invalid_value", "max_tokens"},
+    {SL_SRV_MESSAGES, "{" M ",\"max_tokens\":5}", 400,
+     "missing_required_parameter", "messages"},
+    {SL_SRV_MESSAGES, "{" M ",\"max_tokens\":5,\"messages\":[]}", 400,
+     "invalid_value", "messages"},
+    {SL_SRV_MESSAGES,
+     "{" M ",\"max_tokens\":5,\"messages\":[{\"role\":\"system\",\"content\":"
+     "\"x\"}]}",
+     400, "invalid_value", "messages.0"},
+    {SL_SRV_MESSAGES, "{" M ",\"max_tokens\":5,\"system\":5," CHAT_MSGS "}",
+     400, "invalid_type", "system"},
+    {SL_SRV_MESSAGES,
+     "{" M ",\"max_tokens\":5," CHAT_MSGS ",\"stop_sequences\":\"x\"}", 400,
+     "invalid_type", "stop_sequences"},
+    {SL_SRV_MESSAGES, "{" M ",\"max_tokens\":5," CHAT_MSGS ",\"temperature\":1.5}",
+     400, "invalid_value", "temperature"},
+    {SL_SRV_MESSAGES, "{" M ",\"max_tokens\":5," CHAT_MSGS ",\"top_k\":-1}",
+     400, "invalid_value", "top_k"},
+    {SL_SRV_MESSAGES,
+     "{" M ",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":"
+     "[{\"type\":\"image\",\"source\":{}}]}]}",
+     400, "unsupported_parameter", "messages.0.content"},
+    {SL_SRV_MESSAGES,
+     "{" M ",\"max_tokens\":5," CHAT_MSGS ",\"thinking\":{\"type\":\"enabled\","
+     "\"budget_tokens\":1000}}",
+     400, "unsupported_parameter", "thinking"},
+    {SL_SRV_MESSAGES, "{\"model\":\"claude-3\",\"max_tokens\":5," CHAT_MSGS "}",
+     404, "model_not_found", "model"},
+};
+
+static void test_bad_inputs(void) {
+  size_t live = sl_malloc_live_bytes();
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    const bad_case *b = &bad[i];
+    sl_srv_request r;
+    sl_srv_error e;
+    sl_status st = parse(b->api, b->body, &r, &e);
+    CHECK_MSG(st != SL_OK, "case %zu accepted: %s", i, b->body);
+    if (st == SL_OK) {
+      sl__srv_request_free(&r);
+      continue;
+    }
+    CHECK_MSG(e.http == b->http, "case %zu: http %d, want %d (%s)", i, e.http,
+              b->http, e.message);
+    if (b->code)
+      CHECK_MSG(strcmp(e.code, b->code) == 0, "case %zu: code '%s', want '%s'"
+                " (%s)", i, e.code, b->code, e.message);
+    if (b->param)
+      CHECK_MSG(strcmp(e.param, b->param) == 0,
+                "case %zu: param '%s', want '%s'", i, e.param, b->param);
+    CHECK_MSG(e.message[0] != 0, "case %zu: no message", i);
+    CHECK(r.messages == NULL && r.model == NULL && r.prompt == NULL);
+  }
+  CHECK_EQ_INT(sl_malloc_live_bytes(), live);
+}
+
+static void test_error_shapes(void) {
+  sl_srv_error e;
+  sl__srv_error_set(&e, 400, "invalid_value", "max_tokens", "bad %d", 7);
+  json_t *o = sl__srv_error_json(SL_SRV_FAMILY_OPENAI, &e);
+  json_t *err = json_object_get(o, "error");
+  CHECK(json_is_object(err));
+  CHECK(strcmp(json_string_value(json_object_get(err, "message")), "bad 7") == 0);
+  CHECK(strcmp(json_string_value(json_object_get(err, "type")),
+               "invalid_request_error") == 0);
+  CHECK(strcmp(json_string_value(json_object_get(err, "param")), "max_tokens") == 0);
+  CHECK(strcmp(json_string_value(json_object_get(err, "code")), "invalid_value") == 0);
+  CHECK(json_object_get(err, "estimated_bytes") == NULL);
+  json_decref(o);
+
+  sl__srv_error_set(&e, 400, "prefill_memory_exceeded", NULL, "too big");
+  e.est_bytes = 1000;
+  e.limit_bytes = 10;
+  o = sl__srv_error_json(SL_SRV_FAMILY_OPENAI, &e);
+  err = json_object_get(o, "error");
+  CHECK(json_is_null(json_object_get(err, "param")));
+  CHECK(json_integer_value(json_object_get(err, "estimated_bytes")) == 1000);
+  CHECK(json_integer_value(json_object_get(err, "limit_bytes")) == 10);
+  json_decref(o);
+
+  sl__srv_error_set(&e, 500, NULL, NULL, "boom");
+  o = sl__srv_error_json(SL_SRV_FAMILY_OPENAI, &e);
+  err = json_object_get(o, "error");
+  CHECK(strcmp(json_string_value(json_object_get(err, "type")), "server_error") == 0);
+  CHECK(json_is_null(json_object_get(err, "code")));
+  json_decref(o);
+
+  static const struct {
+    int http;
+    const char *type;
+  } ant[] = {{400, "invalid_request_error"}, {401, "authentication_error"},
+             {404, "not_found_error"},       {413, "request_too_large"},
+             {500, "api_error"},             {503, "overloaded_error"}};
+  for (size_t i = 0; i < sizeof ant / sizeof ant[0]; i++) {
+    sl__srv_error_set(&e, ant[i].http, "x", NULL, "m\xff"); /* lossy */
+    o = sl__srv_error_json(SL_SRV_FAMILY_ANTHROPIC, &e);
+    CHECK(strcmp(json_string_value(json_object_get(o, "type")), "error") == 0);
+    err = json_object_get(o, "error");
+    CHECK(strcmp(json_string_value(json_object_get(err, "type")),
+                 ant[i].type) == 0);
+    CHECK(strcmp(json_string_value(json_object_get(err, "message")),
+                 "m\xEF\xBF\xBD") == 0);
+    CHECK_EQ_INT(json_object_size(err), 2);
+    json_decref(o);
+  }
+}
+
+static void test_utf8(void) {
+  CHECK(sl__utf8_valid("", 0));
+  CHECK(sl__utf8_valid("h\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 10));
+  CHECK(!sl__utf8_valid("\xc0\x80", 2));         /* overlong NUL */
+  CHECK(!sl__utf8_valid("\xe0\x80\xaf", 3));     /* overlong / */
+  CHECK(!sl__utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
+  CHECK(!sl__utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
+  CHECK(!sl__utf8_valid("\xe2\x82", 2));         /* truncated */
+  CHECK(!sl__utf8_valid("\x80", 1));
+  CHECK(!sl__utf8_valid("\xf8\x88\x80\x80\x80", 5));
+  CHECK(sl__utf8_valid("\xf4\x8f\xbf\xbf", 4));
+  CHECK_EQ_INT(sl__utf8_valid_prefix("ab\xe2\x82", 4), 2);
+  CHECK_EQ_INT(sl__utf8_valid_prefix("ab\xe2\x82\xac", 5), 5);
+  json_t *s = sl__json_str_lossy("a\xff" "b", 3);
+  CHECK(s && strcmp(json_string_value(s), "a\xEF\xBF\xBD" "b") == 0);
+  json_decref(s);
+}
+
+/* Fails the Nth allocation for every N the parse makes: each attempt ends in
+ * SL_OK or a 500 out-of-memory error, and nothing leaks. */
+static void test_alloc_failures(void) {
+  const char *bodies[] = {
+      "{" M ",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+      "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]}],"
+      "\"stop\":[\"x\",\"y\"],\"logprobs\":true}",
+      "{" M ",\"prompt\":[1,2,3],\"stop\":\"z\"}",
+      "{" M ",\"max_tokens\":4,\"system\":\"s\",\"messages\":[{\"role\":"
+      "\"user\",\"content\":\"q\"}],\"stop_sequences\":[\"k\"]}"};
+  const sl_srv_api apis[] = {SL_SRV_CHAT, SL_SRV_COMPLETIONS, SL_SRV_MESSAGES};
+  for (int b = 0; b < 3; b++) {
+    int ok_at = -1;
+    for (int n = 1; n < 400 && ok_at < 0; n++) {
+      size_t live = sl_malloc_live_bytes();
+      sl_srv_request r;
+      sl_srv_error e;
+      sl_malloc_fail_after((uint64_t)n);
+      sl_status st = parse(apis[b], bodies[b], &r, &e);
+      sl_malloc_fail_after(0);
+      if (st == SL_OK) {
+        ok_at = n;
+        sl__srv_request_free(&r);
+      } else {
+        CHECK_MSG(e.http == 500 || e.http == 400, "body %d n %d: http %d (%s)",
+                  b, n, e.http, e.message);
+      }
+      CHECK_MSG(sl_malloc_live_bytes() == live, "body %d n %d leaks %zu", b,
+                n, sl_malloc_live_bytes() - live);
+    }
+    CHECK_MSG(ok_at > 1, "body %d never needed an allocation or never passed",
+              b);
+  }
+}
+
+int main(void) {
+  sl__srv_json_init();
+  RUN(test_chat_ok);
+  RUN(test_completions_ok);
+  RUN(test_messages_ok);
+  RUN(test_bad_inputs);
+  RUN(test_error_shapes);
+  RUN(test_utf8);
+  RUN(test_alloc_failures);
+  return sl_test_finish();
+}

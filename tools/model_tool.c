@@ -1,0 +1,94 @@
+/* sl_model_tool: the forward pass, driven from Python tests.
+ *
+ *   sl_model_tool logits MODEL < ids     one sequence of token ids per line;
+ *                                         writes every position's logits as
+ *                                         little-endian float32 to stdout
+ *   sl_model_tool greedy MODEL N < ids   greedy continuation of N tokens per
+ *                                         line; prints the ids, one line each
+ *
+ * Each line runs in a fresh KV cache. Exit 1 with a message on error. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sluice/memsync.h"
+#include "sluice/model.h"
+#include "sluice/util.h"
+
+static int read_line_ids(FILE *f, int32_t *ids, int cap) {
+  char line[1 << 16];
+  if (!fgets(line, sizeof line, f))
+    return -1;
+  int n = 0;
+  char *p = line, *end;
+  while (n < cap) {
+    long v = strtol(p, &end, 10);
+    if (end == p)
+      break;
+    ids[n++] = (int32_t)v;
+    p = end;
+  }
+  return n;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3 || (strcmp(argv[1], "logits") && strcmp(argv[1], "greedy"))) {
+    fprintf(stderr, "usage: sl_model_tool logits|greedy MODEL [N] < ids\n");
+    return 2;
+  }
+  bool greedy = strcmp(argv[1], "greedy") == 0;
+  int n_gen = greedy && argc > 3 ? atoi(argv[3]) : 0;
+  char err[512];
+  sl_status st;
+  sl_model_t *m = sl_model_load(argv[2], &st, err, sizeof err);
+  if (!m) {
+    fprintf(stderr, "sl_model_tool: %s\n", err);
+    return 1;
+  }
+  const sl_model_hparams *hp = sl_model_hparams_of(m);
+  int n_ctx = 2048;
+  sl_stream_t *s = sl_thread_stream(sl_cpu_device());
+  sl_ctx_t *c;
+  if ((st = sl_ctx_create(m, s, n_ctx, 0, &c)) != SL_OK) {
+    fprintf(stderr, "sl_model_tool: context: %s\n", sl_status_str(st));
+    return 1;
+  }
+  int32_t *ids = sl_malloc(sizeof(int32_t) * (size_t)n_ctx);
+  float *logits = sl_malloc(sizeof(float) * (size_t)hp->n_vocab * (size_t)n_ctx);
+  int rc = 0, n;
+  while (rc == 0 && (n = read_line_ids(stdin, ids, n_ctx)) >= 0) {
+    if (n == 0)
+      continue;
+    sl_ctx_truncate(c, 0);
+    if (!greedy) {
+      st = sl_ctx_eval(c, ids, n, logits, true);
+      if (st == SL_OK)
+        fwrite(logits, sizeof(float), (size_t)n * (size_t)hp->n_vocab, stdout);
+    } else {
+      st = sl_ctx_eval(c, ids, n, logits, false);
+      for (int i = 0; st == SL_OK && i < n_gen; i++) {
+        int32_t best = 0;
+        for (int64_t v = 1; v < hp->n_vocab; v++)
+          if (logits[v] > logits[best])
+            best = (int32_t)v;
+        printf(i ? " %d" : "%d", best);
+        if (i + 1 < n_gen)
+          st = sl_ctx_eval(c, &best, 1, logits, false);
+      }
+      printf("\n");
+    }
+    fflush(stdout);
+    if (st != SL_OK) {
+      fprintf(stderr, "sl_model_tool: eval: %s\n", sl_status_str(st));
+      rc = 1;
+    }
+  }
+  sl_free(logits);
+  sl_free(ids);
+  sl_ctx_free(c);
+  sl_sync_and_clear_cache(s);
+  sl_model_free(m);
+  sl_clear_thread_streams();
+  sl_rt_shutdown();
+  return rc;
+}

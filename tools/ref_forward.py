@@ -1,0 +1,144 @@
+"""Float64 reference forward pass of a llama-family GGUF model (weights
+dequantized with the gguf package), to see how far sluice and llama.cpp each
+are from exact arithmetic on the same quantized weights.
+
+    python3 tools/ref_forward.py [--model M] [--tool build/sl_model_tool]
+                                 [--seqs 4] [--len 128]
+
+Runs --seqs sequences of --len tokens (from the tokenizer corpus) through the
+reference, llama.cpp (llama-cpp-python) and sl_model_tool (once per CPU ISA in
+SLUICE_ISAS, default "scalar avx2"), and prints, per engine, the mean / p99 /
+max relative L2 error of the logits against float64 and top-1 agreement with
+float64, plus each engine against llama.cpp.
+"""
+import argparse
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import gguf
+import numpy as np
+from gguf.quants import dequantize
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Ref:
+    def __init__(self, path):
+        self.r = gguf.GGUFReader(path)
+        self.T = {t.name: t for t in self.r.tensors}
+        f = self.field
+        self.nl = int(f("llama.block_count"))
+        self.eps = float(f("llama.attention.layer_norm_rms_epsilon"))
+        self.nh = int(f("llama.attention.head_count"))
+        self.nkv = int(f("llama.attention.head_count_kv"))
+        self.base = float(f("llama.rope.freq_base"))
+        self.d = int(f("llama.embedding_length"))
+        self.hd = self.d // self.nh
+        self.E = self.W("token_embd.weight")
+
+    def field(self, key):
+        v = self.r.fields[key]
+        return v.parts[v.data[0]][0]
+
+    def W(self, name):
+        t = self.T[name]
+        a = dequantize(t.data, t.tensor_type).astype(np.float64)
+        shape = [int(x) for x in reversed(t.shape)]
+        return a.reshape(shape) if len(shape) > 1 else a.reshape(-1)
+
+    def rms(self, x, w):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps) * w
+
+    def rope(self, x, nheads):
+        # x: (n, nheads*hd); llama NORM mode: pairs (2i, 2i+1)
+        n = x.shape[0]
+        hd = self.hd
+        i = np.arange(hd // 2)
+        theta = np.arange(n)[:, None] * self.base ** (-2.0 * i / hd)[None, :]
+        c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+        v = x.reshape(n, nheads, hd // 2, 2)
+        x0, x1 = v[..., 0], v[..., 1]
+        out = np.stack([x0 * c - x1 * s, x0 * s + x1 * c], -1)
+        return out.reshape(n, nheads * hd)
+
+    def forward(self, ids):
+        x = self.E[np.array(ids)].copy()
+        n, hd, nh, nkv = len(ids), self.hd, self.nh, self.nkv
+        mask = np.triu(np.full((n, n), -np.inf), 1)
+        for l in range(self.nl):
+            p = f"blk.{l}."
+            xn = self.rms(x, self.W(p + "attn_norm.weight"))
+            q = self.rope(xn @ self.W(p + "attn_q.weight").T, nh)
+            k = self.rope(xn @ self.W(p + "attn_k.weight").T, nkv)
+            v = xn @ self.W(p + "attn_v.weight").T
+            att = np.empty((n, nh * hd))
+            for h in range(nh):
+                kh = h // (nh // nkv)
+                s = q[:, h * hd:(h + 1) * hd] @ k[:, kh * hd:(kh + 1) * hd].T
+                s = s / np.sqrt(hd) + mask
+                s = np.exp(s - s.max(1, keepdims=True))
+                s /= s.sum(1, keepdims=True)
+                att[:, h * hd:(h + 1) * hd] = s @ v[:, kh * hd:(kh + 1) * hd]
+            x = x + att @ self.W(p + "attn_output.weight").T
+            xn = self.rms(x, self.W(p + "ffn_norm.weight"))
+            g = xn @ self.W(p + "ffn_gate.weight").T
+            u = xn @ self.W(p + "ffn_up.weight").T
+            x = x + (g / (1 + np.exp(-g)) * u) @ self.W(p + "ffn_down.weight").T
+        xn = self.rms(x, self.W("output_norm.weight"))
+        out = self.T.get("output.weight")
+        return xn @ (self.W("output.weight") if out else self.E).T
+
+
+def rel(a, b):
+    return np.linalg.norm(a - b, axis=-1) / np.linalg.norm(b, axis=-1)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=str(ROOT / "models" /
+                                           "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--tool", default=str(ROOT / "build" / "sl_model_tool"))
+    ap.add_argument("--seqs", type=int, default=4)
+    ap.add_argument("--len", type=int, default=128)
+    a = ap.parse_args()
+    import llama_cpp
+    llm = llama_cpp.Llama(model_path=a.model, n_ctx=2048, logits_all=True,
+                          n_threads=2, verbose=False)
+    items = json.loads((ROOT / "tests" / "py" /
+                        "corpus_tokenize.json").read_text())
+    toks = []
+    for it in items:
+        if it.get("text", "").strip():
+            toks += llm.tokenize(it["text"].encode("utf-8", "replace"),
+                                 add_bos=False, special=False)
+    seqs = [toks[i * a.len:(i + 1) * a.len] for i in range(a.seqs)]
+    ref = Ref(a.model)
+    R = np.concatenate([ref.forward(s) for s in seqs])
+    L = []
+    for s in seqs:
+        llm.reset()
+        llm.eval(s)
+        L.append(np.array(llm.scores[:len(s)], dtype=np.float64))
+    L = np.concatenate(L)
+    engines = {"llama.cpp": L}
+    inp = "".join(" ".join(map(str, s)) + "\n" for s in seqs).encode()
+    for isa in os.environ.get("SLUICE_ISAS", "scalar avx2").split():
+        o = subprocess.run([a.tool, "logits", a.model], input=inp,
+                           capture_output=True, check=True,
+                           env=dict(os.environ, SLUICE_CPU_ISA=isa)).stdout
+        engines["sluice-" + isa] = np.frombuffer(o, np.float32).reshape(
+            R.shape).astype(np.float64)
+    for name, X in engines.items():
+        e = rel(X, R)
+        el = rel(X, L)
+        print(f"{name:14s} vs fp64: mean {e.mean():.5f} p99 "
+              f"{np.percentile(e, 99):.5f} max {e.max():.5f} top1 "
+              f"{(X.argmax(1) == R.argmax(1)).mean():.4f} | vs llama.cpp: "
+              f"mean {el.mean():.5f} top1 "
+              f"{(X.argmax(1) == L.argmax(1)).mean():.4f}")
+
+
+if __name__ == "__main__":
+    main()
