@@ -5,5 +5,6 @@
 
 int sl_bench_memsync_main(int argc, char **argv);
 int sl_bench_model_main(int argc, char **argv);
+int sl_bench_serve_main(int argc, char **argv);
 
 #endif

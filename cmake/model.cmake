@@ -16,6 +16,7 @@ endif()
 # The engine's and the kernels' threads run under TSan too.
 foreach(t test_engine test_kern_cpu)
   if(TEST ${t})
-    set_tests_properties(${t} PROPERTIES LABELS "c;threaded")
+    # the engine test runs the real model: minutes under TSan
+    set_tests_properties(${t} PROPERTIES LABELS "c;threaded" TIMEOUT 1800)
   endif()
 endforeach()

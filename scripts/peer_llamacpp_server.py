@@ -115,7 +115,13 @@ def run_fallback(a, name):
                 chunk(b"data: [DONE]\n\n")
                 self.wfile.write(b"0\r\n\r\n")
 
-    srv = ThreadingHTTPServer((a.host, a.port), Handler)
+    class Server(ThreadingHTTPServer):
+        # socketserver's default backlog of 5 drops connections when 16
+        # clients connect at once (the benchmark's N = 16)
+        request_queue_size = 128
+        daemon_threads = True
+
+    srv = Server((a.host, a.port), Handler)
     print("peer: serving %s at http://%s:%d (fallback)" %
           (name, a.host, a.port), file=sys.stderr, flush=True)
     try:

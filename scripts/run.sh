@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on a fresh Debian machine: installs what sluice needs, fetches
-# the default model, builds, and runs sluice. Until `sluice serve` exists the
+# the default model, builds, and runs `sluice serve`, which
 # main job is the runtime's seed experiment (`sluice bench memsync`).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -9,4 +9,4 @@ SLUICE_SKIP_PIP=1 bash scripts/install-deps.sh
 bash scripts/fetch-default-model.sh >/dev/null
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$(nproc)"
-exec ./build/sluice bench memsync "$@"
+exec ./build/sluice serve "$@"

@@ -16,6 +16,13 @@
 #include "sluice/tokenizer.h"
 #include "sluice/util.h"
 
+/* Under TSan everything runs ~10x slower: the same checks on less work. */
+#if defined(__SANITIZE_THREAD__)
+#define QUICK 1
+#else
+#define QUICK 0
+#endif
+
 static sl_model_t *g_model;
 static sl_tokenizer_t *g_tok;
 
@@ -133,8 +140,8 @@ static sl_engine_t *make_engine(int max_memory_mb, const sl__engine_test_hooks *
   sl_engine_config cfg = sl_engine_config_defaults();
   cfg.n_ctx = 1024;
   cfg.max_seqs = 8;
-  cfg.prefill_chunk = 64;
-  cfg.max_batched_tokens = 128;
+  cfg.prefill_chunk = QUICK ? 16 : 64;
+  cfg.max_batched_tokens = QUICK ? 32 : 128;
   cfg.kv_block_tokens = 16;
   cfg.clear_every_tokens = 8;
   cfg.hot_loop_steps = 4;
@@ -155,10 +162,10 @@ static void test_clear_sites_normal_path(void) {
   CHECK(e != NULL);
   if (!e)
     return;
-  char *text = long_text(12); /* ~250 tokens: several 64-token chunks */
+  char *text = long_text(QUICK ? 3 : 12); /* several prefill chunks */
   int32_t *ids;
   int n = tokenize(text, &ids);
-  CHECK(n > 130);
+  CHECK(n > (QUICK ? 40 : 130));
   result a, b;
   result_init(&a);
   result_init(&b);
@@ -183,7 +190,7 @@ static void test_clear_sites_normal_path(void) {
 }
 
 static void test_error_ladders(void) {
-  char *text = long_text(12);
+  char *text = long_text(QUICK ? 3 : 12);
   int32_t *ids;
   int n = tokenize(text, &ids);
   struct {
@@ -250,7 +257,7 @@ static void test_batching_invariance_and_prefix_cache(void) {
       "The capital of France is", "def add(a, b):\n    return",
       "Once upon a time", "1, 2, 3, 4,", "The best way to learn C is",
       "In 1492, Columbus", "Water boils at", "My favourite colour is"};
-  int np = 8;
+  int np = QUICK ? 3 : 8;
   int32_t *ids[8];
   int n[8];
   for (int i = 0; i < np; i++)
@@ -275,7 +282,7 @@ static void test_batching_invariance_and_prefix_cache(void) {
               "prompt %d differs when batched", i);
   }
   /* prefix cache: a long prompt twice; the second reuses full blocks */
-  char *text = long_text(6);
+  char *text = long_text(QUICK ? 2 : 6);
   int32_t *lids;
   int ln = tokenize(text, &lids);
   result r1, r2;
@@ -286,7 +293,8 @@ static void test_batching_invariance_and_prefix_cache(void) {
   CHECK_OK(sl_engine_submit(e, lids, ln, &p, on_event, &r2, NULL));
   result_wait(&r2);
   CHECK_EQ_INT(r1.cached, 0);
-  CHECK_MSG(r2.cached >= ln - 16 && r2.cached < ln, "cached %d of %d",
+  CHECK_MSG(r2.cached >= ln - 16 && r2.cached < ln && r2.cached > 0,
+            "cached %d of %d",
             r2.cached, ln);
   CHECK(memcmp(r1.toks, r2.toks, 16 * sizeof(int32_t)) == 0);
   sl_engine_free(e);

@@ -24,7 +24,7 @@ typedef struct sl_engine sl_engine_t;
 typedef struct sl_engine_config {
   int n_threads;          /* compute threads (<= 0: all CPUs) */
   int n_ctx;              /* max tokens per sequence */
-  int kv_block_tokens;    /* --kv-block-tokens */
+  int kv_block_tokens;    /* --kv-block-tokens: a power of two */
   int kv_blocks;          /* 0: sized from max_memory */
   int max_seqs;           /* --max-seqs: sequences running at once */
   int max_batched_tokens; /* --max-batched-tokens: tokens per step */

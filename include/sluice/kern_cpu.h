@@ -205,4 +205,17 @@ sl_status sl_kern_attn_f16(float *out, const float *q, const uint16_t *k,
                            int64_t kv_stride, float scale, bool single,
                            float *scratch);
 
+/* The same over a paged KV cache: row p of K is
+ * kb[p >> block_shift] + (p & ((1 << block_shift) - 1)) * kv_stride, and of V
+ * likewise from vb (blocks of 2^block_shift rows; 0 <= block_shift <= 62).
+ * kb and vb must hold a pointer for every block that [0, len) touches. The
+ * arithmetic, and so the result, is that of sl_kern_attn_f16 on the same
+ * rows laid out contiguously. */
+sl_status sl_kern_attn_f16_paged(float *out, const float *q,
+                                 const uint16_t *const *kb,
+                                 const uint16_t *const *vb, int block_shift,
+                                 int64_t head_dim, int64_t len,
+                                 int64_t kv_stride, float scale, bool single,
+                                 float *scratch);
+
 #endif

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "sluice/alloc.h"
+#include "sluice/model.h"
 #include "sluice/status.h"
 
 typedef struct sl_kv_pool sl_kv_pool_t;
@@ -53,6 +54,9 @@ void sl_kv_pool_free(sl_kv_pool_t *p);
 const sl_kv_config *sl_kv_config_of(const sl_kv_pool_t *p);
 /* The pool's buffer, for tasks that read or write it (declare it). */
 sl_buf_t *sl_kv_buffer(sl_kv_pool_t *p);
+
+/* The pool's memory as the forward pass sees it. */
+sl_kv_view sl_kv_view_of(const sl_kv_pool_t *p);
 
 /* Takes a free block, or evicts the least recently used cached one; returns
  * its id with reference count 1, or -1 when every block is referenced. */

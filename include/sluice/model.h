@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sluice/alloc.h"
 #include "sluice/gguf.h"
 #include "sluice/rt.h"
 #include "sluice/status.h"
@@ -79,7 +80,17 @@ sl_status sl_ctx_eval(sl_ctx_t *c, const int32_t *tokens, int n,
 
 /* ---- batched forward over the paged KV cache (the engine's path) ---- */
 
-struct sl_kv_pool;
+/* Where a paged KV cache lives, as the forward pass sees it: one buffer
+ * holding K then V, each (n_layer, n_blocks, block_tokens, kv_dim) f16, with
+ * block_tokens a power of two. The kv layer (sl_kv_view_of) and sl_ctx make
+ * these; the model layer only reads and writes the memory. */
+typedef struct sl_kv_view {
+  sl_buf_t *buf;
+  int n_layer;
+  int n_blocks;
+  int block_tokens;
+  int kv_dim;
+} sl_kv_view;
 
 /* One sequence's slice of a batch: its tokens are tokens[first, first+n) of
  * the batch, at positions pos0.. of the sequence. Its KV lives in the pool
@@ -91,6 +102,7 @@ typedef struct sl_batch_seq {
   int first;
   int n;
   bool want_logits; /* logits of its last token in this batch */
+  bool all_logits;  /* logits of every one of its tokens (implies the last) */
 } sl_batch_seq;
 
 typedef struct sl_batch {
@@ -104,14 +116,15 @@ typedef struct sl_batch_ctx sl_batch_ctx_t;
 
 /* Makes the scratch state for batched forward passes of `m` over `kv`, run
  * as tasks on `stream` with n_threads compute threads. */
-sl_status sl_batch_ctx_create(sl_model_t *m, struct sl_kv_pool *kv,
+sl_status sl_batch_ctx_create(sl_model_t *m, const sl_kv_view *kv,
                               sl_stream_t *stream, int n_threads,
                               sl_batch_ctx_t **out);
 void sl_batch_ctx_free(sl_batch_ctx_t *c);
 
 /* Runs one batch and waits for it: writes the K/V of every token into its
- * sequence's blocks, and the logits of each sequence with want_logits into
- * logits[k * n_vocab ...] for the k-th such sequence in order. Activations
+ * sequence's blocks, and the logits rows in batch order: one for each
+ * sequence with want_logits (its last token), n for one with all_logits.
+ * Blocks must hold a power of two of tokens. Activations
  * come from the runtime allocator per call, so a memory limit surfaces as
  * SL_ERR_MEMORY_LIMIT (nothing is written to the KV cache then). */
 sl_status sl_batch_ctx_run(sl_batch_ctx_t *c, const sl_batch *b,

@@ -2,6 +2,7 @@
 #ifndef SLUICE_CLI_H
 #define SLUICE_CLI_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "sluice/model.h"
@@ -9,5 +10,10 @@
 int sl_cli_run_main(int argc, char **argv);
 int sl_cli_tokenize_main(int argc, char **argv);
 int sl_cli_serve_main(int argc, char **argv);
+
+/* Parse a whole decimal integer / number within [lo, hi]; false on junk,
+ * overflow or out of range (nothing stored then). */
+bool sl_cli_parse_long(const char *s, long lo, long hi, long *out);
+bool sl_cli_parse_double(const char *s, double lo, double hi, double *out);
 
 #endif

@@ -26,26 +26,6 @@ static void run_usage(void) {
           "  user message in the model's chat template; --temp 0 is greedy.\n");
 }
 
-static bool parse_int(const char *s, long lo, long hi, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi)
-    return false;
-  *out = v;
-  return true;
-}
-
-static bool parse_float(const char *s, double lo, double hi, double *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || *end || !(v >= lo && v <= hi))
-    return false;
-  *out = v;
-  return true;
-}
-
 static char *read_all(FILE *f, size_t *len) {
   size_t cap = 4096, n = 0;
   char *buf = sl_malloc(cap);
@@ -136,26 +116,26 @@ int sl_cli_run_main(int argc, char **argv) {
     } else if (!strcmp(a, "--chat")) {
       chat = true;
     } else if (!strcmp(a, "-n")) {
-      NEED_VALUE if (!parse_int(v, 0, 1 << 20, &n_predict)) BAD_VALUE
+      NEED_VALUE if (!sl_cli_parse_long(v, 0, 1 << 20, &n_predict)) BAD_VALUE
     } else if (!strcmp(a, "-c")) {
-      NEED_VALUE if (!parse_int(v, 16, 1 << 20, &ctx)) BAD_VALUE
+      NEED_VALUE if (!sl_cli_parse_long(v, 16, 1 << 20, &ctx)) BAD_VALUE
     } else if (!strcmp(a, "-t")) {
-      NEED_VALUE if (!parse_int(v, 1, 1024, &threads)) BAD_VALUE
+      NEED_VALUE if (!sl_cli_parse_long(v, 1, 1024, &threads)) BAD_VALUE
     } else if (!strcmp(a, "--temp")) {
-      NEED_VALUE if (!parse_float(v, 0, 100, &dv)) BAD_VALUE sp.temperature =
+      NEED_VALUE if (!sl_cli_parse_double(v, 0, 100, &dv)) BAD_VALUE sp.temperature =
           (float)dv;
     } else if (!strcmp(a, "--top-p")) {
-      NEED_VALUE if (!parse_float(v, 0, 1, &dv)) BAD_VALUE sp.top_p = (float)dv;
+      NEED_VALUE if (!sl_cli_parse_double(v, 0, 1, &dv)) BAD_VALUE sp.top_p = (float)dv;
     } else if (!strcmp(a, "--min-p")) {
-      NEED_VALUE if (!parse_float(v, 0, 1, &dv)) BAD_VALUE sp.min_p = (float)dv;
+      NEED_VALUE if (!sl_cli_parse_double(v, 0, 1, &dv)) BAD_VALUE sp.min_p = (float)dv;
     } else if (!strcmp(a, "--top-k")) {
-      NEED_VALUE if (!parse_int(v, 0, 1 << 24, &lv)) BAD_VALUE sp.top_k =
+      NEED_VALUE if (!sl_cli_parse_long(v, 0, 1 << 24, &lv)) BAD_VALUE sp.top_k =
           (int)lv;
     } else if (!strcmp(a, "--repeat-penalty")) {
-      NEED_VALUE if (!parse_float(v, 0.01, 100, &dv)) BAD_VALUE
+      NEED_VALUE if (!sl_cli_parse_double(v, 0.01, 100, &dv)) BAD_VALUE
           sp.repeat_penalty = (float)dv;
     } else if (!strcmp(a, "--seed")) {
-      NEED_VALUE if (!parse_int(v, 0, LONG_MAX, &lv)) BAD_VALUE sp.seed =
+      NEED_VALUE if (!sl_cli_parse_long(v, 0, LONG_MAX, &lv)) BAD_VALUE sp.seed =
           (uint64_t)lv;
     } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       run_usage();

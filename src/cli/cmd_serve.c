@@ -37,16 +37,6 @@ static void serve_usage(FILE *f) {
           "  BYTES accept K, M, G suffixes (powers of 1024).\n");
 }
 
-static bool parse_long(const char *s, long lo, long hi, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi)
-    return false;
-  *out = v;
-  return true;
-}
-
 /* "4G", "512M", "123456", "1.5G" -> bytes. */
 static bool parse_bytes(const char *s, uint64_t *out) {
   char *end;
@@ -125,41 +115,41 @@ int sl_cli_serve_main(int argc, char **argv) {
     } else if (!strcmp(a, "--host")) {
       NEED_VALUE scfg.host = v;
     } else if (!strcmp(a, "--port")) {
-      NEED_VALUE if (!parse_long(v, 0, 65535, &lv)) BAD_VALUE scfg.port =
+      NEED_VALUE if (!sl_cli_parse_long(v, 0, 65535, &lv)) BAD_VALUE scfg.port =
           (int)lv;
     } else if (!strcmp(a, "--api-key")) {
       NEED_VALUE scfg.api_key = v;
     } else if (!strcmp(a, "--model-name")) {
       NEED_VALUE name = v;
     } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
-      NEED_VALUE if (!parse_long(v, 16, 1 << 20, &lv)) BAD_VALUE ecfg.n_ctx =
+      NEED_VALUE if (!sl_cli_parse_long(v, 16, 1 << 20, &lv)) BAD_VALUE ecfg.n_ctx =
           (int)lv;
       ctx_set = true;
     } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-      NEED_VALUE if (!parse_long(v, 1, 1024, &lv)) BAD_VALUE ecfg.n_threads =
+      NEED_VALUE if (!sl_cli_parse_long(v, 1, 1024, &lv)) BAD_VALUE ecfg.n_threads =
           (int)lv;
     } else if (!strcmp(a, "--max-memory")) {
       NEED_VALUE if (!parse_bytes(v, &bv)) BAD_VALUE ecfg.max_memory = bv;
     } else if (!strcmp(a, "--max-seqs")) {
-      NEED_VALUE if (!parse_long(v, 1, 4096, &lv)) BAD_VALUE ecfg.max_seqs =
+      NEED_VALUE if (!sl_cli_parse_long(v, 1, 4096, &lv)) BAD_VALUE ecfg.max_seqs =
           (int)lv;
     } else if (!strcmp(a, "--max-batched-tokens")) {
-      NEED_VALUE if (!parse_long(v, 1, 1 << 20, &lv)) BAD_VALUE
+      NEED_VALUE if (!sl_cli_parse_long(v, 1, 1 << 20, &lv)) BAD_VALUE
           ecfg.max_batched_tokens = (int)lv;
     } else if (!strcmp(a, "--prefill-chunk")) {
-      NEED_VALUE if (!parse_long(v, 1, 1 << 20, &lv)) BAD_VALUE
+      NEED_VALUE if (!sl_cli_parse_long(v, 1, 1 << 20, &lv)) BAD_VALUE
           ecfg.prefill_chunk = (int)lv;
     } else if (!strcmp(a, "--kv-block-tokens")) {
-      NEED_VALUE if (!parse_long(v, 1, 4096, &lv)) BAD_VALUE
+      NEED_VALUE if (!sl_cli_parse_long(v, 1, 4096, &lv)) BAD_VALUE
           ecfg.kv_block_tokens = (int)lv;
     } else if (!strcmp(a, "--http-timeout")) {
-      NEED_VALUE if (!parse_long(v, 1, 86400, &lv)) BAD_VALUE
+      NEED_VALUE if (!sl_cli_parse_long(v, 1, 86400, &lv)) BAD_VALUE
           scfg.http_timeout_s = (unsigned)lv;
     } else if (!strcmp(a, "--max-body")) {
       NEED_VALUE if (!parse_bytes(v, &bv) || bv < 1024 || bv > (1ull << 32))
           BAD_VALUE scfg.max_body_bytes = (size_t)bv;
     } else if (!strcmp(a, "--grace-ms")) {
-      NEED_VALUE if (!parse_long(v, 0, 3600000, &lv)) BAD_VALUE
+      NEED_VALUE if (!sl_cli_parse_long(v, 0, 3600000, &lv)) BAD_VALUE
           scfg.grace_ms = (unsigned)lv;
     } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       serve_usage(stdout);

@@ -15,6 +15,10 @@ static void usage(FILE *f) {
           "                 the seed experiment: owning-stream cache clears\n"
           "  bench model [-m MODEL] [-t THREADS] [--peer llama-cpp]\n"
           "                 pp512 / tg128 tokens/s, decode bandwidth, peak RSS\n"
+          "  bench serve [-m MODEL] [-t THREADS] [--clients 1,4,16] "
+          "[--peer llama-cpp] ...\n"
+          "                 N streaming clients against `sluice serve`: TTFT,\n"
+          "                 TPOT, aggregate tokens/s (bench serve --help)\n"
           "  serve [-m MODEL] [--host H] [--port P] [--api-key K] ...\n"
           "                 the OpenAI/Anthropic-compatible server (serve --help)\n"
           "  run [-m MODEL] [-p PROMPT | --chat] [-n N] [--temp T] ...\n"
@@ -33,6 +37,8 @@ static int bench_main(int argc, char **argv) {
     return sl_bench_memsync_main(argc - 1, argv + 1);
   if (strcmp(argv[0], "model") == 0)
     return sl_bench_model_main(argc - 1, argv + 1);
+  if (strcmp(argv[0], "serve") == 0)
+    return sl_bench_serve_main(argc - 1, argv + 1);
   fprintf(stderr, "sluice bench: unknown benchmark '%s'\n", argv[0]);
   return 2;
 }

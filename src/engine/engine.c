@@ -329,6 +329,22 @@ static bool text_step(sl_engine_t *e, sl__req *r, int32_t tok, float lp,
   return stopped;
 }
 
+/* Emits the text held back (a partial stop prefix or UTF-8 sequence is just
+ * text once the request ends) as a token event with token -1. */
+static void flush_pending(sl__req *r) {
+  if (!r->pend_len)
+    return;
+  sl_engine_event ev;
+  memset(&ev, 0, sizeof ev);
+  ev.kind = SL_EV_TOKEN;
+  ev.request_id = r->id;
+  ev.token = -1;
+  ev.text = r->pend;
+  ev.text_len = r->pend_len;
+  r->cb(r->user, &ev);
+  r->pend_len = 0;
+}
+
 /* log-softmax of one logit vector (the raw distribution) at `tok`, and the
  * top-n entries. */
 static float logprobs(const float *lg, int nv, int32_t tok, int n_top,
@@ -381,18 +397,7 @@ static bool sample_and_emit(sl_engine_t *e, sl__req *r, float *lg) {
   }
   bool eog = !r->params.ignore_eos && sl_tokenizer_is_eog(e->tok, tok);
   if (eog) {
-    /* flush held text (a partial stop prefix is just text) */
-    if (r->pend_len) {
-      sl_engine_event ev;
-      memset(&ev, 0, sizeof ev);
-      ev.kind = SL_EV_TOKEN;
-      ev.request_id = r->id;
-      ev.token = -1;
-      ev.text = r->pend;
-      ev.text_len = r->pend_len;
-      r->cb(r->user, &ev);
-      r->pend_len = 0;
-    }
+    flush_pending(r);
     finish(e, r, SL_FINISH_STOP, SL_OK, NULL, NULL);
     return true;
   }
@@ -405,17 +410,7 @@ static bool sample_and_emit(sl_engine_t *e, sl__req *r, float *lg) {
     return true;
   }
   if (r->n_generated >= r->params.max_tokens) {
-    if (r->pend_len) {
-      sl_engine_event ev;
-      memset(&ev, 0, sizeof ev);
-      ev.kind = SL_EV_TOKEN;
-      ev.request_id = r->id;
-      ev.token = -1;
-      ev.text = r->pend;
-      ev.text_len = r->pend_len;
-      r->cb(r->user, &ev);
-      r->pend_len = 0;
-    }
+    flush_pending(r);
     finish(e, r, SL_FINISH_LENGTH, SL_OK, NULL, NULL);
     return true;
   }
@@ -644,7 +639,7 @@ static bool step(sl_engine_t *e) {
       continue;
     e->batch_tokens[nt] = r->tokens[r->n_tokens - 1];
     e->batch_seqs[nb] = (sl_batch_seq){r->blocks, r->n_blocks, r->n_computed,
-                                       nt, 1, true};
+                                       nt, 1, true, false};
     e->batch_reqs[nb++] = r;
     nt++;
   }
@@ -689,7 +684,7 @@ static bool step(sl_engine_t *e) {
            sizeof(int32_t) * (size_t)chunk);
     bool last = r->n_computed + chunk == r->n_prompt;
     e->batch_seqs[nb] = (sl_batch_seq){r->blocks, r->n_blocks, r->n_computed,
-                                       nt, chunk, last};
+                                       nt, chunk, last, false};
     e->batch_reqs[nb++] = r;
     nt += chunk;
     any_prefill = true;
@@ -821,7 +816,8 @@ static sl_status executor_init(sl_engine_t *e) {
   sl_status st = sl_kv_pool_create(&kc, e->stream, &e->kv);
   if (st != SL_OK)
     return st;
-  if ((st = sl_batch_ctx_create(e->model, e->kv, e->stream, e->cfg.n_threads,
+  sl_kv_view view = sl_kv_view_of(e->kv);
+  if ((st = sl_batch_ctx_create(e->model, &view, e->stream, e->cfg.n_threads,
                                 &e->bctx)) != SL_OK)
     return st;
   size_t ms = (size_t)e->cfg.max_seqs + 1;
@@ -927,7 +923,8 @@ sl_status sl_engine_create(sl_model_t *model, const sl_tokenizer_t *tok,
   if (!model || !tok || !cfg || !out)
     return SL_ERR_INVALID_ARG;
   if (cfg->n_ctx < 16 || cfg->kv_block_tokens < 1 ||
-      cfg->kv_block_tokens > 4096 || cfg->max_seqs < 1 ||
+      cfg->kv_block_tokens > 4096 ||
+      (cfg->kv_block_tokens & (cfg->kv_block_tokens - 1)) != 0 || cfg->max_seqs < 1 ||
       cfg->max_seqs > 4096 || cfg->max_batched_tokens < cfg->max_seqs ||
       cfg->prefill_chunk < 1)
     return SL_ERR_INVALID_ARG;

@@ -600,3 +600,9 @@ done:
   sl_free(seen);
   return ok;
 }
+
+sl_kv_view sl_kv_view_of(const sl_kv_pool_t *p) {
+  sl_kv_view v = {p->buf, p->cfg.n_layer, p->cfg.n_blocks,
+                  p->cfg.block_tokens, p->cfg.kv_dim};
+  return v;
+}

@@ -18,14 +18,16 @@
 
 #define MAX_CHUNK 512 /* tokens per forward task */
 
+/* A single sequence over the batched path: its own KV buffer laid out as a
+ * paged cache whose block table is simply 0, 1, 2, ... */
+#define CTX_BLOCK 16
 struct sl_ctx {
   sl_model_t *m;
   sl_stream_t *stream;
-  sl_kern_pool_t *pool;
+  sl_batch_ctx_t *bc;
+  sl_kv_view kv;
+  int32_t *table; /* (n_blocks) 0..n_blocks-1 */
   int n_ctx, n_past;
-  sl_buf_t *kv;  /* k then v: (n_layer, n_ctx, n_kv*hd) f16 each */
-  sl_buf_t *act; /* the activations below, carved from one buffer */
-  size_t off_x, off_xn, off_q, off_k, off_v, off_att, off_g, off_u, off_sc;
 };
 
 const char *sl_arch_name(sl_arch a) {
@@ -300,40 +302,29 @@ sl_status sl_ctx_create(sl_model_t *m, sl_stream_t *stream, int n_ctx,
   c->m = m;
   c->stream = stream;
   c->n_ctx = n_ctx;
+  int nb = (n_ctx + CTX_BLOCK - 1) / CTX_BLOCK;
+  c->kv = (sl_kv_view){NULL, (int)hp->n_layer, nb, CTX_BLOCK,
+                       (int)(hp->n_head_kv * hp->head_dim)};
+  size_t bytes = 2 * 2 * (size_t)hp->n_layer * (size_t)nb * CTX_BLOCK *
+                 (size_t)c->kv.kv_dim;
   sl_status st = SL_ERR_NOMEM;
-  c->pool = sl_kern_pool_create(n_threads);
-  if (!c->pool)
-    goto fail_pool;
-  size_t kvd = (size_t)(hp->n_head_kv * hp->head_dim);
-  size_t kv_bytes = 2 * (size_t)hp->n_layer * (size_t)n_ctx * kvd * 2;
-  if ((st = sl_buf_alloc(stream, kv_bytes, &c->kv)) != SL_OK)
+  c->table = sl_malloc(sizeof(int32_t) * (size_t)nb);
+  if (!c->table)
+    goto fail_table;
+  for (int i = 0; i < nb; i++)
+    c->table[i] = i;
+  if ((st = sl_buf_alloc(stream, bytes, &c->kv.buf)) != SL_OK)
     goto fail_kv;
-  size_t T = MAX_CHUNK, d = (size_t)hp->n_embd,
-         qd = (size_t)(hp->n_head * hp->head_dim), ff = (size_t)hp->n_ff;
-  size_t nth = (size_t)sl_kern_pool_n_threads(c->pool);
-  size_t off = 0;
-#define CARVE(field, floats)                                                   \
-  c->field = off;                                                              \
-  off += ((floats) * 4 + 63) & ~(size_t)63;
-  CARVE(off_x, T * d);
-  CARVE(off_xn, T * d);
-  CARVE(off_q, T * qd);
-  CARVE(off_k, T * kvd);
-  CARVE(off_v, T * kvd);
-  CARVE(off_att, T * qd);
-  CARVE(off_g, T * ff);
-  CARVE(off_u, T * ff);
-  CARVE(off_sc, nth * ((size_t)n_ctx + 32));
-#undef CARVE
-  if ((st = sl_buf_alloc(stream, off, &c->act)) != SL_OK)
-    goto fail_act;
+  if ((st = sl_batch_ctx_create(m, &c->kv, stream, n_threads, &c->bc)) !=
+      SL_OK)
+    goto fail_bc;
   *out = c;
   return SL_OK;
-fail_act:
-  sl_buf_release(c->kv);
+fail_bc:
+  sl_buf_release(c->kv.buf);
 fail_kv:
-  sl_kern_pool_destroy(c->pool);
-fail_pool:
+  sl_free(c->table);
+fail_table:
   sl_free(c);
   return st;
 }
@@ -341,10 +332,9 @@ fail_pool:
 void sl_ctx_free(sl_ctx_t *c) {
   if (!c)
     return;
-  sl_stream_sync(c->stream);
-  sl_buf_release(c->act);
-  sl_buf_release(c->kv);
-  sl_kern_pool_destroy(c->pool);
+  sl_batch_ctx_free(c->bc);
+  sl_buf_release(c->kv.buf);
+  sl_free(c->table);
   sl_free(c);
 }
 
@@ -389,115 +379,6 @@ sl_status sl__llama_qk_prep(const sl_model_t *m, const sl__layer_w *w,
   return st;
 }
 
-typedef struct fwd {
-  sl_ctx_t *c;
-  int32_t tokens[MAX_CHUNK];
-  int n, pos0;
-  float *logits; /* caller's; NULL for none */
-  bool all;
-} fwd;
-
-typedef struct attn_job {
-  const sl_model_hparams *hp;
-  const float *q;     /* (n, n_head*hd) */
-  const uint16_t *kc; /* this layer's K cache (n_ctx, n_kv*hd) f16 */
-  const uint16_t *vc;
-  float *out;         /* (n, n_head*hd) */
-  float *scratch;     /* (nth, n_ctx + 32) */
-  int n, pos0, n_ctx;
-  _Atomic int err;    /* first failure, as an sl_status */
-} attn_job;
-
-/* Causal attention for (token, head) pairs split across threads. */
-static void attn_worker(void *p, int ith, int nth) {
-  attn_job *j = p;
-  const sl_model_hparams *hp = j->hp;
-  int64_t hd = hp->head_dim, qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
-  int64_t group = hp->n_head / hp->n_head_kv;
-  float scale = 1.0f / sqrtf((float)hd);
-  float *sc = j->scratch + (size_t)ith * ((size_t)j->n_ctx + 32);
-  int64_t total = (int64_t)j->n * hp->n_head;
-  for (int64_t w = ith; w < total; w += nth) {
-    int64_t t = w / hp->n_head, h = w % hp->n_head, kvh = h / group;
-    sl_status st = sl_kern_attn_f16(j->out + t * qd + h * hd,
-                                    j->q + t * qd + h * hd, j->kc + kvh * hd,
-                                    j->vc + kvh * hd, hd, j->pos0 + t + 1, kvd,
-                                    scale, j->n == 1, sc);
-    if (st != SL_OK)
-      atomic_store(&j->err, (int)st);
-  }
-}
-
-static sl_status forward_task(const sl_task_ctx *tctx, void *p) {
-  fwd *f = p;
-  sl_ctx_t *c = f->c;
-  const sl_model_t *m = c->m;
-  const sl_model_hparams *hp = &m->hp;
-  int n = f->n;
-  int64_t d = hp->n_embd, hd = hp->head_dim, qd = hp->n_head * hd,
-          kvd = hp->n_head_kv * hd, ff = hp->n_ff;
-  char *act = sl_buf_ptr(c->act);
-  float *x = (float *)(act + c->off_x), *xn = (float *)(act + c->off_xn),
-        *q = (float *)(act + c->off_q), *k = (float *)(act + c->off_k),
-        *v = (float *)(act + c->off_v), *att = (float *)(act + c->off_att),
-        *g = (float *)(act + c->off_g), *u = (float *)(act + c->off_u),
-        *sc = (float *)(act + c->off_sc);
-  uint16_t *kv = sl_buf_ptr(c->kv);
-  size_t layer_stride = (size_t)c->n_ctx * (size_t)kvd;
-  uint16_t *kcache = kv, *vcache = kv + (size_t)hp->n_layer * layer_stride;
-  sl_status st;
-
-  for (int t = 0; t < n; t++)
-    if ((st = sl__llama_embed(m, f->tokens[t], x + t * d)) != SL_OK)
-      return st;
-
-  for (int64_t l = 0; l < hp->n_layer; l++) {
-    const sl__layer_w *w = &m->layers[l];
-    for (int t = 0; t < n; t++)
-      sl_kern_rmsnorm(xn + t * d, x + t * d, w->attn_norm, d, hp->rms_eps);
-    if ((st = sl_kern_matmul(c->pool, &w->wq, xn, q, n)) != SL_OK ||
-        (st = sl_kern_matmul(c->pool, &w->wk, xn, k, n)) != SL_OK ||
-        (st = sl_kern_matmul(c->pool, &w->wv, xn, v, n)) != SL_OK)
-      return st;
-    uint16_t *kc = kcache + (size_t)l * layer_stride;
-    uint16_t *vc = vcache + (size_t)l * layer_stride;
-    for (int t = 0; t < n; t++) {
-      float *kt = k + t * kvd, *vt = v + t * kvd;
-      int64_t pos = f->pos0 + t;
-      if ((st = sl__llama_qk_prep(m, w, q + t * qd, kt, vt, pos)) != SL_OK)
-        return st;
-      sl_kern_f32_to_f16(kc + pos * kvd, kt, kvd);
-      sl_kern_f32_to_f16(vc + pos * kvd, vt, kvd);
-    }
-    attn_job aj = {hp, q, kc, vc, att, sc, n, f->pos0, c->n_ctx, 0};
-    sl_kern_pool_run(c->pool, attn_worker, &aj);
-    if ((st = (sl_status)atomic_load(&aj.err)) != SL_OK)
-      return st;
-    if ((st = sl_kern_matmul(c->pool, &w->wo, att, xn, n)) != SL_OK)
-      return st;
-    sl_kern_add(x, x, xn, (int64_t)n * d);
-
-    for (int t = 0; t < n; t++)
-      sl_kern_rmsnorm(xn + t * d, x + t * d, w->ffn_norm, d, hp->rms_eps);
-    if ((st = sl_kern_matmul(c->pool, &w->w_gate, xn, g, n)) != SL_OK ||
-        (st = sl_kern_matmul(c->pool, &w->w_up, xn, u, n)) != SL_OK)
-      return st;
-    sl_kern_swiglu(g, g, u, (int64_t)n * ff);
-    if ((st = sl_kern_matmul(c->pool, &w->w_down, g, xn, n)) != SL_OK)
-      return st;
-    sl_kern_add(x, x, xn, (int64_t)n * d);
-  }
-
-  if (!f->logits)
-    return SL_OK;
-  int first = f->all ? 0 : n - 1;
-  int cnt = n - first;
-  for (int t = 0; t < cnt; t++)
-    sl_kern_rmsnorm(xn + t * d, x + (first + t) * d, m->output_norm, d,
-                    hp->rms_eps);
-  return sl_kern_matmul(c->pool, &m->output, xn, f->logits, cnt);
-}
-
 sl_status sl_ctx_eval(sl_ctx_t *c, const int32_t *tokens, int n, float *logits,
                       bool all_logits) {
   if (!c || !tokens || n <= 0)
@@ -508,32 +389,27 @@ sl_status sl_ctx_eval(sl_ctx_t *c, const int32_t *tokens, int n, float *logits,
   for (int i = 0; i < n; i++)
     if (tokens[i] < 0 || tokens[i] >= nv)
       return SL_ERR_RANGE;
-  fwd *f = sl_malloc(sizeof *f);
-  if (!f)
-    return SL_ERR_NOMEM;
-  sl_buf_t *bufs[2] = {c->kv, c->act};
   sl_status st = SL_OK;
   for (int done = 0; done < n && st == SL_OK;) {
     int chunk = n - done < MAX_CHUNK ? n - done : MAX_CHUNK;
-    f->c = c;
-    memcpy(f->tokens, tokens + done, (size_t)chunk * sizeof *tokens);
-    f->n = chunk;
-    f->pos0 = c->n_past;
     bool last = done + chunk == n;
-    f->all = all_logits;
-    f->logits = !logits ? NULL
-                : all_logits ? logits + (size_t)done * (size_t)nv
-                : last ? logits
-                       : NULL;
-    uint64_t seq;
-    st = sl_stream_submit(c->stream, forward_task, f, sizeof *f, bufs, 2, &seq);
-    if (st == SL_OK)
-      st = sl_stream_wait_seq(c->stream, seq);
+    sl_batch_seq seq = {c->table,
+                        c->kv.n_blocks,
+                        c->n_past,
+                        0,
+                        chunk,
+                        logits && (last || all_logits),
+                        logits && all_logits};
+    sl_batch b = {tokens + done, chunk, &seq, 1};
+    float *out = !logits ? NULL
+                 : all_logits ? logits + (size_t)done * (size_t)nv
+                 : last ? logits
+                        : NULL;
+    st = sl_batch_ctx_run(c->bc, &b, out);
     if (st == SL_OK) {
       c->n_past += chunk;
       done += chunk;
     }
   }
-  sl_free(f);
   return st;
 }

@@ -8,35 +8,48 @@
  * anything is written).
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "model/llama_impl.h"
 #include "sluice/alloc.h"
 #include "sluice/kern_cpu.h"
-#include "sluice/kv.h"
 #include "sluice/util.h"
 
 struct sl_batch_ctx {
   sl_model_t *m;
-  sl_kv_pool_t *kv;
+  sl_kv_view kv;
   sl_stream_t *stream;
   sl_kern_pool_t *pool;
 };
 
-sl_status sl_batch_ctx_create(sl_model_t *m, struct sl_kv_pool *kv,
+/* Element offset of (layer, block) in the K half; the V half follows. */
+static size_t kv_off(const sl_kv_view *v, int layer, int block) {
+  return ((size_t)layer * (size_t)v->n_blocks + (size_t)block) *
+         (size_t)v->block_tokens * (size_t)v->kv_dim;
+}
+
+static size_t kv_half(const sl_kv_view *v) {
+  return (size_t)v->n_layer * (size_t)v->n_blocks * (size_t)v->block_tokens *
+         (size_t)v->kv_dim;
+}
+
+sl_status sl_batch_ctx_create(sl_model_t *m, const sl_kv_view *kv,
                               sl_stream_t *stream, int n_threads,
                               sl_batch_ctx_t **out) {
   if (!m || !kv || !stream || !out)
     return SL_ERR_INVALID_ARG;
-  const sl_kv_config *kc = sl_kv_config_of(kv);
-  if (kc->n_layer != m->hp.n_layer ||
-      kc->kv_dim != m->hp.n_head_kv * m->hp.head_dim)
-    return SL_ERR_INVALID_ARG;
+  const sl_kv_view *kc = kv;
+  if (!kv->buf || sl_buf_size(kv->buf) < 2 * kv_half(kv) * 2 ||
+      kc->n_layer != m->hp.n_layer ||
+      kc->kv_dim != m->hp.n_head_kv * m->hp.head_dim ||
+      (kc->block_tokens & (kc->block_tokens - 1)) != 0)
+    return SL_ERR_INVALID_ARG; /* paged attention wants 2^k-token blocks */
   sl_batch_ctx_t *c = sl_calloc(1, sizeof *c);
   if (!c)
     return SL_ERR_NOMEM;
   c->m = m;
-  c->kv = kv;
+  c->kv = *kv;
   c->stream = stream;
   c->pool = sl_kern_pool_create(n_threads);
   if (!c->pool) {
@@ -84,64 +97,35 @@ uint64_t sl_batch_activation_bytes(const sl_model_t *m, int n_tokens) {
   return (uint64_t)L.total * 4ull;
 }
 
-/* The task's argument: copies of the batch description live in `scratch`
- * (host memory owned by the caller, who waits for the task). */
+/* The task's argument; the batch it points to belongs to the caller, who
+ * waits for the task. */
 typedef struct run_arg {
   sl_batch_ctx_t *c;
   const sl_batch *b;
   float *logits;
-  sl_buf_t *act;    /* activations */
-  sl_buf_t *gather; /* per-sequence contiguous K/V, f16 */
-  size_t gather_elems_per_seq_max;
+  sl_buf_t *act; /* activations */
+  size_t max_len; /* the longest sequence in the batch, in positions */
+  int total_blocks; /* block pointers over all sequences */
 } run_arg;
-
-typedef struct gather_job {
-  const sl_batch *b;
-  sl_kv_pool_t *kv;
-  const uint16_t *pool;
-  uint16_t *gk, *gv; /* (n_seqs, max_len, kvd) */
-  size_t max_len;
-  int layer;
-  int kvd, T;
-} gather_job;
-
-/* Copies each sequence's K/V for positions [0, pos0 + n) of one layer into a
- * contiguous region (threads split the sequences' blocks). */
-static void gather_worker(void *p, int ith, int nth) {
-  gather_job *j = p;
-  int w = 0;
-  for (int s = 0; s < j->b->n_seqs; s++) {
-    const sl_batch_seq *q = &j->b->seqs[s];
-    int len = q->pos0 + q->n;
-    int nblk = (len + j->T - 1) / j->T;
-    for (int bi = 0; bi < nblk; bi++, w++) {
-      if (w % nth != ith)
-        continue;
-      int rows = len - bi * j->T < j->T ? len - bi * j->T : j->T;
-      size_t bytes = (size_t)rows * (size_t)j->kvd * 2;
-      size_t dst = ((size_t)s * j->max_len + (size_t)bi * (size_t)j->T) *
-                   (size_t)j->kvd;
-      memcpy(j->gk + dst,
-             j->pool + sl_kv_k_offset(j->kv, j->layer, q->block_table[bi]),
-             bytes);
-      memcpy(j->gv + dst,
-             j->pool + sl_kv_v_offset(j->kv, j->layer, q->block_table[bi]),
-             bytes);
-    }
-  }
-}
 
 typedef struct attn_job {
   const sl_model_hparams *hp;
   const sl_batch *b;
   const float *q; /* (n_tokens, qd) */
   float *out;     /* (n_tokens, qd) */
-  const uint16_t *gk, *gv;
-  size_t max_len;
-  float *scratch; /* (nth, scratch_per) */
+  const uint16_t *const *kb, *const *vb; /* per sequence: its blocks' K / V
+                                            rows for this layer */
+  const int *blk_off; /* (n_seqs) index of each sequence's first pointer */
+  int bs;             /* log2(block_tokens) */
+  float *scratch;     /* (nth, scratch_per) */
   size_t scratch_per;
+  const uint16_t **heads; /* (nth, 2, max_blocks): one head's block rows */
+  int max_blocks;
+  _Atomic int err;
 } attn_job;
 
+/* Causal attention for every (token, head) of the batch, over each
+ * sequence's own blocks; threads take items round-robin. */
 static void attn_worker(void *p, int ith, int nth) {
   attn_job *j = p;
   const sl_model_hparams *hp = j->hp;
@@ -149,22 +133,38 @@ static void attn_worker(void *p, int ith, int nth) {
   int64_t group = hp->n_head / hp->n_head_kv;
   float scale = 1.0f / sqrtf((float)hd);
   float *sc = j->scratch + (size_t)ith * j->scratch_per;
+  const uint16_t **kh = j->heads + (size_t)ith * 2 * (size_t)j->max_blocks;
+  const uint16_t **vh = kh + j->max_blocks;
   int64_t w = 0;
   for (int s = 0; s < j->b->n_seqs; s++) {
     const sl_batch_seq *q = &j->b->seqs[s];
-    const uint16_t *gk = j->gk + (size_t)s * j->max_len * (size_t)kvd;
-    const uint16_t *gv = j->gv + (size_t)s * j->max_len * (size_t)kvd;
-    for (int t = 0; t < q->n; t++) {
-      int64_t tok = q->first + t, len = q->pos0 + t + 1;
-      for (int64_t h = 0; h < hp->n_head; h++, w++) {
-        if (w % nth != ith)
+    const uint16_t *const *kb = j->kb + j->blk_off[s];
+    const uint16_t *const *vb = j->vb + j->blk_off[s];
+    int nblk = (q->pos0 + q->n + (1 << j->bs) - 1) >> j->bs;
+    for (int64_t h = 0; h < hp->n_head; h++) {
+      int64_t kvh = h / group;
+      bool mine = false;
+      for (int t = 0; t < q->n; t++)
+        if ((w + (int64_t)t * hp->n_head + h) % nth == ith)
+          mine = true;
+      if (!mine)
+        continue;
+      for (int bi = 0; bi < nblk; bi++) {
+        kh[bi] = kb[bi] + kvh * hd;
+        vh[bi] = vb[bi] + kvh * hd;
+      }
+      for (int t = 0; t < q->n; t++) {
+        if ((w + (int64_t)t * hp->n_head + h) % nth != ith)
           continue;
-        int64_t kvh = h / group;
-        sl_kern_attn_f16(j->out + tok * qd + h * hd, j->q + tok * qd + h * hd,
-                         gk + kvh * hd, gv + kvh * hd, hd, len, kvd, scale,
-                         q->n == 1, sc);
+        int64_t tok = q->first + t, len = q->pos0 + t + 1;
+        sl_status st = sl_kern_attn_f16_paged(
+            j->out + tok * qd + h * hd, j->q + tok * qd + h * hd, kh, vh,
+            j->bs, hd, len, kvd, scale, q->n == 1, sc);
+        if (st != SL_OK)
+          atomic_store(&j->err, (int)st);
       }
     }
+    w += (int64_t)q->n * hp->n_head;
   }
 }
 
@@ -177,21 +177,32 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
   int n = b->n_tokens;
   int64_t d = hp->n_embd, hd = hp->head_dim, qd = hp->n_head * hd,
           kvd = hp->n_head_kv * hd, ff = hp->n_ff;
-  int T = sl_kv_config_of(c->kv)->block_tokens;
+  int T = c->kv.block_tokens;
   act_layout L = layout_for(hp, (size_t)n);
   float *act = sl_buf_ptr(a->act);
   float *x = act + L.x, *xn = act + L.xn, *q = act + L.q, *k = act + L.k,
         *v = act + L.v, *att = act + L.att, *g = act + L.g, *u = act + L.u;
-  uint16_t *kvmem = sl_buf_ptr(sl_kv_buffer(c->kv));
-  uint16_t *gath = sl_buf_ptr(a->gather);
-  size_t per_seq = a->gather_elems_per_seq_max;
-  uint16_t *gk = gath, *gv = gath + (size_t)b->n_seqs * per_seq;
-  size_t max_len = per_seq / (size_t)kvd;
+  uint16_t *kvmem = sl_buf_ptr(c->kv.buf);
+  size_t vhalf = kv_half(&c->kv);
   int nth = sl_kern_pool_n_threads(c->pool);
-  size_t scratch_per = (max_len + 31) & ~(size_t)31;
+  size_t scratch_per = (a->max_len + 31) & ~(size_t)31;
+  /* scratch: attention rows per thread, then the block pointer tables */
   float *scratch = sl_malloc(sizeof(float) * scratch_per * (size_t)nth);
-  if (!scratch)
+  const uint16_t **kb = sl_malloc(sizeof(*kb) * (size_t)a->total_blocks);
+  const uint16_t **vb = sl_malloc(sizeof(*vb) * (size_t)a->total_blocks);
+  int *blk_off = sl_malloc(sizeof(int) * (size_t)b->n_seqs);
+  int max_blocks = (int)((a->max_len + (size_t)T - 1) / (size_t)T);
+  const uint16_t **heads =
+      sl_malloc(sizeof(*heads) * 2 * (size_t)max_blocks * (size_t)nth);
+  if (!scratch || !kb || !vb || !blk_off || !heads) {
+    sl_free(heads);
+    sl_free(scratch);
+    sl_free(kb);
+    sl_free(vb);
+    sl_free(blk_off);
     return SL_ERR_NOMEM;
+  }
+  int bs = __builtin_ctz((unsigned)T);
   sl_status st = SL_OK;
 
   for (int t = 0; t < n && st == SL_OK; t++)
@@ -214,9 +225,9 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
         if (st != SL_OK)
           break;
         int blk = sq->block_table[pos / T], slot = (int)(pos % T);
-        uint16_t *kd = kvmem + sl_kv_k_offset(c->kv, (int)l, blk) +
+        uint16_t *kd = kvmem + kv_off(&c->kv, (int)l, blk) +
                        (size_t)slot * (size_t)kvd;
-        uint16_t *vd = kvmem + sl_kv_v_offset(c->kv, (int)l, blk) +
+        uint16_t *vd = kvmem + vhalf + kv_off(&c->kv, (int)l, blk) +
                        (size_t)slot * (size_t)kvd;
         sl_kern_f32_to_f16(kd, k + t * kvd, kvd);
         sl_kern_f32_to_f16(vd, v + t * kvd, kvd);
@@ -224,10 +235,20 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
     }
     if (st != SL_OK)
       break;
-    gather_job gj = {b, c->kv, kvmem, gk, gv, max_len, (int)l, (int)kvd, T};
-    sl_kern_pool_run(c->pool, gather_worker, &gj);
-    attn_job aj = {hp, b, q, att, gk, gv, max_len, scratch, scratch_per};
+    for (int s = 0, o = 0; s < b->n_seqs; s++) {
+      const sl_batch_seq *sq = &b->seqs[s];
+      int nblk = (sq->pos0 + sq->n + T - 1) / T;
+      blk_off[s] = o;
+      for (int bi = 0; bi < nblk; bi++, o++) {
+        kb[o] = kvmem + kv_off(&c->kv, (int)l, sq->block_table[bi]);
+        vb[o] = kvmem + vhalf + kv_off(&c->kv, (int)l, sq->block_table[bi]);
+      }
+    }
+    attn_job aj = {hp,          b,     q,       att,        kb, vb, blk_off,
+                   bs,          scratch, scratch_per, heads, max_blocks, 0};
     sl_kern_pool_run(c->pool, attn_worker, &aj);
+    if ((st = (sl_status)atomic_load(&aj.err)) != SL_OK)
+      break;
     if ((st = sl_kern_matmul(c->pool, &w->wo, att, xn, n)) != SL_OK)
       break;
     sl_kern_add(x, x, xn, (int64_t)n * d);
@@ -242,20 +263,25 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
     sl_kern_add(x, x, xn, (int64_t)n * d);
   }
   if (st == SL_OK && a->logits) {
+    /* final norm of the rows whose logits are wanted, in batch order: the
+     * last token of a want_logits sequence, or all of an all_logits one */
     int cnt = 0;
     for (int s = 0; s < b->n_seqs; s++) {
       const sl_batch_seq *sq = &b->seqs[s];
-      if (!sq->want_logits)
-        continue;
-      int t = sq->first + sq->n - 1;
-      sl_kern_rmsnorm(xn + (size_t)cnt * (size_t)d, x + (size_t)t * (size_t)d,
-                      m->output_norm, d, hp->rms_eps);
-      cnt++;
+      int from = sq->all_logits ? 0 : sq->want_logits ? sq->n - 1 : sq->n;
+      for (int t = from; t < sq->n; t++, cnt++)
+        sl_kern_rmsnorm(xn + (size_t)cnt * (size_t)d,
+                        x + (size_t)(sq->first + t) * (size_t)d,
+                        m->output_norm, d, hp->rms_eps);
     }
     if (cnt)
       st = sl_kern_matmul(c->pool, &m->output, xn, a->logits, cnt);
   }
   sl_free(scratch);
+  sl_free(kb);
+  sl_free(vb);
+  sl_free(blk_off);
+  sl_free(heads);
   return st;
 }
 
@@ -264,7 +290,7 @@ sl_status sl_batch_ctx_run(sl_batch_ctx_t *c, const sl_batch *b,
   if (!c || !b || b->n_tokens <= 0 || b->n_seqs <= 0 || !b->tokens || !b->seqs)
     return SL_ERR_INVALID_ARG;
   const sl_model_hparams *hp = &c->m->hp;
-  const sl_kv_config *kc = sl_kv_config_of(c->kv);
+  const sl_kv_view *kc = &c->kv;
   size_t max_len = 0;
   for (int s = 0; s < b->n_seqs; s++) {
     const sl_batch_seq *q = &b->seqs[s];
@@ -279,26 +305,21 @@ sl_status sl_batch_ctx_run(sl_batch_ctx_t *c, const sl_batch *b,
   for (int t = 0; t < b->n_tokens; t++)
     if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab)
       return SL_ERR_INVALID_ARG;
-  max_len = (max_len + (size_t)kc->block_tokens - 1) /
-            (size_t)kc->block_tokens * (size_t)kc->block_tokens;
-  size_t per_seq = max_len * (size_t)kc->kv_dim;
+  int total_blocks = 0;
+  for (int s = 0; s < b->n_seqs; s++)
+    total_blocks += (b->seqs[s].pos0 + b->seqs[s].n + kc->block_tokens - 1) /
+                    kc->block_tokens;
   act_layout L = layout_for(hp, (size_t)b->n_tokens);
-  sl_buf_t *act = NULL, *gather = NULL;
+  sl_buf_t *act = NULL;
   sl_status st = sl_buf_alloc(c->stream, L.total * 4, &act);
   if (st != SL_OK)
     return st;
-  st = sl_buf_alloc(c->stream, 2 * (size_t)b->n_seqs * per_seq * 2, &gather);
-  if (st != SL_OK) {
-    sl_buf_release(act);
-    return st;
-  }
-  run_arg a = {c, b, logits, act, gather, per_seq};
-  sl_buf_t *bufs[3] = {act, gather, sl_kv_buffer(c->kv)};
+  run_arg a = {c, b, logits, act, max_len, total_blocks};
+  sl_buf_t *bufs[2] = {act, c->kv.buf};
   uint64_t seq;
-  st = sl_stream_submit(c->stream, run_task, &a, sizeof a, bufs, 3, &seq);
+  st = sl_stream_submit(c->stream, run_task, &a, sizeof a, bufs, 2, &seq);
   if (st == SL_OK)
     st = sl_stream_wait_seq(c->stream, seq);
   sl_buf_release(act);
-  sl_buf_release(gather);
   return st;
 }

@@ -318,14 +318,29 @@ void sl_kern_f32_to_f16(uint16_t *dst, const float *src, int64_t n) {
     sl__kern_cpu_ops_get()->f32_to_f16(dst, src, n);
 }
 
+sl_status sl_kern_attn_f16_paged(float *out, const float *q,
+                                 const uint16_t *const *kb,
+                                 const uint16_t *const *vb, int block_shift,
+                                 int64_t head_dim, int64_t len,
+                                 int64_t kv_stride, float scale, bool single,
+                                 float *scratch) {
+  if (!out || !q || !kb || !vb || !scratch || head_dim < 1 ||
+      head_dim > SL_KERN_ATTN_MAX_HEAD_DIM || len < 1 ||
+      kv_stride < head_dim || block_shift < 0 || block_shift > 62)
+    return SL_ERR_INVALID_ARG;
+  int64_t nb = ((len - 1) >> block_shift) + 1;
+  for (int64_t i = 0; i < nb; i++)
+    if (!kb[i] || !vb[i])
+      return SL_ERR_INVALID_ARG;
+  sl__kern_cpu_ops_get()->attn_f16(out, q, kb, vb, block_shift, head_dim, len,
+                                   kv_stride, scale, single, scratch);
+  return SL_OK;
+}
+
 sl_status sl_kern_attn_f16(float *out, const float *q, const uint16_t *k,
                            const uint16_t *v, int64_t head_dim, int64_t len,
                            int64_t kv_stride, float scale, bool single,
                            float *scratch) {
-  if (!out || !q || !k || !v || !scratch || head_dim < 1 ||
-      head_dim > SL_KERN_ATTN_MAX_HEAD_DIM || len < 1 || kv_stride < head_dim)
-    return SL_ERR_INVALID_ARG;
-  sl__kern_cpu_ops_get()->attn_f16(out, q, k, v, head_dim, len, kv_stride,
-                                   scale, single, scratch);
-  return SL_OK;
+  return sl_kern_attn_f16_paged(out, q, &k, &v, 62, head_dim, len, kv_stride,
+                                scale, single, scratch);
 }

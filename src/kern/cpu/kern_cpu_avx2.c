@@ -570,9 +570,13 @@ INL float reduce4x8(__m256 s0, __m256 s1, __m256 s2, __m256 s3) {
 }
 
 /* See the scalar attn_f16: the same arithmetic and summation orders. */
-static void attn_f16(float *out, const float *q, const uint16_t *k,
-                     const uint16_t *v, int64_t hd, int64_t len,
-                     int64_t stride, float scale, bool single, float *sc) {
+static void attn_f16(float *out, const float *q, const uint16_t *const *kb,
+                     const uint16_t *const *vb, int bs, int64_t hd,
+                     int64_t len, int64_t stride, float scale, bool single,
+                     float *sc) {
+  const int64_t bm = ((int64_t)1 << bs) - 1;
+#define KROW(p) (kb[(p) >> bs] + ((p)&bm) * stride)
+#define VROW(p) (vb[(p) >> bs] + ((p)&bm) * stride)
   __m256 q16[SL_KERN_ATTN_MAX_HEAD_DIM / 8];
   float qf[SL_KERN_ATTN_MAX_HEAD_DIM];
   const int64_t nq = (hd + 7) / 8;
@@ -589,8 +593,8 @@ static void attn_f16(float *out, const float *q, const uint16_t *k,
   if (gemm && hd % 8 == 0) {
     /* tinyBLAS: one 8-lane chain, four positions at a time */
     for (; p + 4 <= len; p += 4) {
-      const uint16_t *k0 = k + p * stride, *k1 = k0 + stride,
-                     *k2 = k1 + stride, *k3 = k2 + stride;
+      const uint16_t *k0 = KROW(p), *k1 = KROW(p + 1), *k2 = KROW(p + 2),
+                     *k3 = KROW(p + 3);
       __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
       for (int64_t c = 0; c < nq; c++) {
         a0 = _mm256_fmadd_ps(q16[c], load_h8(k0 + 8 * c, 8), a0);
@@ -604,7 +608,7 @@ static void attn_f16(float *out, const float *q, const uint16_t *k,
       sc[p + 3] = hsum_ps(a3) * scale;
     }
     for (; p < len; p++) {
-      const uint16_t *kp = k + p * stride;
+      const uint16_t *kp = KROW(p);
       __m256 a = _mm256_setzero_ps();
       for (int64_t c = 0; c < nq; c++)
         a = _mm256_fmadd_ps(q16[c], load_h8(kp + 8 * c, 8), a);
@@ -614,7 +618,7 @@ static void attn_f16(float *out, const float *q, const uint16_t *k,
     /* ggml_vec_dot_f16: four chains over 32-element steps, tail in double */
     const int64_t n32 = hd - hd % 32;
     for (; p < len; p++) {
-      const uint16_t *kp = k + p * stride;
+      const uint16_t *kp = KROW(p);
       __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
       for (int64_t i = 0; i < n32; i += 32) {
         s0 = _mm256_fmadd_ps(q16[i / 8], load_h8(kp + i, 8), s0);
@@ -669,11 +673,10 @@ static void attn_f16(float *out, const float *q, const uint16_t *k,
         l[j] = _mm256_setzero_ps();
       for (p = 0; p < len; p += 8) {
         const int64_t np = len - p < 8 ? len - p : 8;
-        const uint16_t *vp = v + p * stride + i;
         UNROLL for (int j = 0; j < 8; j++) {
           if (j < np)
             l[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + p + j),
-                                   load_h8(vp + j * stride, w), l[j]);
+                                   load_h8(VROW(p + j) + i, w), l[j]);
         }
       }
       r = _mm256_add_ps(
@@ -685,10 +688,9 @@ static void attn_f16(float *out, const float *q, const uint16_t *k,
         l[j] = _mm256_setzero_ps();
       for (p = 0; p < len; p += 32) {
         const int64_t np = len - p < 32 ? len - p : 32;
-        const uint16_t *vp = v + p * stride + i;
         for (int j = 0; j < np; j++)
           l[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + p + j),
-                                 load_h8(vp + j * stride, w), l[j]);
+                                 load_h8(VROW(p + j) + i, w), l[j]);
       }
       __m256 a[8];
       for (int j = 0; j < 8; j++)
@@ -702,6 +704,8 @@ static void attn_f16(float *out, const float *q, const uint16_t *k,
     _mm256_storeu_ps(t, r);
     memcpy(out + i, t, (size_t)w * 4);
   }
+#undef KROW
+#undef VROW
 }
 
 #pragma GCC pop_options

@@ -145,10 +145,11 @@ typedef struct sl__kern_cpu_ops {
   void (*swiglu)(float *out, const float *g, const float *u, int64_t n);
   void (*add)(float *out, const float *a, const float *b, int64_t n);
   void (*f32_to_f16)(uint16_t *dst, const float *src, int64_t n);
-  /* sl_kern_attn_f16 after its checks */
-  void (*attn_f16)(float *out, const float *q, const uint16_t *k,
-                   const uint16_t *v, int64_t head_dim, int64_t len,
-                   int64_t kv_stride, float scale, bool single,
+  /* sl_kern_attn_f16_paged after its checks: row p of K is
+   * kb[p >> bs] + (p & ((1 << bs) - 1)) * kv_stride, likewise V */
+  void (*attn_f16)(float *out, const float *q, const uint16_t *const *kb,
+                   const uint16_t *const *vb, int bs, int64_t head_dim,
+                   int64_t len, int64_t kv_stride, float scale, bool single,
                    float *scratch);
 } sl__kern_cpu_ops;
 

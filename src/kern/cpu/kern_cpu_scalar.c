@@ -456,16 +456,20 @@ static float osum(const float *prod, int64_t n, bool gemm) {
   return (float)s;
 }
 
-static void attn_f16(float *out, const float *q, const uint16_t *k,
-                     const uint16_t *v, int64_t hd, int64_t len,
-                     int64_t stride, float scale, bool single, float *sc) {
+static void attn_f16(float *out, const float *q, const uint16_t *const *kb,
+                     const uint16_t *const *vb, int bs, int64_t hd,
+                     int64_t len, int64_t stride, float scale, bool single,
+                     float *sc) {
+  const int64_t bm = ((int64_t)1 << bs) - 1;
+#define KROW(p) (kb[(p) >> bs] + ((p)&bm) * stride)
+#define VROW(p) (vb[(p) >> bs] + ((p)&bm) * stride)
   const bool gemm = !single;
   float q16[SL_KERN_ATTN_MAX_HEAD_DIM], prod[SL_KERN_ATTN_MAX_HEAD_DIM];
   for (int64_t i = 0; i < hd; i++)
     q16[i] = sl__f16_to_f32(sl__f32_to_f16(q[i]));
   float mx = -INFINITY;
   for (int64_t p = 0; p < len; p++) {
-    const uint16_t *kp = k + p * stride;
+    const uint16_t *kp = KROW(p);
     for (int64_t i = 0; i < hd; i++)
       prod[i] = q16[i] * sl__f16_to_f32(kp[i]);
     sc[p] = osum(prod, hd, gemm) * scale;
@@ -488,9 +492,11 @@ static void attn_f16(float *out, const float *q, const uint16_t *k,
   for (int64_t i = 0; i < hd; i++) {
     float l[32] = {0};
     for (int64_t p = 0; p < len; p++)
-      l[p % nl] += sc[p] * sl__f16_to_f32(v[p * stride + i]);
+      l[p % nl] += sc[p] * sl__f16_to_f32(VROW(p)[i]);
     out[i] = gemm ? reduce8(l) : reduce32(l);
   }
+#undef KROW
+#undef VROW
 }
 
 const sl__kern_cpu_ops sl__kern_cpu_scalar_ops = {
