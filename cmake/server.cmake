@@ -23,7 +23,8 @@ add_library(sluice_server STATIC src/server/http.c src/server/openai.c
 target_include_directories(sluice_server PUBLIC ${SL_MHD_INCLUDE_DIRS})
 target_link_libraries(sluice_server PUBLIC sluice_server_parse sluice_core
                       ${SL_MHD_LINK_LIBRARIES})
-# src/cli/cmd_serve.c is globbed into the sluice executable
+target_sources(sluice PRIVATE ${CMAKE_SOURCE_DIR}/src/cli/cmd_serve.c)
+target_compile_definitions(sluice PRIVATE SLUICE_HAVE_SERVER=1)
 target_link_libraries(sluice PRIVATE sluice_server)
 
 if(TARGET test_server_parse)

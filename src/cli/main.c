@@ -52,8 +52,15 @@ int main(int argc, char **argv) {
   int rc;
   if (strcmp(cmd, "bench") == 0)
     rc = bench_main(argc - 2, argv + 2);
-  else if (strcmp(cmd, "serve") == 0)
+  else if (strcmp(cmd, "serve") == 0) {
+#ifdef SLUICE_HAVE_SERVER
     rc = sl_cli_serve_main(argc - 2, argv + 2);
+#else
+    fprintf(stderr, "sluice serve: this sluice was built without libmicrohttpd "
+                    "and jansson (run scripts/install-deps.sh and rebuild)\n");
+    rc = 1;
+#endif
+  }
   else if (strcmp(cmd, "run") == 0)
     rc = sl_cli_run_main(argc - 2, argv + 2);
   else if (strcmp(cmd, "tokenize") == 0)

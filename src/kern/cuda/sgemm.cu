@@ -8,10 +8,16 @@
  * destroys the native stream. Calls on one stream are serialized by that
  * stream's submit lock (tasks run inside sl_stream_submit); a per-handle
  * mutex makes concurrent calls on one stream from outside tasks safe too.
+ *
+ * cuBLAS is loaded with dlopen on first use, not linked: mapping
+ * libcublas/libcublasLt at start-up costs every process ~200 MB of resident
+ * memory, CPU-only runs included. No cuBLAS: SL_ERR_UNSUPPORTED.
  */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 extern "C" {
@@ -20,6 +26,42 @@ extern "C" {
 }
 
 namespace {
+
+/* The cuBLAS entry points sluice uses, resolved at first use. */
+struct cublas_api {
+  decltype(&cublasCreate_v2) create;
+  decltype(&cublasDestroy_v2) destroy;
+  decltype(&cublasSetStream_v2) set_stream;
+  decltype(&cublasSetMathMode) set_math_mode;
+  decltype(&cublasSgemm_v2) sgemm;
+};
+cublas_api g_cb;
+bool g_cb_ok;
+pthread_once_t g_cb_once = PTHREAD_ONCE_INIT;
+
+void cb_load() {
+  char name[64];
+  snprintf(name, sizeof name, "libcublas.so.%d", CUBLAS_VER_MAJOR);
+  void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (!lib)
+    lib = dlopen("libcublas.so", RTLD_NOW | RTLD_LOCAL);
+  if (!lib)
+    return;
+  g_cb.create = (decltype(g_cb.create))dlsym(lib, "cublasCreate_v2");
+  g_cb.destroy = (decltype(g_cb.destroy))dlsym(lib, "cublasDestroy_v2");
+  g_cb.set_stream =
+      (decltype(g_cb.set_stream))dlsym(lib, "cublasSetStream_v2");
+  g_cb.set_math_mode =
+      (decltype(g_cb.set_math_mode))dlsym(lib, "cublasSetMathMode");
+  g_cb.sgemm = (decltype(g_cb.sgemm))dlsym(lib, "cublasSgemm_v2");
+  g_cb_ok = g_cb.create && g_cb.destroy && g_cb.set_stream &&
+            g_cb.set_math_mode && g_cb.sgemm;
+}
+
+bool cb_ready() {
+  pthread_once(&g_cb_once, cb_load);
+  return g_cb_ok;
+}
 
 struct handle_entry {
   int device;
@@ -46,7 +88,7 @@ void drop_stream(int device, void *native) {
     }
   pthread_mutex_unlock(&g_mu);
   if (found) {
-    cublasDestroy(found->h);
+    g_cb.destroy(found->h);
     pthread_mutex_destroy(&found->mu);
     free(found);
   }
@@ -99,15 +141,15 @@ handle_entry *handle_for(cudaStream_t stream, sl_status *st) {
     *st = SL_ERR_NOMEM;
     return nullptr;
   }
-  cublasStatus_t cs = cublasCreate(&e->h);
+  cublasStatus_t cs = g_cb.create(&e->h);
   if (cs != CUBLAS_STATUS_SUCCESS) {
     free(e);
     *st = cs == CUBLAS_STATUS_ALLOC_FAILED ? SL_ERR_DEVICE_OOM : SL_ERR_DEVICE;
     return nullptr;
   }
-  if (cublasSetStream(e->h, stream) != CUBLAS_STATUS_SUCCESS ||
-      cublasSetMathMode(e->h, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
-    cublasDestroy(e->h);
+  if (g_cb.set_stream(e->h, stream) != CUBLAS_STATUS_SUCCESS ||
+      g_cb.set_math_mode(e->h, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
+    g_cb.destroy(e->h);
     free(e);
     *st = SL_ERR_DEVICE;
     return nullptr;
@@ -135,13 +177,15 @@ extern "C" sl_status sl__kern_cuda_sgemm(void *native_stream, const float *A,
                                          int n, int k, float alpha) {
   if (!A || !B || !C || m <= 0 || n <= 0 || k <= 0)
     return SL_ERR_INVALID_ARG;
+  if (!cb_ready())
+    return SL_ERR_UNSUPPORTED; /* no libcublas on this machine */
   sl_status st = SL_OK;
   handle_entry *e = handle_for((cudaStream_t)native_stream, &st);
   if (!e)
     return st;
   const float beta = 0.0f;
   pthread_mutex_lock(&e->mu);
-  cublasStatus_t cs = cublasSgemm(e->h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k,
+  cublasStatus_t cs = g_cb.sgemm(e->h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k,
                                   &alpha, B, n, A, k, &beta, C, n);
   pthread_mutex_unlock(&e->mu);
   if (cs != CUBLAS_STATUS_SUCCESS)
