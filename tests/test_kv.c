@@ -5,6 +5,7 @@
  * misuse (death tests). */
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -670,7 +671,8 @@ static void test_model_check(void) {
 typedef struct reader {
   sl_kv_pool_t *p;
   atomic_bool stop;
-  long reads, bad;
+  atomic_long reads;
+  long bad;
 } reader;
 
 static void *reader_main(void *arg) {
@@ -699,6 +701,8 @@ static void test_stats_from_other_thread(void) {
   atomic_init(&r.stop, false);
   pthread_t th;
   CHECK(pthread_create(&th, NULL, reader_main, &r) == 0);
+  while (atomic_load(&r.reads) == 0) /* the reader is running */
+    sched_yield();
   int held[N], nheld = 0;
   for (int i = 0; i < 50000; i++) {
     int32_t t[T] = {i % 40, 1, 2, 3};
@@ -719,7 +723,7 @@ static void test_stats_from_other_thread(void) {
   while (nheld)
     sl_kv_block_unref(p, held[--nheld]);
   CHECK_EQ_INT(r.bad, 0);
-  CHECK(r.reads > 0);
+  CHECK(atomic_load(&r.reads) > 0);
   sl_kv_stats s = sl_kv_stats_of(p);
   CHECK_EQ_INT(s.used, 0);
   CHECK(s.hits > 0 && s.misses > 0 && s.evictions > 0);
