@@ -85,12 +85,12 @@ static void test_three_streams_distinct(void) {
   CHECK(sl_stream_id(def) != sl_stream_id(thr));
   CHECK(sl_thread_stream(dev) == thr); /* one per thread, made once */
   /* draining the default stream does not drain the thread stream */
-  sleep_arg s = {60, NULL, 0, NULL};
+  sleep_arg s = {300, NULL, 0, NULL};
   uint64_t seq;
   CHECK_OK(sl_stream_submit(thr, sleep_task, &s, sizeof s, NULL, 0, &seq));
   uint64_t t0 = sl_now_ns();
   CHECK_OK(sl_stream_sync(def));
-  CHECK(sl_ns_to_ms(sl_now_ns() - t0) < 30);
+  CHECK(sl_ns_to_ms(sl_now_ns() - t0) < 150);
   CHECK(!sl_stream_done(thr, seq));
   CHECK(sl_stream_query(thr).tasks >= 1);
   CHECK_OK(sl_stream_sync(thr));
@@ -179,7 +179,7 @@ static void test_alloc_retiring_until_uses_complete(void) {
   fill_arg f = {b, 7};
   CHECK_OK(sl_stream_submit(own, fill_task, &f, sizeof f, &b, 1, NULL));
   _Atomic int errors = 0;
-  check_arg c = {b, 7, 80, &errors}; /* a slow use on another stream */
+  check_arg c = {b, 7, 400, &errors}; /* a slow use on another stream */
   sl_event ev;
   CHECK_OK(sl_event_record(own, &ev));
   CHECK_OK(sl_stream_wait_event(other, ev));
