@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "model/tokenizer_impl.h"
+#include "sluice/heap.h"
 #include "sluice/util.h"
 
 typedef struct sym {
@@ -19,8 +20,7 @@ typedef struct bigram {
 
 typedef struct work {
   sym *syms;
-  bigram *heap;
-  size_t nheap, capheap;
+  sl_heap heap; /* of bigram */
   char *key;
   size_t capkey;
 } work;
@@ -29,50 +29,8 @@ static bool bg_less(const bigram *a, const bigram *b) {
   return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
 }
 
-static sl_status heap_push(work *w, bigram b) {
-  if (w->nheap == w->capheap) {
-    size_t nc = w->capheap ? w->capheap * 2 : 64, bytes;
-    if (!sl_mul_ok(nc, sizeof *w->heap, &bytes))
-      return SL_ERR_NOMEM;
-    bigram *nh = sl_realloc(w->heap, bytes);
-    if (!nh)
-      return SL_ERR_NOMEM;
-    w->heap = nh;
-    w->capheap = nc;
-  }
-  size_t i = w->nheap++;
-  while (i > 0) {
-    size_t p = (i - 1) / 2;
-    if (!bg_less(&b, &w->heap[p]))
-      break;
-    w->heap[i] = w->heap[p];
-    i = p;
-  }
-  w->heap[i] = b;
-  return SL_OK;
-}
-
-static bigram heap_pop(work *w) {
-  bigram top = w->heap[0];
-  bigram last = w->heap[--w->nheap];
-  size_t i = 0, n = w->nheap;
-  for (;;) {
-    size_t l = 2 * i + 1, r = l + 1, m = i;
-    const bigram *mb = &last;
-    if (l < n && bg_less(&w->heap[l], mb)) {
-      m = l;
-      mb = &w->heap[l];
-    }
-    if (r < n && bg_less(&w->heap[r], mb))
-      m = r;
-    if (m == i)
-      break;
-    w->heap[i] = w->heap[m];
-    i = m;
-  }
-  if (n)
-    w->heap[i] = last;
-  return top;
+static bool bg_less_v(const void *a, const void *b) {
+  return bg_less(a, b);
 }
 
 /* Rank of merging syms[left] and syms[right], or -1. */
@@ -105,7 +63,7 @@ static sl_status add_bigram(const sl_tokenizer_t *t, work *w, const char *word,
   if (st != SL_OK || rank < 0)
     return st;
   bigram b = {rank, left, right, w->syms[left].n + w->syms[right].n};
-  return heap_push(w, b);
+  return sl_heap_push(&w->heap, &b);
 }
 
 sl_status sl__bpe_word(const sl_tokenizer_t *t, const char *word, size_t wlen,
@@ -120,6 +78,7 @@ sl_status sl__bpe_word(const sl_tokenizer_t *t, const char *word, size_t wlen,
       return sl__ivec_push(out, id);
   }
   work w = {0};
+  sl_heap_init(&w.heap, sizeof(bigram), bg_less_v);
   sl_status st = SL_OK;
   w.syms = sl_calloc(wlen, sizeof *w.syms);
   if (!w.syms)
@@ -136,8 +95,8 @@ sl_status sl__bpe_word(const sl_tokenizer_t *t, const char *word, size_t wlen,
   }
   for (int32_t i = 1; i < nsym && st == SL_OK; i++)
     st = add_bigram(t, &w, word, i - 1, i);
-  while (st == SL_OK && w.nheap) {
-    bigram b = heap_pop(&w);
+  bigram b;
+  while (st == SL_OK && sl_heap_pop(&w.heap, &b)) {
     sym *l = &w.syms[b.left], *r = &w.syms[b.right];
     if (l->n == 0 || r->n == 0 || l->n + r->n != b.size)
       continue; /* stale */
@@ -168,7 +127,7 @@ sl_status sl__bpe_word(const sl_tokenizer_t *t, const char *word, size_t wlen,
     }
   }
   sl_free(w.syms);
-  sl_free(w.heap);
+  sl_heap_free(&w.heap);
   sl_free(w.key);
   return st;
 }

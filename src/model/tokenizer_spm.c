@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model/tokenizer_impl.h"
+#include "sluice/heap.h"
 #include "sluice/util.h"
 
 typedef struct sym {
@@ -26,53 +27,11 @@ static bool bg_first(const bigram *a, const bigram *b) {
 
 typedef struct work {
   sym *syms;
-  bigram *heap;
-  size_t nheap, cap;
+  sl_heap heap; /* of bigram */
 } work;
 
-static sl_status push(work *w, bigram b) {
-  if (w->nheap == w->cap) {
-    size_t nc = w->cap ? w->cap * 2 : 64, bytes;
-    if (!sl_mul_ok(nc, sizeof *w->heap, &bytes))
-      return SL_ERR_NOMEM;
-    bigram *nh = sl_realloc(w->heap, bytes);
-    if (!nh)
-      return SL_ERR_NOMEM;
-    w->heap = nh;
-    w->cap = nc;
-  }
-  size_t i = w->nheap++;
-  while (i > 0) {
-    size_t p = (i - 1) / 2;
-    if (!bg_first(&b, &w->heap[p]))
-      break;
-    w->heap[i] = w->heap[p];
-    i = p;
-  }
-  w->heap[i] = b;
-  return SL_OK;
-}
-
-static bigram pop(work *w) {
-  bigram top = w->heap[0], last = w->heap[--w->nheap];
-  size_t i = 0, n = w->nheap;
-  for (;;) {
-    size_t l = 2 * i + 1, r = l + 1, m = i;
-    const bigram *mb = &last;
-    if (l < n && bg_first(&w->heap[l], mb)) {
-      m = l;
-      mb = &w->heap[l];
-    }
-    if (r < n && bg_first(&w->heap[r], mb))
-      m = r;
-    if (m == i)
-      break;
-    w->heap[i] = w->heap[m];
-    i = m;
-  }
-  if (n)
-    w->heap[i] = last;
-  return top;
+static bool bg_first_v(const void *a, const void *b) {
+  return bg_first(a, b);
 }
 
 static sl_status try_bigram(const sl_tokenizer_t *t, work *w, const char *s,
@@ -84,7 +43,7 @@ static sl_status try_bigram(const sl_tokenizer_t *t, work *w, const char *s,
   if (id == SL_TOKEN_NULL)
     return SL_OK;
   bigram b = {t->score[id], left, right, size};
-  return push(w, b);
+  return sl_heap_push(&w->heap, &b);
 }
 
 /* The id for raw byte c: "<0xXX>", else the one-byte token, else unk. */
@@ -106,6 +65,7 @@ sl_status sl__spm_fragment(const sl_tokenizer_t *t, const char *s, size_t len,
   if (len > UINT32_MAX / 2)
     return SL_ERR_INVALID_ARG;
   work w = {0};
+  sl_heap_init(&w.heap, sizeof(bigram), bg_first_v);
   sl_status st = SL_OK;
   w.syms = sl_calloc(len, sizeof *w.syms);
   if (!w.syms)
@@ -122,8 +82,8 @@ sl_status sl__spm_fragment(const sl_tokenizer_t *t, const char *s, size_t len,
   }
   for (int32_t i = 1; i < nsym && st == SL_OK; i++)
     st = try_bigram(t, &w, s, i - 1, i);
-  while (st == SL_OK && w.nheap) {
-    bigram b = pop(&w);
+  bigram b;
+  while (st == SL_OK && sl_heap_pop(&w.heap, &b)) {
     sym *l = &w.syms[b.left], *r = &w.syms[b.right];
     if (l->n == 0 || r->n == 0 || l->n + r->n != b.size)
       continue;
@@ -153,6 +113,6 @@ sl_status sl__spm_fragment(const sl_tokenizer_t *t, const char *s, size_t len,
     }
   }
   sl_free(w.syms);
-  sl_free(w.heap);
+  sl_heap_free(&w.heap);
   return st;
 }

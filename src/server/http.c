@@ -664,6 +664,7 @@ sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
     return SL_ERR_INVALID_ARG;
   }
   sl__srv_json_init();
+  sl_status st = SL_ERR_NOMEM;
   sl_server_t *s = sl_calloc(1, sizeof *s);
   if (!s)
     goto fail_nomem;
@@ -714,6 +715,7 @@ sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
   if (gai != 0 || !ai) {
     snprintf(err, errcap, "cannot resolve host '%s': %s", s->host,
              gai_strerror(gai));
+    st = SL_ERR_INVALID_ARG;
     goto fail_sync;
   }
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD |
@@ -731,16 +733,8 @@ sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
   if (!s->mhd) {
     snprintf(err, errcap, "cannot listen on %s:%d: %s", s->host, cfg->port,
              strerror(errno));
-    sl__srv_metrics_destroy(&s->m);
-    pthread_cond_destroy(&s->jobs_cv);
-    pthread_mutex_destroy(&s->jobs_mu);
-    sl_free(s->chat_template);
-    sl_free(s->host);
-    sl_free(s->api_key);
-    sl_free(s->model_name);
-    sl_free(s->model_alias);
-    sl_free(s);
-    return SL_ERR_IO;
+    st = SL_ERR_IO;
+    goto fail_sync;
   }
   const union MHD_DaemonInfo *di =
       MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
@@ -752,13 +746,6 @@ fail_sync:
   sl__srv_metrics_destroy(&s->m);
   pthread_cond_destroy(&s->jobs_cv);
   pthread_mutex_destroy(&s->jobs_mu);
-  sl_free(s->chat_template);
-  sl_free(s->host);
-  sl_free(s->api_key);
-  sl_free(s->model_name);
-  sl_free(s->model_alias);
-  sl_free(s);
-  return SL_ERR_INVALID_ARG;
 fail_strings:
   sl_free(s->chat_template);
   sl_free(s->host);
@@ -766,6 +753,8 @@ fail_strings:
   sl_free(s->model_name);
   sl_free(s->model_alias);
   sl_free(s);
+  if (st != SL_ERR_NOMEM)
+    return st; /* err already says why */
 fail_nomem:
   snprintf(err, errcap, "out of memory");
   return SL_ERR_NOMEM;
