@@ -727,8 +727,7 @@ sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
       MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
       on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
       (unsigned)s->cfg.http_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-      (unsigned)1000, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-      MHD_OPTION_END);
+      (unsigned)1000, MHD_OPTION_END);
   freeaddrinfo(ai);
   if (!s->mhd) {
     snprintf(err, errcap, "cannot listen on %s:%d: %s", s->host, cfg->port,
