@@ -45,6 +45,7 @@ typedef struct conn {
   bool too_large;
   sl_sbuf body;
   sl_srv_job *job;
+  bool open; /* counted in the server's n_open until on_completed */
 } conn;
 
 /* ---- jobs ------------------------------------------------------------------- */
@@ -386,6 +387,8 @@ static enum MHD_Result handle_generate(sl_server_t *s,
     s->jobs->prev = j;
   s->jobs = j;
   s->n_jobs++;
+  s->n_open++;
+  cn->open = true;
   atomic_fetch_add(&j->refs, 1);
   pthread_mutex_unlock(&s->jobs_mu);
   /* no lock is held across submit: the executor may already be calling
@@ -631,6 +634,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
       job_abort(cn->job);
     job_unref(cn->job);
     sl_server_t *s = cls;
+    if (cn->open) {
+      pthread_mutex_lock(&s->jobs_mu);
+      s->n_open--;
+      pthread_cond_broadcast(&s->jobs_cv);
+      pthread_mutex_unlock(&s->jobs_mu);
+    }
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT,
                               (unsigned)s->cfg.http_timeout_s);
   }
@@ -761,7 +770,11 @@ fail_nomem:
 
 int sl_server_port(const sl_server_t *s) { return s->port; }
 
-/* Waits until no job is live or `ms` pass. Returns the number still live. */
+/* Waits until no job is live and every generation response has been
+ * handed to its client (MHD's completion callback ran), or `ms` pass.
+ * Returns the number of jobs still live plus responses still open. A job
+ * leaves the engine before its response is written, so waiting on jobs
+ * alone would let MHD_stop_daemon cut a finished answer off mid-send. */
 static int wait_jobs(sl_server_t *s, unsigned ms) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -772,10 +785,10 @@ static int wait_jobs(sl_server_t *s, unsigned ms) {
     ts.tv_nsec -= 1000000000L;
   }
   pthread_mutex_lock(&s->jobs_mu);
-  while (s->n_jobs > 0)
+  while (s->n_jobs + s->n_open > 0)
     if (pthread_cond_timedwait(&s->jobs_cv, &s->jobs_mu, &ts) == ETIMEDOUT)
       break;
-  int n = s->n_jobs;
+  int n = s->n_jobs + s->n_open;
   pthread_mutex_unlock(&s->jobs_mu);
   return n;
 }
@@ -807,6 +820,8 @@ void sl_server_stop(sl_server_t *s) {
       if (wait_jobs(s, 2000) == 0 || n == 0)
         break;
     }
+    /* the aborted answers are still being written: let them go out */
+    wait_jobs(s, 2000);
   }
   MHD_stop_daemon(s->mhd);
   sl__srv_metrics_destroy(&s->m);

@@ -253,6 +253,8 @@ struct sl_server {
   pthread_cond_t jobs_cv;
   sl_srv_job *jobs;         /* live jobs (submitted, not yet released) */
   int n_jobs;
+  int n_open;               /* generation requests whose response MHD has
+                             * not yet reported complete (delivered/failed) */
   bool stopping;
 
   sl_srv_metrics m;
