@@ -346,6 +346,26 @@ static void test_matmul(void) {
           }
           CHECK_MSG(off == 0, "type %d isa %s nt %lld threads %d: %d off", t,
                     sl_kern_isa_name(isas[ki]), (long long)nt, p + 1, off);
+          /* every entry is bit for bit the same ISA's one-row dot: token
+           * tiles and two-row tiles only share loads, never reorder sums */
+          int diff = 0;
+          for (int64_t tt = 0; tt < nt; tt++) {
+            const void *xa = X + tt * cols;
+            if (act != SL_GGML_F32) {
+              CHECK_OK(sl_kern_quantize_act(act, X + tt * cols, xq, cols));
+              xa = xq;
+            }
+            for (int64_t r = 0; r < rows; r++) {
+              float one;
+              CHECK_OK(sl_kern_vec_dot(t, cols, w + r * wrb, xa, &one));
+              if (memcmp(&one, &got[tt * rows + r], sizeof one) != 0)
+                diff++;
+            }
+          }
+          CHECK_MSG(diff == 0,
+                    "type %d isa %s nt %lld threads %d: %d entries differ "
+                    "from the one-row dot", t, sl_kern_isa_name(isas[ki]),
+                    (long long)nt, p + 1, diff);
         }
     }
     sl_free(w);

@@ -121,11 +121,16 @@ typedef struct attn_job {
   size_t scratch_per;
   const uint16_t **heads; /* (nth, 2, max_blocks): one head's block rows */
   int max_blocks;
+  int64_t total_cost; /* sum over items of their context length */
   _Atomic int err;
 } attn_job;
 
 /* Causal attention for every (token, head) of the batch, over each
- * sequence's own blocks; threads take items round-robin. */
+ * sequence's own blocks. The items, in (sequence, token, head) order, are
+ * cut into one contiguous run per thread of about equal cost (an item costs
+ * its context length): the heads that share a KV head sit next to each other
+ * and run on one thread, so its K/V rows are read from memory once, not once
+ * per head, and a causal prefill still splits evenly. */
 static void attn_worker(void *p, int ith, int nth) {
   attn_job *j = p;
   const sl_model_hparams *hp = j->hp;
@@ -135,28 +140,32 @@ static void attn_worker(void *p, int ith, int nth) {
   float *sc = j->scratch + (size_t)ith * j->scratch_per;
   const uint16_t **kh = j->heads + (size_t)ith * 2 * (size_t)j->max_blocks;
   const uint16_t **vh = kh + j->max_blocks;
-  int64_t w = 0;
-  for (int s = 0; s < j->b->n_seqs; s++) {
+  const int64_t lo = j->total_cost * ith / nth,
+                hi = j->total_cost * (ith + 1) / nth;
+  int64_t cost = 0;
+  for (int s = 0; s < j->b->n_seqs && cost < hi; s++) {
     const sl_batch_seq *q = &j->b->seqs[s];
     const uint16_t *const *kb = j->kb + j->blk_off[s];
     const uint16_t *const *vb = j->vb + j->blk_off[s];
-    int nblk = (q->pos0 + q->n + (1 << j->bs) - 1) >> j->bs;
-    for (int64_t h = 0; h < hp->n_head; h++) {
-      int64_t kvh = h / group;
-      bool mine = false;
-      for (int t = 0; t < q->n; t++)
-        if ((w + (int64_t)t * hp->n_head + h) % nth == ith)
-          mine = true;
-      if (!mine)
+    int64_t built = -1; /* the KV head whose rows kh/vh hold */
+    for (int t = 0; t < q->n && cost < hi; t++) {
+      int64_t tok = q->first + t, len = q->pos0 + t + 1;
+      if (cost + len * hp->n_head <= lo) { /* the whole token is before us */
+        cost += len * hp->n_head;
         continue;
-      for (int bi = 0; bi < nblk; bi++) {
-        kh[bi] = kb[bi] + kvh * hd;
-        vh[bi] = vb[bi] + kvh * hd;
       }
-      for (int t = 0; t < q->n; t++) {
-        if ((w + (int64_t)t * hp->n_head + h) % nth != ith)
+      for (int64_t h = 0; h < hp->n_head; h++, cost += len) {
+        if (cost < lo || cost >= hi)
           continue;
-        int64_t tok = q->first + t, len = q->pos0 + t + 1;
+        int64_t kvh = h / group;
+        if (kvh != built) { /* blocks only grow with t: build them all */
+          int all = (q->pos0 + q->n + (1 << j->bs) - 1) >> j->bs;
+          for (int bi = 0; bi < all; bi++) {
+            kh[bi] = kb[bi] + kvh * hd;
+            vh[bi] = vb[bi] + kvh * hd;
+          }
+          built = kvh;
+        }
         sl_status st = sl_kern_attn_f16_paged(
             j->out + tok * qd + h * hd, j->q + tok * qd + h * hd, kh, vh,
             j->bs, hd, len, kvd, scale, q->n == 1, sc);
@@ -164,7 +173,6 @@ static void attn_worker(void *p, int ith, int nth) {
           atomic_store(&j->err, (int)st);
       }
     }
-    w += (int64_t)q->n * hp->n_head;
   }
 }
 
@@ -204,6 +212,11 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
   }
   int bs = __builtin_ctz((unsigned)T);
   sl_status st = SL_OK;
+  int64_t attn_cost = 0;
+  for (int s = 0; s < b->n_seqs; s++) {
+    int64_t p0 = b->seqs[s].pos0, nq = b->seqs[s].n;
+    attn_cost += (nq * p0 + nq * (nq + 1) / 2) * hp->n_head;
+  }
 
   for (int t = 0; t < n && st == SL_OK; t++)
     st = sl__llama_embed(m, b->tokens[t], x + (size_t)t * (size_t)d);
@@ -244,8 +257,9 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
         vb[o] = kvmem + vhalf + kv_off(&c->kv, (int)l, sq->block_table[bi]);
       }
     }
-    attn_job aj = {hp,          b,     q,       att,        kb, vb, blk_off,
-                   bs,          scratch, scratch_per, heads, max_blocks, 0};
+    attn_job aj = {hp,      b,           q,     att,        kb,   vb, blk_off,
+                   bs,      scratch,     scratch_per, heads, max_blocks,
+                   attn_cost, 0};
     sl_kern_pool_run(c->pool, attn_worker, &aj);
     if ((st = (sl_status)atomic_load(&aj.err)) != SL_OK)
       break;

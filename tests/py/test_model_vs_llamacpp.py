@@ -31,7 +31,9 @@ DEFAULT_MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # is an approximation that sluice does not copy. Against a float64 reference
 # llama.cpp itself agrees on top-1 only 94.7% of the time, and sluice's error
 # against float64 equals llama.cpp's (docs/ARCHITECTURE.md, "Accuracy").
-# These floors guard what is reached; the 99% goal stays open.
+# On an all-F32 copy of the model, where no activation is re-quantized, the
+# two agree at 100% (test_model_f32_vs_llamacpp.py). These floors guard what
+# is reached on Q4_1; the 99% goal there stays open.
 TOP1_MIN = 0.95
 REL_ERR_MEAN_MAX = 0.025  # mean relative L2 error of a position's logits (0.0167 measured)
 REL_ERR_P99_MAX = 0.12   # (0.090 measured)
@@ -102,8 +104,9 @@ def _sluice(tool, model, mode, lines, extra=()):
     return r.stdout
 
 
-def test_teacher_forced_logits(env):
-    llm, model, tool = env
+def teacher_forced(llm, model, tool, label):
+    """Runs the corpus sequences through both programs; returns (top-1
+    agreement, per-position relative L2 errors) and prints them."""
     seqs = _sequences(llm)
     npos = sum(len(s) for s in seqs)
     assert npos >= MIN_POSITIONS, f"only {npos} positions"
@@ -123,10 +126,16 @@ def test_teacher_forced_logits(env):
                     np.linalg.norm(ref, axis=1))
     errs = np.array(errs)
     top1 = agree / npos
-    print(f"\nteacher-forced: {npos} positions in {len(seqs)} sequences; "
-          f"top-1 agreement {top1:.4%}; relative L2 error mean "
-          f"{errs.mean():.5f}, p99 {np.percentile(errs, 99):.5f}, "
-          f"max {errs.max():.5f}")
+    print(f"\nteacher-forced ({label}): {npos} positions in {len(seqs)} "
+          f"sequences; top-1 agreement {top1:.4%}; relative L2 error mean "
+          f"{errs.mean():.6f}, p99 {np.percentile(errs, 99):.6f}, "
+          f"max {errs.max():.6f}")
+    return top1, errs
+
+
+def test_teacher_forced_logits(env):
+    llm, model, tool = env
+    top1, errs = teacher_forced(llm, model, tool, "Q4_1 file")
     assert top1 >= TOP1_MIN
     assert errs.mean() <= REL_ERR_MEAN_MAX
     assert np.percentile(errs, 99) <= REL_ERR_P99_MAX

@@ -61,8 +61,14 @@ static void merge(sl__kern_cpu_ops *dst, const sl__kern_cpu_ops *base,
       dst->dequant[i] = over->dequant[i];
     if (over->quant[i])
       dst->quant[i] = over->quant[i];
-    if (over->dot[i])
+    if (over->dot[i]) {
+      /* a gemm must match its own table's dot: a new dot without a new
+       * gemm drops the inherited gemm */
       dst->dot[i] = over->dot[i];
+      dst->gemm[i] = over->gemm[i];
+    } else if (over->gemm[i]) {
+      dst->gemm[i] = over->gemm[i];
+    }
   }
 #define SL__OVER(f)                                                            \
   if (over->f)                                                                 \
@@ -79,8 +85,11 @@ static void merge(sl__kern_cpu_ops *dst, const sl__kern_cpu_ops *base,
 
 static void init_once(void) {
   g_tables[SL_KERN_ISA_SCALAR] = sl__kern_cpu_scalar_ops;
-  merge(&g_tables[SL_KERN_ISA_AVX2], &g_tables[SL_KERN_ISA_SCALAR],
-        &sl__kern_cpu_avx2_ops);
+  sl__kern_cpu_ops avx2 = sl__kern_cpu_avx2_ops;
+  for (int i = 0; i < SL__NTYPES; i++)
+    if (sl__kern_cpu_avx2_gemm[i])
+      avx2.gemm[i] = sl__kern_cpu_avx2_gemm[i];
+  merge(&g_tables[SL_KERN_ISA_AVX2], &g_tables[SL_KERN_ISA_SCALAR], &avx2);
   merge(&g_tables[SL_KERN_ISA_AVX512], &g_tables[SL_KERN_ISA_AVX2],
         &sl__kern_cpu_avx512_ops);
   int isa = SL_KERN_ISA_AVX512;

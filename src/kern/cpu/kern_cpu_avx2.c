@@ -671,26 +671,42 @@ static void attn_f16(float *out, const float *q, const uint16_t *const *kb,
       __m256 l[8];
       for (int j = 0; j < 8; j++)
         l[j] = _mm256_setzero_ps();
-      for (p = 0; p < len; p += 8) {
-        const int64_t np = len - p < 8 ? len - p : 8;
-        UNROLL for (int j = 0; j < 8; j++) {
-          if (j < np)
+      p = 0;
+      if (bs >= 3) /* eight aligned positions share a block: one row base */
+        for (; p + 8 <= len; p += 8) {
+          const uint16_t *v0 = VROW(p) + i;
+          _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
             l[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + p + j),
-                                   load_h8(VROW(p + j) + i, w), l[j]);
+                                   load_h8(v0 + j * stride, w), l[j]);
         }
-      }
+      for (; p < len; p++)
+        l[p & 7] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + p),
+                                   load_h8(VROW(p) + i, w), l[p & 7]);
       r = _mm256_add_ps(
           _mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6])),
           _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7])));
     } else {
+      /* accumulator j gets positions p = j (mod 32); a group of eight of
+       * them at a time stays in registers over the whole row */
       __m256 l[32];
-      for (int j = 0; j < 32; j++)
-        l[j] = _mm256_setzero_ps();
-      for (p = 0; p < len; p += 32) {
-        const int64_t np = len - p < 32 ? len - p : 32;
-        for (int j = 0; j < np; j++)
-          l[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + p + j),
-                                 load_h8(VROW(p + j) + i, w), l[j]);
+      for (int g = 0; g < 32; g += 8) {
+        __m256 a8[8];
+        for (int j = 0; j < 8; j++)
+          a8[j] = _mm256_setzero_ps();
+        for (int64_t p0 = g; p0 < len; p0 += 32) {
+          if (bs >= 3 && p0 + 8 <= len) {
+            const uint16_t *v0 = VROW(p0) + i;
+            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
+              a8[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + p0 + j),
+                                      load_h8(v0 + j * stride, w), a8[j]);
+          } else {
+            for (int j = 0; j < 8 && p0 + j < len; j++)
+              a8[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + p0 + j),
+                                      load_h8(VROW(p0 + j) + i, w), a8[j]);
+          }
+        }
+        for (int j = 0; j < 8; j++)
+          l[g + j] = a8[j];
       }
       __m256 a[8];
       for (int j = 0; j < 8; j++)

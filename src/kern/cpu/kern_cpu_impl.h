@@ -132,10 +132,27 @@ typedef void (*sl__quant_fn)(const float *x, void *dst, int64_t n);
 typedef void (*sl__dot_fn)(int64_t n, const void *w, const void *x,
                            size_t x_stride, float *y, size_t y_stride, int nt);
 
+/* The batched product of a chunk of rows with every token:
+ * y[t * y_stride + r] = dot(row r of w, token t of x) for r < nr, t < n,
+ * each entry bit-identical to the same table's dot for that row and token
+ * (tiles of two rows by up to four tokens only share loads and scale
+ * conversions; every sum keeps the one-row order). x holds the quantized
+ * activations (x_stride bytes per token); xd (and, for Q8_1, xsum) their
+ * block scales d (and s) as floats, block-major: xd[i * ld + t], with
+ * ld >= n rounded up to 4 and zeros past n. nr * (cols / 32) * 2 must not
+ * exceed SL__GEMM_WSC_MAX (the weight scales are converted once, on the
+ * stack). */
+#define SL__GEMM_WSC_MAX 8192
+typedef void (*sl__gemm_fn)(int64_t cols, const void *w, size_t w_stride,
+                            int64_t nr, const void *x, size_t x_stride,
+                            const float *xd, const float *xsum, int64_t ld,
+                            int64_t n, float *y, size_t y_stride);
+
 typedef struct sl__kern_cpu_ops {
   sl__dequant_fn dequant[SL__NTYPES];
   sl__quant_fn quant[SL__NTYPES]; /* by activation type */
   sl__dot_fn dot[SL__NTYPES];     /* by weight type */
+  sl__gemm_fn gemm[SL__NTYPES];   /* by weight type; NULL: dot row by row */
   void (*rmsnorm)(float *out, const float *x, const float *w, int64_t n,
                   float eps);
   /* cs/sn: n_rot/2 cos and sin values */
@@ -157,6 +174,8 @@ typedef struct sl__kern_cpu_ops {
 extern const sl__kern_cpu_ops sl__kern_cpu_scalar_ops;
 extern const sl__kern_cpu_ops sl__kern_cpu_avx2_ops;
 extern const sl__kern_cpu_ops sl__kern_cpu_avx512_ops;
+/* kern_cpu_gemm_avx2.c: the AVX2 table's gemm entries */
+extern const sl__gemm_fn sl__kern_cpu_avx2_gemm[SL__NTYPES];
 
 /* The table in use (all entries filled). */
 const sl__kern_cpu_ops *sl__kern_cpu_ops_get(void);

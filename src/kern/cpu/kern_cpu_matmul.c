@@ -1,9 +1,12 @@
 /* sluice — kern/cpu: quantized matmul / matvec over the pool.
  *
  * The activations are quantized once (to the weight type's activation type),
- * then threads take chunks of rows off a shared counter. Within a chunk, tokens
- * go in tiles of SL__NT_MAX: the ISA's dot kernel loads and unpacks each weight
- * block once per tile, while the chunk's rows stay in L1 across tiles. */
+ * then threads take chunks of rows off a shared counter. Where the ISA has a
+ * gemm for the weight type, a chunk goes to it whole (with the activation
+ * scales converted to floats once per call, block-major); otherwise, within
+ * a chunk, tokens go in tiles of SL__NT_MAX through the dot kernel, which
+ * loads and unpacks each weight block once per tile while the chunk's rows
+ * stay in L1 across tiles. Either way each output is the one-row dot. */
 #include <stdatomic.h>
 
 #include "kern_cpu_impl.h"
@@ -21,14 +24,33 @@ typedef struct mm_job {
   _Atomic int64_t next;
   sl__quant_fn quant;
   sl__dot_fn dot;
+  sl__gemm_fn gemm; /* NULL: the dot, row by row */
+  sl_ggml_type act;
+  float *xd, *xsum; /* gemm: activation scales, [block][ld] */
+  int64_t ld;
 } mm_job;
 
 static void quant_task(void *p, int ith, int nth) {
   mm_job *j = p;
   int64_t t0 = j->n_tokens * ith / nth, t1 = j->n_tokens * (ith + 1) / nth;
-  for (int64_t t = t0; t < t1; t++)
-    j->quant(j->X + t * j->W->cols, (char *)j->xq + t * j->xq_row_bytes,
-             j->W->cols);
+  const int64_t nb = j->W->cols / SL__QK;
+  for (int64_t t = t0; t < t1; t++) {
+    char *row = (char *)j->xq + t * j->xq_row_bytes;
+    j->quant(j->X + t * j->W->cols, row, j->W->cols);
+    if (!j->gemm)
+      continue;
+    /* exact: every f16 is a float */
+    for (int64_t i = 0; i < nb; i++) {
+      if (j->act == SL_GGML_Q8_1) {
+        const sl__block_q8_1 *b = (const sl__block_q8_1 *)row + i;
+        j->xd[i * j->ld + t] = sl__f16_to_f32(b->d);
+        j->xsum[i * j->ld + t] = sl__f16_to_f32(b->s);
+      } else {
+        const sl__block_q8_0 *b = (const sl__block_q8_0 *)row + i;
+        j->xd[i * j->ld + t] = sl__f16_to_f32(b->d);
+      }
+    }
+  }
 }
 
 static void dot_task(void *p, int ith, int nth) {
@@ -43,6 +65,12 @@ static void dot_task(void *p, int ith, int nth) {
     if (r0 >= rows)
       return;
     int64_t r1 = r0 + j->chunk < rows ? r0 + j->chunk : rows;
+    if (j->gemm) {
+      j->gemm(cols, w + r0 * j->w_row_bytes, j->w_row_bytes, r1 - r0, j->xq,
+              j->xq_row_bytes, j->xd, j->xsum, j->ld, j->n_tokens, j->Y + r0,
+              (size_t)rows);
+      continue;
+    }
     for (int64_t t = 0; t < j->n_tokens; t += SL__NT_MAX) {
       int nt = j->n_tokens - t < SL__NT_MAX ? (int)(j->n_tokens - t)
                                             : SL__NT_MAX;
@@ -87,22 +115,54 @@ sl_status sl_kern_matmul(sl_kern_pool_t *pool, const sl_kern_weight *W,
       .n_tokens = n_tokens,
       .quant = ops->quant[act],
       .dot = ops->dot[W->type],
+      .gemm = ops->gemm[W->type],
+      .act = act,
   };
+  const int64_t nb = W->cols / SL__QK;
+  /* a gemm takes two or more tokens (for one, converting the weight scales
+   * first is a second pass over the rows that the dot does not need), Q8_0
+   * or Q8_1 activations, and rows whose weight scales fit its stack buffer */
+  if (job.gemm && (n_tokens < 2 || (act != SL_GGML_Q8_0 && act != SL_GGML_Q8_1) ||
+                   2 * nb > SL__GEMM_WSC_MAX))
+    job.gemm = NULL;
+  /* gemm: the scales after the quantized rows, 64-byte aligned */
+  size_t xoff = 0, sbytes = 0;
+  if (job.gemm) {
+    job.ld = (n_tokens + 3) & ~(int64_t)3;
+    xoff = (xbytes + 63) & ~(size_t)63;
+    sbytes = 2 * sizeof(float) * (size_t)nb * (size_t)job.ld;
+  }
+  size_t total = job.gemm ? xoff + sbytes : xbytes;
   void *owned = NULL;
   if (act == SL_GGML_F32) {
     job.xq = (void *)X; /* float weights read the activations as they are */
   } else if (pool) {
-    if (!(job.xq = sl__kern_pool_scratch(pool, xbytes)))
+    if (!(job.xq = sl__kern_pool_scratch(pool, total)))
       return SL_ERR_NOMEM;
   } else {
-    if (!(owned = job.xq = sl_malloc(xbytes)))
+    if (!(owned = job.xq = sl_malloc(total)))
       return SL_ERR_NOMEM;
+  }
+  if (job.gemm) {
+    job.xd = (float *)((char *)job.xq + xoff);
+    job.xsum = job.xd + nb * job.ld;
+    /* the padding tokens' scales read as zeros */
+    if (job.ld > n_tokens)
+      for (int64_t i = 0; i < nb; i++)
+        for (int64_t t = n_tokens; t < job.ld; t++)
+          job.xd[i * job.ld + t] = job.xsum[i * job.ld + t] = 0.0f;
+    if (act != SL_GGML_Q8_1)
+      job.xsum = NULL;
   }
 
   int nth = sl_kern_pool_n_threads(pool);
-  /* ~8 chunks per thread for balance, at least 4 rows each */
+  /* ~8 chunks per thread for balance, at least 4 rows each; a gemm's chunk
+   * also fits its weight scales on the stack */
   int64_t chunk = W->rows / ((int64_t)nth * 8);
-  job.chunk = chunk < 4 ? 4 : chunk;
+  chunk = chunk < 4 ? 4 : chunk;
+  if (job.gemm && chunk > SL__GEMM_WSC_MAX / (2 * nb))
+    chunk = SL__GEMM_WSC_MAX / (2 * nb);
+  job.chunk = chunk;
   atomic_init(&job.next, 0);
 
   if (act != SL_GGML_F32) {
