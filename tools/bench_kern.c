@@ -7,6 +7,7 @@
  * read bandwidth. Prefill (n_tokens = 64, 256): "eff GB/s" = n_tokens x weight
  * bytes / time, i.e. how much faster than re-reading the weights per token. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kern/cpu/kern_cpu_impl.h"
@@ -128,7 +129,11 @@ int main(int argc, char **argv) {
   static const sl_ggml_type types[] = {
       SL_GGML_F32,  SL_GGML_F16,  SL_GGML_BF16, SL_GGML_Q8_0, SL_GGML_Q4_0,
       SL_GGML_Q4_1, SL_GGML_Q4_K, SL_GGML_Q5_K, SL_GGML_Q6_K};
-  const int64_t cols = 4096;
+  /* the row length (BENCH_KERN_COLS, default 4096): a small model's rows
+   * are short (576 in SmolLM2-135M), which changes what a kernel pays for */
+  const char *cols_env = getenv("BENCH_KERN_COLS");
+  const int64_t cols =
+      cols_env && atoll(cols_env) >= 256 ? atoll(cols_env) / 256 * 256 : 4096;
   printf("\n%-5s %8s | %-22s | %-30s\n", "type", "MB", "decode GB/s (1t, 2t)",
          "prefill eff GB/s 2t (64, 256 tok)");
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
