@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a fresh Debian machine: installs what sluice needs, fetches
-# the default model, builds, and runs `sluice serve`, which
-# main job is the runtime's seed experiment (`sluice bench memsync`).
+# the default model, builds, and runs `sluice serve` on the default model at
+# 127.0.0.1:8080 (arguments go to `sluice serve`; Ctrl-C stops it cleanly).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"

@@ -632,8 +632,12 @@ static void attn_f16(float *out, const float *q, const uint16_t *const *kb,
       sc[p] = (float)d * scale;
     }
   }
-  float mx = -INFINITY;
-  for (p = 0; p < len; p++)
+  /* the maximum is exact in any order */
+  __m256 mv = _mm256_set1_ps(-INFINITY);
+  for (p = 0; p + 8 <= len; p += 8)
+    mv = _mm256_max_ps(mv, _mm256_loadu_ps(sc + p));
+  float mx = hmax_ps(mv);
+  for (; p < len; p++)
     mx = fmaxf(mx, sc[p]);
   /* exp and the sum in double, 8 at a time; zeros past len up to a multiple
    * of 32 (as ggml's masked, padded rows) */
