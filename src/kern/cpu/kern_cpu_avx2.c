@@ -617,6 +617,29 @@ static void attn_f16(float *out, const float *q, const uint16_t *const *kb,
   } else {
     /* ggml_vec_dot_f16: four chains over 32-element steps, tail in double */
     const int64_t n32 = hd - hd % 32;
+    if (n32 == hd) {
+      /* no tail: four positions' reductions at once, with reduce4x8's
+       * pairings (lo + hi, then the two hadds) done by three hadds */
+      const __m128 sv = _mm_set1_ps(scale);
+      for (; p + 4 <= len; p += 4) {
+        __m128 t[4];
+        UNROLL for (int j = 0; j < 4; j++) {
+          const uint16_t *kp = KROW(p + j);
+          __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+          for (int64_t i = 0; i < n32; i += 32) {
+            s0 = _mm256_fmadd_ps(q16[i / 8], load_h8(kp + i, 8), s0);
+            s1 = _mm256_fmadd_ps(q16[i / 8 + 1], load_h8(kp + i + 8, 8), s1);
+            s2 = _mm256_fmadd_ps(q16[i / 8 + 2], load_h8(kp + i + 16, 8), s2);
+            s3 = _mm256_fmadd_ps(q16[i / 8 + 3], load_h8(kp + i + 24, 8), s3);
+          }
+          __m256 a = _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
+          t[j] = _mm_add_ps(_mm256_castps256_ps128(a),
+                            _mm256_extractf128_ps(a, 1));
+        }
+        __m128 h = _mm_hadd_ps(_mm_hadd_ps(t[0], t[1]), _mm_hadd_ps(t[2], t[3]));
+        _mm_storeu_ps(sc + p, _mm_mul_ps(h, sv));
+      }
+    }
     for (; p < len; p++) {
       const uint16_t *kp = KROW(p);
       __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
