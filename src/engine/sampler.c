@@ -1,4 +1,5 @@
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@ struct sl_sampler {
     int32_t id;
     float logit;
   } * cands;
+  float *probs; /* per candidate */
 };
 
 sl_sampler_params sl_sampler_defaults(void) {
@@ -55,7 +57,8 @@ sl_sampler_t *sl_sampler_create(const sl_sampler_params *p, int n_vocab) {
   s->hist = sl_calloc((size_t)s->p.penalty_last_n + 1, sizeof *s->hist);
   s->counts = sl_calloc((size_t)n_vocab, sizeof *s->counts);
   s->cands = sl_calloc((size_t)n_vocab, sizeof *s->cands);
-  if (!s->hist || !s->counts || !s->cands) {
+  s->probs = sl_calloc((size_t)n_vocab, sizeof *s->probs);
+  if (!s->hist || !s->counts || !s->cands || !s->probs) {
     sl_sampler_free(s);
     return NULL;
   }
@@ -68,6 +71,7 @@ void sl_sampler_free(sl_sampler_t *s) {
   sl_free(s->hist);
   sl_free(s->counts);
   sl_free(s->cands);
+  sl_free(s->probs);
   sl_free(s);
 }
 
@@ -112,11 +116,59 @@ static void apply_penalties(sl_sampler_t *s, float *logits) {
   }
 }
 
+/* The candidates' order: higher logit first, then lower id (a total order,
+ * so every selection below is deterministic whatever its pivots). */
+static bool better(const struct cand *a, const struct cand *b) {
+  return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
 static int cmp_cand(const void *a, const void *b) {
-  float x = ((const struct cand *)a)->logit, y = ((const struct cand *)b)->logit;
-  if (x != y)
-    return x < y ? 1 : -1;
-  return ((const struct cand *)a)->id - ((const struct cand *)b)->id;
+  return better(a, b) ? -1 : better(b, a) ? 1 : 0;
+}
+
+static void swap_cand(struct cand *a, struct cand *b) {
+  struct cand t = *a;
+  *a = *b;
+  *b = t;
+}
+
+/* Moves the k best of c[0..n) to c[0..k) (in no order): quickselect,
+ * median-of-three pivots, expected O(n). */
+static void select_best(struct cand *c, int n, int k) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (better(&c[mid], &c[lo]))
+      swap_cand(&c[mid], &c[lo]);
+    if (better(&c[hi], &c[lo]))
+      swap_cand(&c[hi], &c[lo]);
+    if (better(&c[hi], &c[mid]))
+      swap_cand(&c[hi], &c[mid]);
+    struct cand pv = c[mid]; /* the median: c[lo] >= pv >= c[hi] */
+    int i = lo, j = hi;
+    while (i <= j) {
+      while (better(&c[i], &pv))
+        i++;
+      while (better(&pv, &c[j]))
+        j--;
+      if (i <= j)
+        swap_cand(&c[i++], &c[j--]);
+    }
+    /* now c[lo..j] >= pv >= c[i..hi], and c[j+1..i-1] == pv */
+    if (k - 1 <= j)
+      hi = j;
+    else if (k - 1 >= i)
+      lo = i;
+    else
+      return;
+  }
+}
+
+/* Sorts the k best of c[0..n) into c[0..k), best first. */
+static void sort_best(struct cand *c, int n, int k) {
+  if (k < n)
+    select_best(c, n, k);
+  qsort(c, (size_t)k, sizeof *c, cmp_cand);
 }
 
 int32_t sl_sampler_sample(sl_sampler_t *s, float *logits) {
@@ -130,41 +182,64 @@ int32_t sl_sampler_sample(sl_sampler_t *s, float *logits) {
         best = i;
     return best;
   }
-  /* candidates: top-k by partial selection (full sort when k is off) */
-  int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
   for (int i = 0; i < n; i++) {
     s->cands[i].id = i;
     s->cands[i].logit = logits[i];
   }
-  if (k < n) {
-    /* keep the k largest: simple heap-free select via partial qsort */
-    qsort(s->cands, (size_t)n, sizeof *s->cands, cmp_cand);
-  } else {
-    qsort(s->cands, (size_t)n, sizeof *s->cands, cmp_cand);
-  }
-  int m = k;
-  /* softmax with temperature over the m candidates */
+  /* top-k: the k best, sorted (O(n + k log k)); without it, all n stay in
+   * id order until a cut needs them sorted */
+  int m = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+  bool sorted = m < n;
+  if (sorted)
+    sort_best(s->cands, n, m);
   float mx = s->cands[0].logit;
+  if (!sorted)
+    for (int i = 1; i < m; i++)
+      mx = fmaxf(mx, s->cands[i].logit);
+  /* softmax with temperature over the m candidates */
+  float *pr = s->probs;
   double sum = 0;
-  float *pr = sl_malloc((size_t)m * sizeof *pr);
-  if (!pr)
-    return s->cands[0].id;
   for (int i = 0; i < m; i++) {
     pr[i] = expf((s->cands[i].logit - mx) / p->temperature);
     sum += pr[i];
   }
-  for (int i = 0; i < m; i++)
+  float pmax = 0.0f;
+  for (int i = 0; i < m; i++) {
     pr[i] = (float)(pr[i] / sum);
-  /* min-p: drop tokens under min_p * the top probability */
+    pmax = fmaxf(pmax, pr[i]);
+  }
+  /* min-p: drop tokens under min_p * the top probability (order kept) */
   if (p->min_p > 0.0f) {
-    float floor_p = p->min_p * pr[0];
-    int keep = 1;
-    while (keep < m && pr[keep] >= floor_p)
-      keep++;
+    float floor_p = p->min_p * pmax;
+    int keep = 0;
+    for (int i = 0; i < m; i++)
+      if (pr[i] >= floor_p) {
+        s->cands[keep] = s->cands[i];
+        pr[keep++] = pr[i];
+      }
     m = keep;
   }
-  /* top-p: the smallest prefix whose mass reaches top_p */
+  /* top-p: the smallest best-first prefix whose mass reaches top_p; the
+   * order is needed now, for a growing number of the best at a time */
   if (p->top_p < 1.0f) {
+    if (!sorted) {
+      /* pair each candidate with its probability while sorting */
+      for (int i = 0; i < m; i++)
+        s->cands[i].logit = pr[i];
+      int want = m < 64 ? m : 64;
+      for (;;) {
+        sort_best(s->cands, m, want);
+        double cum = 0;
+        int i = 0;
+        while (i < want && cum < p->top_p)
+          cum += s->cands[i++].logit;
+        if (cum >= p->top_p || want == m)
+          break;
+        want = want > m / 8 ? m : want * 8;
+      }
+      for (int i = 0; i < m; i++)
+        pr[i] = s->cands[i].logit;
+    }
     double cum = 0;
     int keep = 0;
     while (keep < m) {
@@ -186,6 +261,5 @@ int32_t sl_sampler_sample(sl_sampler_t *s, float *logits) {
       break;
     }
   }
-  sl_free(pr);
   return pick;
 }
