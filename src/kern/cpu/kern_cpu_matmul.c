@@ -1,12 +1,13 @@
 /* sluice — kern/cpu: quantized matmul / matvec over the pool.
  *
  * The activations are quantized once (to the weight type's activation type),
- * then threads take chunks of rows off a shared counter. Where the ISA has a
- * gemm for the weight type, a chunk goes to it whole (with the activation
- * scales converted to floats once per call, block-major); otherwise, within
- * a chunk, tokens go in tiles of SL__NT_MAX through the dot kernel, which
- * loads and unpacks each weight block once per tile while the chunk's rows
- * stay in L1 across tiles. Either way each output is the one-row dot. */
+ * then threads take chunks of rows off a shared counter. With two or more
+ * tokens, where the ISA has a gemm for the weight type, a chunk goes to it
+ * whole (with the activation scales converted to floats once per call,
+ * block-major); otherwise, within a chunk, tokens go in tiles of SL__NT_MAX
+ * through the dot kernel, which loads and unpacks each weight block once per
+ * tile while the chunk's rows stay in L1 across tiles. Either way each
+ * output is the one-row dot. */
 #include <stdatomic.h>
 
 #include "kern_cpu_impl.h"
