@@ -17,26 +17,6 @@
 
 /* ---- dots ------------------------------------------------------------------ */
 
-/* Instantiates name(..., nt) from name##_nt(..., NT) with NT a constant. */
-#define SL__NT_DISPATCH(name)                                                  \
-  static void name(int64_t n, const void *w, const void *x, size_t xs,         \
-                   float *y, size_t ys, int nt) {                              \
-    switch (nt) {                                                              \
-    case 1:                                                                    \
-      name##_nt(n, w, x, xs, y, ys, 1);                                        \
-      break;                                                                   \
-    case 2:                                                                    \
-      name##_nt(n, w, x, xs, y, ys, 2);                                        \
-      break;                                                                   \
-    case 3:                                                                    \
-      name##_nt(n, w, x, xs, y, ys, 3);                                        \
-      break;                                                                   \
-    default:                                                                   \
-      name##_nt(n, w, x, xs, y, ys, 4);                                        \
-      break;                                                                   \
-    }                                                                          \
-  }
-
 #define XB(type, t, i) (((const type *)((const char *)x + (size_t)(t) * xs))[i])
 
 INL void dot_f32_nt(int64_t n, const void *w, const void *x, size_t xs,
@@ -98,11 +78,7 @@ SL__DOT_HALF(dot_bf16, widen_bf16, sl__bf16_to_f32)
 INL void blk_q4_0(const sl__block_q4_0 *a, const void *x, size_t xs, int64_t i,
                   __m256 *acc, float *sm, const int NT) {
   (void)sm;
-  const __m256i m4 = _mm256_set1_epi8(0x0F), off = _mm256_set1_epi8(8);
-  __m128i raw = _mm_loadu_si128((const __m128i *)a[i].qs);
-  __m256i q =
-      _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
-  q = _mm256_sub_epi8(q, off);
+  __m256i q = _mm256_sub_epi8(unpack_q4(a[i].qs), _mm256_set1_epi8(8));
   __m256i aq = _mm256_sign_epi8(q, q);
   float dw = _cvtsh_ss(a[i].d);
   UNROLL for (int t = 0; t < NT; t++) {
@@ -116,10 +92,7 @@ INL void blk_q4_0(const sl__block_q4_0 *a, const void *x, size_t xs, int64_t i,
 
 INL void blk_q4_1(const sl__block_q4_1 *a, const void *x, size_t xs, int64_t i,
                   __m256 *acc, float *sm, const int NT) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  __m128i raw = _mm_loadu_si128((const __m128i *)a[i].qs);
-  __m256i q =
-      _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+  __m256i q = unpack_q4(a[i].qs);
   float dw = _cvtsh_ss(a[i].d), mw = _cvtsh_ss(a[i].m);
   UNROLL for (int t = 0; t < NT; t++) {
     const sl__block_q8_1 *xb = &XB(sl__block_q8_1, t, i);
@@ -339,23 +312,16 @@ INL void store_i8x32(float *dst, __m256i q, __m256 d, __m256 m) {
 
 static void dq_q4_0(const void *src, float *dst, int64_t n) {
   const sl__block_q4_0 *b = src;
-  const __m256i m4 = _mm256_set1_epi8(0x0F), off = _mm256_set1_epi8(8);
   for (int64_t i = 0; i < n / SL__QK; i++, dst += SL__QK) {
-    __m128i raw = _mm_loadu_si128((const __m128i *)b[i].qs);
-    __m256i q = _mm256_sub_epi8(
-        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4),
-        off);
+    __m256i q = _mm256_sub_epi8(unpack_q4(b[i].qs), _mm256_set1_epi8(8));
     store_i8x32(dst, q, _mm256_set1_ps(_cvtsh_ss(b[i].d)), _mm256_setzero_ps());
   }
 }
 
 static void dq_q4_1(const void *src, float *dst, int64_t n) {
   const sl__block_q4_1 *b = src;
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t i = 0; i < n / SL__QK; i++, dst += SL__QK) {
-    __m128i raw = _mm_loadu_si128((const __m128i *)b[i].qs);
-    __m256i q =
-        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+    __m256i q = unpack_q4(b[i].qs);
     store_i8x32(dst, q, _mm256_set1_ps(_cvtsh_ss(b[i].d)),
                 _mm256_set1_ps(_cvtsh_ss(b[i].m)));
   }
@@ -560,13 +526,20 @@ INL __m256 load_h8(const uint16_t *p, int64_t m) {
   return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)t));
 }
 
-/* ggml_vec_dot_f16's reduction of its 4 registers (see reduce32 in the
- * scalar file), to a float. */
-INL float reduce4x8(__m256 s0, __m256 s1, __m256 s2, __m256 s3) {
+/* ggml_vec_dot_f16 over n32 (a multiple of 32) elements of q16 and an f16
+ * row: four chains over 32-element steps, added up as ggml does (see
+ * reduce32 in the scalar file) down to four lanes; (l0 + l1) + (l2 + l3) of
+ * the result, as two hadds, is the dot. */
+INL __m128 dot_f16_4x8(const __m256 *q16, const uint16_t *kp, int64_t n32) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  for (int64_t i = 0; i < n32; i += 32) {
+    s0 = _mm256_fmadd_ps(q16[i / 8], load_h8(kp + i, 8), s0);
+    s1 = _mm256_fmadd_ps(q16[i / 8 + 1], load_h8(kp + i + 8, 8), s1);
+    s2 = _mm256_fmadd_ps(q16[i / 8 + 2], load_h8(kp + i + 16, 8), s2);
+    s3 = _mm256_fmadd_ps(q16[i / 8 + 3], load_h8(kp + i + 24, 8), s3);
+  }
   __m256 a = _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
-  __m128 t = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  t = _mm_hadd_ps(t, t);
-  return _mm_cvtss_f32(_mm_hadd_ps(t, t));
+  return _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
 }
 
 /* See the scalar attn_f16: the same arithmetic and summation orders. */
@@ -618,38 +591,21 @@ static void attn_f16(float *out, const float *q, const uint16_t *const *kb,
     /* ggml_vec_dot_f16: four chains over 32-element steps, tail in double */
     const int64_t n32 = hd - hd % 32;
     if (n32 == hd) {
-      /* no tail: four positions' reductions at once, with reduce4x8's
-       * pairings (lo + hi, then the two hadds) done by three hadds */
+      /* no tail: four positions' last two pairings in three hadds */
       const __m128 sv = _mm_set1_ps(scale);
       for (; p + 4 <= len; p += 4) {
         __m128 t[4];
-        UNROLL for (int j = 0; j < 4; j++) {
-          const uint16_t *kp = KROW(p + j);
-          __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-          for (int64_t i = 0; i < n32; i += 32) {
-            s0 = _mm256_fmadd_ps(q16[i / 8], load_h8(kp + i, 8), s0);
-            s1 = _mm256_fmadd_ps(q16[i / 8 + 1], load_h8(kp + i + 8, 8), s1);
-            s2 = _mm256_fmadd_ps(q16[i / 8 + 2], load_h8(kp + i + 16, 8), s2);
-            s3 = _mm256_fmadd_ps(q16[i / 8 + 3], load_h8(kp + i + 24, 8), s3);
-          }
-          __m256 a = _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
-          t[j] = _mm_add_ps(_mm256_castps256_ps128(a),
-                            _mm256_extractf128_ps(a, 1));
-        }
+        UNROLL for (int j = 0; j < 4; j++) t[j] =
+            dot_f16_4x8(q16, KROW(p + j), n32);
         __m128 h = _mm_hadd_ps(_mm_hadd_ps(t[0], t[1]), _mm_hadd_ps(t[2], t[3]));
         _mm_storeu_ps(sc + p, _mm_mul_ps(h, sv));
       }
     }
     for (; p < len; p++) {
       const uint16_t *kp = KROW(p);
-      __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-      for (int64_t i = 0; i < n32; i += 32) {
-        s0 = _mm256_fmadd_ps(q16[i / 8], load_h8(kp + i, 8), s0);
-        s1 = _mm256_fmadd_ps(q16[i / 8 + 1], load_h8(kp + i + 8, 8), s1);
-        s2 = _mm256_fmadd_ps(q16[i / 8 + 2], load_h8(kp + i + 16, 8), s2);
-        s3 = _mm256_fmadd_ps(q16[i / 8 + 3], load_h8(kp + i + 24, 8), s3);
-      }
-      double d = reduce4x8(s0, s1, s2, s3);
+      __m128 t = dot_f16_4x8(q16, kp, n32);
+      t = _mm_hadd_ps(t, t);
+      double d = _mm_cvtss_f32(_mm_hadd_ps(t, t));
       for (int64_t i = n32; i < hd; i++)
         d += qf[i] * _cvtsh_ss(kp[i]);
       sc[p] = (float)d * scale;

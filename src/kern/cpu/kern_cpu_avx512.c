@@ -14,25 +14,6 @@
 #define INL static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 4")
 
-#define SL__NT_DISPATCH(name)                                                  \
-  static void name(int64_t n, const void *w, const void *x, size_t xs,         \
-                   float *y, size_t ys, int nt) {                              \
-    switch (nt) {                                                              \
-    case 1:                                                                    \
-      name##_nt(n, w, x, xs, y, ys, 1);                                        \
-      break;                                                                   \
-    case 2:                                                                    \
-      name##_nt(n, w, x, xs, y, ys, 2);                                        \
-      break;                                                                   \
-    case 3:                                                                    \
-      name##_nt(n, w, x, xs, y, ys, 3);                                        \
-      break;                                                                   \
-    default:                                                                   \
-      name##_nt(n, w, x, xs, y, ys, 4);                                        \
-      break;                                                                   \
-    }                                                                          \
-  }
-
 #define XT(t) ((const char *)x + (size_t)(t) * xs)
 
 /* Float weights, 16 per step; widen() turns 16 weights at w + i into f32. */

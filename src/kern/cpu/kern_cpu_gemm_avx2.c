@@ -23,13 +23,6 @@
 
 #define XQ(type, t, i) (((const type *)((const char *)x + (size_t)(t) * xs))[i])
 
-/* The 32 4-bit quants of a Q4_0 / Q4_1 block as bytes 0..15. */
-INL __m256i unpack_q4(const uint8_t *qs) {
-  __m128i raw = _mm_loadu_si128((const __m128i *)qs);
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
-                          _mm256_set1_epi8(0x0F));
-}
-
 /* One tile: rows a0 and a1 (a1 == a0 when !two) by NT tokens. ws0/ws1: the
  * rows' scales as floats, [block][2] (d, then m for Q4_1). */
 INL void tile_q4_1(int64_t nb, const sl__block_q4_1 *a0,

@@ -126,6 +126,27 @@ static inline void sl__scale_min_k4(int j, const uint8_t *q, uint8_t *sc,
 #define SL__NTYPES 31 /* indexable by sl_ggml_type up to BF16 = 30 */
 #define SL__NT_MAX 4  /* tokens per dot tile */
 
+/* In the ISA files: instantiates the sl__dot_fn name(..., nt) from an
+ * always-inline name##_nt(..., NT), NT a constant 1..SL__NT_MAX. */
+#define SL__NT_DISPATCH(name)                                                  \
+  static void name(int64_t n, const void *w, const void *x, size_t xs,         \
+                   float *y, size_t ys, int nt) {                              \
+    switch (nt) {                                                              \
+    case 1:                                                                    \
+      name##_nt(n, w, x, xs, y, ys, 1);                                        \
+      break;                                                                   \
+    case 2:                                                                    \
+      name##_nt(n, w, x, xs, y, ys, 2);                                        \
+      break;                                                                   \
+    case 3:                                                                    \
+      name##_nt(n, w, x, xs, y, ys, 3);                                        \
+      break;                                                                   \
+    default:                                                                   \
+      name##_nt(n, w, x, xs, y, ys, 4);                                        \
+      break;                                                                   \
+    }                                                                          \
+  }
+
 typedef void (*sl__dequant_fn)(const void *src, float *dst, int64_t n);
 typedef void (*sl__quant_fn)(const float *x, void *dst, int64_t n);
 /* y[t * y_stride] = dot(w, x + t * x_stride bytes) for t < nt (1..NT_MAX). */

@@ -32,6 +32,15 @@ static inline __attribute__((always_inline)) __m256i dot_us8(__m256i a,
   return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
 }
 
+/* The 32 4-bit quants of a Q4_0 / Q4_1 block as bytes 0..15: low nibbles
+ * (elements 0..15) in the low half, high nibbles (16..31) in the high. */
+static inline __attribute__((always_inline)) __m256i unpack_q4(
+    const uint8_t *qs) {
+  __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
+                          _mm256_set1_epi8(0x0F));
+}
+
 /* 8 bf16 to 8 f32. */
 static inline __attribute__((always_inline)) __m256 widen_bf16(__m128i h) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
