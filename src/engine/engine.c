@@ -752,19 +752,8 @@ static bool step(sl_engine_t *e) {
       r->state = SL__REQ_RUNNING;
       clear_site(e, SL__SITE_PREFILL_END);
     }
-    if (lg && sample_and_emit(e, r, lg)) {
-      /* finished and freed: drop it from the active list by pointer */
-      for (int i = 0; i < e->n_active; i++)
-        if (e->active[i] == r) {
-          memmove(&e->active[i], &e->active[i + 1],
-                  sizeof(sl__req *) * (size_t)(e->n_active - i - 1));
-          e->n_active--;
-          pthread_mutex_lock(&e->mu);
-          e->stats.running--;
-          pthread_mutex_unlock(&e->mu);
-          break;
-        }
-    }
+    if (lg && sample_and_emit(e, r, lg))
+      active_remove(e, r); /* finished and freed: only the pointer is used */
   }
   /* decode clear sites */
   if (e->cfg.clear_every_tokens > 0 &&
