@@ -45,8 +45,9 @@ int sl_bench_memsync_main(int argc, char **argv) {
   }
   if (trials < 1 || trials > SL_SEED_MAX_TRIALS || idle < 1 ||
       !(chain_ms > 0 && chain_ms < 10000)) {
-    fprintf(stderr, "sluice bench memsync: --trials must be 1..%d, "
-                    "--idle-iters >= 1, --chain-ms in (0, 10000)\n",
+    fprintf(stderr,
+            "sluice bench memsync: --trials must be 1..%d, "
+            "--idle-iters >= 1, --chain-ms in (0, 10000)\n",
             SL_SEED_MAX_TRIALS);
     return 2;
   }
@@ -59,8 +60,7 @@ int sl_bench_memsync_main(int argc, char **argv) {
   }
   printf("{\"bench\": \"memsync\", \"backend\": \"%s\", \"chain_ms\": %.3f, "
          "\"chain_len\": %d, \"matrix_n\": %d,\n",
-         kind == SL_DEVICE_CUDA ? "cuda" : "cpu", r.chain_ms, r.chain_len,
-         r.n);
+         kind == SL_DEVICE_CUDA ? "cuda" : "cpu", r.chain_ms, r.chain_len, r.n);
   printf(" \"streams\": {\"engine\": \"%s\", \"generation\": \"%s\", "
          "\"default\": \"%s\", \"distinct\": %s},\n",
          r.engine_stream, r.generation_stream, r.default_stream,

@@ -47,9 +47,9 @@
 #include "sluice/tokenizer.h"
 #include "sluice/util.h"
 
-#define MAX_PHASES 8
-#define MAX_CLIENTS 256
-#define IO_TIMEOUT_S 600 /* default --timeout */
+#define MAX_PHASES       8
+#define MAX_CLIENTS      256
+#define IO_TIMEOUT_S     600 /* default --timeout */
 #define HEALTH_TIMEOUT_S 60.0
 
 /* The fixed text the prompts are cut from. Written as the opening of a long
@@ -209,10 +209,11 @@ static int size_prompt(bench_cfg *cfg) {
   int measured = -1;
   sl_tokenizer_t *tok = NULL;
   sl_model_t *m = sl_model_load(cfg->model, &st, err, sizeof err);
-  if (!m || sl_tokenizer_load(sl_model_gguf(m), &tok, err, sizeof err) !=
-                SL_OK) {
-    fprintf(stderr, "sluice bench serve: no tokenizer (%s); sizing the prompt "
-                    "at 4.5 bytes a token\n",
+  if (!m ||
+      sl_tokenizer_load(sl_model_gguf(m), &tok, err, sizeof err) != SL_OK) {
+    fprintf(stderr,
+            "sluice bench serve: no tokenizer (%s); sizing the prompt "
+            "at 4.5 bytes a token\n",
             err);
     cfg->story_bytes = (size_t)(cfg->prompt_tokens * 4.5);
     goto out_model;
@@ -225,9 +226,8 @@ static int size_prompt(bench_cfg *cfg) {
     char *p = make_prompt(cfg, 0, 0);
     int32_t *ids = NULL;
     size_t n = 0;
-    if (!p ||
-        sl_tokenizer_encode(tok, p, strlen(p), true, false, &ids, &n) !=
-            SL_OK) {
+    if (!p || sl_tokenizer_encode(tok, p, strlen(p), true, false, &ids, &n) !=
+                  SL_OK) {
       sl_free(p);
       cfg->story_bytes = (size_t)(cfg->prompt_tokens * 4.5);
       goto out_tok;
@@ -244,8 +244,8 @@ static int size_prompt(bench_cfg *cfg) {
     char *p = make_prompt(cfg, 0, 0);
     int32_t *ids = NULL;
     size_t n = 0;
-    if (p && sl_tokenizer_encode(tok, p, strlen(p), true, false, &ids, &n) ==
-                 SL_OK)
+    if (p &&
+        sl_tokenizer_encode(tok, p, strlen(p), true, false, &ids, &n) == SL_OK)
       measured = (int)n;
     sl_free(ids);
     sl_free(p);
@@ -257,7 +257,8 @@ out_model:
   return measured;
 }
 
-/* ---- sockets --------------------------------------------------------------- */
+/* ---- sockets ---------------------------------------------------------------
+ */
 
 /* A free TCP port on 127.0.0.1 (bound then released), or -1. */
 static int pick_free_port(void) {
@@ -361,7 +362,8 @@ static bool rd_line(reader *r, char *out, size_t cap) {
   return any;
 }
 
-/* ---- SSE parsing ------------------------------------------------------------ */
+/* ---- SSE parsing ------------------------------------------------------------
+ */
 
 typedef struct sse_state {
   char *line; /* the partial line */
@@ -507,7 +509,8 @@ fail_eof:
   return false;
 }
 
-/* ---- one request ------------------------------------------------------------ */
+/* ---- one request ------------------------------------------------------------
+ */
 
 /* Appends s to buf as a JSON string literal; returns the new length. */
 static size_t put_json_str(char *buf, size_t at, const char *s) {
@@ -617,8 +620,8 @@ static void do_request(int port, int timeout_s, const char *model_name,
   if (s.chunks > 0)
     res->ttft_ms = ms_between(t0, s.t_first);
   if (res->completion_tokens > 1 && s.chunks > 1)
-    res->tpot_ms = ms_between(s.t_first, s.t_last) /
-                   (double)(res->completion_tokens - 1);
+    res->tpot_ms =
+        ms_between(s.t_first, s.t_last) / (double)(res->completion_tokens - 1);
 out_fd:
   close(fd);
 out:
@@ -628,7 +631,8 @@ out:
   sl_free(body);
 }
 
-/* ---- one phase: N clients ------------------------------------------------- */
+/* ---- one phase: N clients -------------------------------------------------
+ */
 
 /* Holds the client threads until every one exists, so that a phase's clock
  * starts with all of them. */
@@ -662,8 +666,7 @@ static void *client_main(void *p) {
       continue;
     }
     do_request(j->port, j->cfg->timeout_s, j->cfg->model_name, prompt,
-               j->cfg->max_tokens,
-               &j->res[r]);
+               j->cfg->max_tokens, &j->res[r]);
     sl_free(prompt);
   }
   return NULL;
@@ -684,8 +687,8 @@ static sl_status run_phase(const bench_cfg *cfg, int port, int n,
   pthread_t *th = sl_calloc((size_t)n, sizeof *th);
   double *ttft = sl_calloc((size_t)total, sizeof *ttft);
   double *tpot = sl_calloc((size_t)total, sizeof *tpot);
-  start_gate gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-                     false, false};
+  start_gate gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false,
+                     false};
   if (!res || !jobs || !th || !ttft || !tpot)
     goto out_mem;
   int started = 0;
@@ -753,7 +756,8 @@ out_mem:
   return st;
 }
 
-/* ---- server processes ----------------------------------------------------- */
+/* ---- server processes -----------------------------------------------------
+ */
 
 /* GET path; returns the HTTP status, or -1 when nothing answered. */
 static int http_get_status(int port, const char *path) {
@@ -788,8 +792,7 @@ static void dump_log_tail(const server_proc *p) {
   char buf[4096];
   fseek(f, 0, SEEK_END);
   long sz = ftell(f);
-  fseek(f, sz > (long)sizeof buf - 1 ? sz - (long)sizeof buf + 1 : 0,
-        SEEK_SET);
+  fseek(f, sz > (long)sizeof buf - 1 ? sz - (long)sizeof buf + 1 : 0, SEEK_SET);
   size_t k = fread(buf, 1, sizeof buf - 1, f);
   buf[k] = 0;
   fclose(f);
@@ -858,8 +861,9 @@ static sl_status server_start(server_proc *p, char *const argv[]) {
     int wst;
     if (waitpid(pid, &wst, WNOHANG) == pid) {
       p->pid = 0;
-      fprintf(stderr, "sluice bench serve: %s exited before serving "
-                      "(status %d)\n",
+      fprintf(stderr,
+              "sluice bench serve: %s exited before serving "
+              "(status %d)\n",
               p->what, WIFEXITED(wst) ? WEXITSTATUS(wst) : -1);
       dump_log_tail(p);
       return SL_ERR_IO;
@@ -872,8 +876,9 @@ static sl_status server_start(server_proc *p, char *const argv[]) {
     struct timespec ts = {0, 100 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
-  fprintf(stderr, "sluice bench serve: %s did not answer /health within "
-                  "%.0f s\n",
+  fprintf(stderr,
+          "sluice bench serve: %s did not answer /health within "
+          "%.0f s\n",
           p->what, HEALTH_TIMEOUT_S);
   server_stop(p);
   dump_log_tail(p);
@@ -953,8 +958,8 @@ static void print_runs(const phase_stats *ps, int n) {
            "\"wall_s\": %.3f, \"tokens_counted_by\": \"%s\"}",
            i ? "," : "", p->n, p->ttft_p50, p->ttft_p99, p->tpot_p50,
            p->tpot_p99, p->tokens_per_s, p->requests, p->failed,
-           p->completion_tokens, p->text_chunks, p->mean_completion_tokens, p->wall_s,
-           p->all_usage ? "usage" : "text_chunks");
+           p->completion_tokens, p->text_chunks, p->mean_completion_tokens,
+           p->wall_s, p->all_usage ? "usage" : "text_chunks");
   }
   printf("]");
 }
@@ -1018,8 +1023,7 @@ int sl_bench_serve_main(int argc, char **argv) {
     else if (!strcmp(a, "--peer")) {
       ok = !strcmp(v, "llama-cpp");
       cfg.peer = ok;
-    }
-    else
+    } else
       ok = false;
     if (!ok) {
       fprintf(stderr, "sluice bench serve: bad or unknown option '%s'\n", a);
@@ -1039,7 +1043,8 @@ int sl_bench_serve_main(int argc, char **argv) {
   }
   {
     const char *b = strrchr(cfg.model, '/');
-    snprintf(cfg.model_name, sizeof cfg.model_name, "%s", b ? b + 1 : cfg.model);
+    snprintf(cfg.model_name, sizeof cfg.model_name, "%s",
+             b ? b + 1 : cfg.model);
     size_t n = strlen(cfg.model_name);
     if (n > 5 && !strcmp(cfg.model_name + n - 5, ".gguf"))
       cfg.model_name[n - 5] = 0;
@@ -1052,8 +1057,9 @@ int sl_bench_serve_main(int argc, char **argv) {
   }
   signal(SIGPIPE, SIG_IGN);
   int measured_prompt = size_prompt(&cfg);
-  fprintf(stderr, "sluice bench serve: prompt of %d tokens (%zu story bytes), "
-                  "max_tokens %d, %d request(s) per client\n",
+  fprintf(stderr,
+          "sluice bench serve: prompt of %d tokens (%zu story bytes), "
+          "max_tokens %d, %d request(s) per client\n",
           measured_prompt, cfg.story_bytes, cfg.max_tokens,
           cfg.requests_per_client);
 
@@ -1075,19 +1081,20 @@ int sl_bench_serve_main(int argc, char **argv) {
   snprintf(port_s, sizeof port_s, "%d", sp.port);
   snprintf(thr_s, sizeof thr_s, "%d", cfg.threads);
   snprintf(seqs_s, sizeof seqs_s, "%d", cfg.max_seqs);
-  char *sargv[] = {self,   "serve", "-m",         (char *)cfg.model,
-                   "--port", port_s, "-t",        thr_s,
-                   "--max-seqs", seqs_s, NULL};
+  char *sargv[] = {self,         "serve", "-m", (char *)cfg.model,
+                   "--port",     port_s,  "-t", thr_s,
+                   "--max-seqs", seqs_s,  NULL};
   if (sp.port <= 0 || server_start(&sp, sargv) != SL_OK) {
     fprintf(stderr, "sluice bench serve: sluice serve did not start\n");
     return 1;
   }
   if (cfg.peer) {
-    pp.port = cfg.port ? (cfg.port < 65535 ? cfg.port + 1 : 0)
-                       : pick_free_port();
+    pp.port =
+        cfg.port ? (cfg.port < 65535 ? cfg.port + 1 : 0) : pick_free_port();
     snprintf(port_s, sizeof port_s, "%d", pp.port);
-    char *pargv[] = {"python3", script, "-m",  (char *)cfg.model, "--port",
-                     port_s,    "-t",   thr_s, NULL};
+    char *pargv[] = {"python3", script, "-m", (char *)cfg.model,
+                     "--port",  port_s, "-t", thr_s,
+                     NULL};
     if (pp.port <= 0 || server_start(&pp, pargv) != SL_OK) {
       fprintf(stderr, "sluice bench serve: the llama-cpp peer did not start "
                       "(is llama-cpp-python installed?)\n");

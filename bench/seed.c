@@ -85,7 +85,8 @@ static sl_status engine_body(engine_job *j) {
   r->engine_stream_id = sl_stream_id(eng);
   r->generation_stream_id = sl_stream_id(gen);
   r->default_stream_id = sl_stream_id(def);
-  snprintf(r->engine_stream, sizeof r->engine_stream, "%s", sl_stream_name(eng));
+  snprintf(r->engine_stream, sizeof r->engine_stream, "%s",
+           sl_stream_name(eng));
   snprintf(r->generation_stream, sizeof r->generation_stream, "%s",
            sl_stream_name(gen));
   snprintf(r->default_stream, sizeof r->default_stream, "%s",
@@ -123,7 +124,8 @@ static sl_status engine_body(engine_job *j) {
     goto out_chain;
   r->chain_ms = sl_ns_to_ms(sl_now_ns() - t0);
   /* one correction: the short probe above is noisy */
-  if (r->chain_ms > 0 && fabs(r->chain_ms - j->target_ms) > 0.2 * j->target_ms) {
+  if (r->chain_ms > 0 &&
+      fabs(r->chain_ms - j->target_ms) > 0.2 * j->target_ms) {
     len = (int)lround(len * j->target_ms / r->chain_ms);
     len = len < 3 ? 3 : len > 2000 ? 2000 : len;
     r->chain_len = len;
@@ -144,11 +146,13 @@ static sl_status engine_body(engine_job *j) {
       goto out_chain;
     t->bare_return_ms = sl_ns_to_ms(sl_now_ns() - t0);
     t->bare_pending_tasks = sl_stream_query(eng).tasks;
-    sl_alloc_stats a = sl_alloc_get_stats(dev);
-    t->bare_inflight_bytes = a.inflight_bytes_last;
-    if ((st = sl_stream_sync(eng)) != SL_OK) /* lets the probe resolve */
+    /* the bare clear did not drain the engine stream: its evidence is on
+     * the engine stream, as work of others' clears */
+    sl_stream_evidence ev = sl_stream_clear_evidence(eng);
+    t->bare_inflight_bytes = ev.others.bytes_last;
+    if ((st = sl_stream_sync(eng)) != SL_OK) /* the watch is stamped */
       goto out_chain;
-    t->bare_inflight_ms = sl_alloc_get_stats(dev).inflight_ms_last;
+    t->bare_inflight_ms = sl_stream_clear_evidence(eng).others.ms_last;
 
     /* (b) the owning clear: drains the engine stream first */
     if ((st = chain_queue(eng, &c, len)) != SL_OK)
@@ -158,7 +162,7 @@ static sl_status engine_body(engine_job *j) {
       goto out_chain;
     t->owning_return_ms = sl_ns_to_ms(sl_now_ns() - t0);
     t->owning_pending_tasks = sl_stream_query(eng).tasks;
-    a = sl_alloc_get_stats(dev);
+    sl_alloc_stats a = sl_alloc_get_stats(dev);
     t->owning_inflight_bytes = a.inflight_bytes_last;
     t->owning_inflight_ms = a.inflight_ms_last;
   }

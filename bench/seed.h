@@ -19,15 +19,15 @@ typedef struct sl_seed_trial {
   double owning_inflight_ms; /* work in flight at that clear */
   uint64_t bare_inflight_bytes;
   uint64_t owning_inflight_bytes;
-  uint64_t bare_pending_tasks;   /* engine tasks pending as the clear returned */
+  uint64_t bare_pending_tasks; /* engine tasks pending as the clear returned */
   uint64_t owning_pending_tasks;
 } sl_seed_trial;
 
 typedef struct sl_seed_result {
   sl_device_kind kind;
-  int n;              /* matrix size */
-  int chain_len;      /* products in the chain */
-  double chain_ms;    /* measured time of one chain, synchronously */
+  int n;           /* matrix size */
+  int chain_len;   /* products in the chain */
+  double chain_ms; /* measured time of one chain, synchronously */
   int trials;
   sl_seed_trial t[SL_SEED_MAX_TRIALS];
   double idle_clear_us; /* median sl_sync_and_clear_cache on idle streams */

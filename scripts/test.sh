@@ -10,6 +10,9 @@ bash scripts/install-deps.sh
 bash scripts/fetch-default-model.sh >/dev/null || {
   echo "test.sh: could not fetch the default model" >&2; exit 1; }
 
+echo "== clang-format"
+git ls-files '*.c' '*.h' | xargs clang-format --dry-run -Werror
+
 jobs="$(nproc)"
 build() { # dir, extra cmake args...
   local dir="$1"; shift
@@ -20,6 +23,9 @@ build() { # dir, extra cmake args...
 echo "== normal build"
 build build
 ctest --test-dir build --output-on-failure -j "$jobs"
+
+echo "== mutants: each documented break must fail its named test"
+python3 tools/mutants.py --jobs "$jobs"
 
 echo "== ASan+UBSan build"
 build build-asan -DSLUICE_SANITIZE=address -DSLUICE_CUDA=OFF

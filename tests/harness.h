@@ -35,7 +35,7 @@ static const char *sl_test_current = "";
     sl_test_checks++;                                                          \
     if (!(cond)) {                                                             \
       sl_test_failures++;                                                      \
-      fprintf(stderr, "FAIL %s:%d [%s]: %s\n", __FILE__, __LINE__,           \
+      fprintf(stderr, "FAIL %s:%d [%s]: %s\n", __FILE__, __LINE__,             \
               sl_test_current, #cond);                                         \
     }                                                                          \
   } while (0)
@@ -45,7 +45,7 @@ static const char *sl_test_current = "";
     sl_test_checks++;                                                          \
     if (!(cond)) {                                                             \
       sl_test_failures++;                                                      \
-      fprintf(stderr, "FAIL %s:%d [%s]: %s: ", __FILE__, __LINE__,           \
+      fprintf(stderr, "FAIL %s:%d [%s]: %s: ", __FILE__, __LINE__,             \
               sl_test_current, #cond);                                         \
       fprintf(stderr, __VA_ARGS__);                                            \
       fputc('\n', stderr);                                                     \
@@ -73,8 +73,7 @@ static const char *sl_test_current = "";
   } while (0)
 
 static inline int sl_test_finish(void) {
-  fprintf(stderr, "%d checks, %d failures\n", sl_test_checks,
-          sl_test_failures);
+  fprintf(stderr, "%d checks, %d failures\n", sl_test_checks, sl_test_failures);
   return sl_test_failures ? 1 : 0;
 }
 
@@ -88,7 +87,7 @@ typedef struct sl_test_child {
 #define SL_TEST_CHILDREN(argc, argv, ...)                                      \
   do {                                                                         \
     static const sl_test_child sl__kids[] = {__VA_ARGS__};                     \
-    if ((argc) == 3 && strcmp((argv)[1], "--child") == 0) {                   \
+    if ((argc) == 3 && strcmp((argv)[1], "--child") == 0) {                    \
       for (size_t i = 0; i < sizeof sl__kids / sizeof sl__kids[0]; i++)        \
         if (strcmp(sl__kids[i].name, (argv)[2]) == 0) {                        \
           sl__kids[i].fn();                                                    \
@@ -100,8 +99,8 @@ typedef struct sl_test_child {
 
 /* Runs this binary with `--child name`; stores its wait status and up to
  * errcap-1 bytes of its stderr (NUL-terminated). Returns 0 on success. */
-static inline int sl_test_spawn_child(const char *name, int *wstatus,
-                                      char *err, size_t errcap) {
+static inline int sl_test_spawn_child(const char *name, int *wstatus, char *err,
+                                      size_t errcap) {
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0)

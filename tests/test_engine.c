@@ -35,6 +35,8 @@ typedef struct result {
   int32_t toks[512];
   int n;
   sl_finish finish;
+  sl_status error;
+  sl_reason reason;
   char code[64];
   int cached;
   int prompt;
@@ -54,10 +56,12 @@ static void on_event(void *ud, const sl_engine_event *ev) {
   if (ev->kind == SL_EV_DONE) {
     r->done = true;
     r->finish = ev->finish;
+    r->error = ev->error;
+    r->reason = ev->reason;
     r->cached = ev->cached_tokens;
     r->prompt = ev->prompt_tokens;
-    if (ev->error_code)
-      snprintf(r->code, sizeof r->code, "%s", ev->error_code);
+    if (ev->reason != SL_REASON_NONE)
+      snprintf(r->code, sizeof r->code, "%s", sl_reason_code(ev->reason));
     pthread_cond_broadcast(&r->cv);
   }
   pthread_mutex_unlock(&r->mu);
@@ -104,40 +108,83 @@ static char *long_text(int reps) {
 /* ---- the hook: real work on the engine stream just before each clear ---- */
 
 static _Atomic int g_hook_calls;
+static _Atomic int g_hook_failures; /* work that was not queued */
+static _Atomic int g_hook_pending[SL__SITE_COUNT]; /* queued, still pending */
+
+typedef struct hold_arg {
+  sl_buf_t *b;
+  double ms;
+} hold_arg;
+
+static sl_status hold_task(const sl_task_ctx *ctx, void *p) {
+  hold_arg *a = p;
+  ((volatile float *)sl_buf_ptr(a->b))[0] = 1.0f;
+  usleep((useconds_t)(a->ms * 1000));
+  return SL_OK;
+}
 
 static void queue_work(void *ud, sl_stream_t *s, sl__clear_site site) {
   int n = 128;
   size_t bytes = (size_t)n * (size_t)n * 4;
-  sl_buf_t *a, *b, *c;
-  if (sl_buf_alloc(s, bytes, &a) != SL_OK)
+  sl_buf_t *a = NULL, *b = NULL, *c = NULL;
+  if (sl_buf_alloc(s, bytes, &a) != SL_OK ||
+      sl_buf_alloc(s, bytes, &b) != SL_OK ||
+      sl_buf_alloc(s, bytes, &c) != SL_OK) {
+    atomic_fetch_add(&g_hook_failures, 1); /* the site would go unchecked */
+    sl_buf_release(a);
+    sl_buf_release(b);
     return;
-  sl_buf_alloc(s, bytes, &b);
-  sl_buf_alloc(s, bytes, &c);
-  for (int i = 0; i < 16; i++) /* a few ms of dependent products, not waited */
-    sl_kern_sgemm(s, a, i % 2 ? c : b, i % 2 ? b : c, n, n, n, 1.0f);
+  }
+  /* a few ms that the clear must wait for, then dependent products */
+  hold_arg h = {a, 3.0};
+  if (sl_stream_submit(s, hold_task, &h, sizeof h, &a, 1, NULL) != SL_OK)
+    atomic_fetch_add(&g_hook_failures, 1);
+  for (int i = 0; i < 16; i++) /* not waited */
+    if (sl_kern_sgemm(s, a, i % 2 ? c : b, i % 2 ? b : c, n, n, n, 1.0f) !=
+        SL_OK)
+      atomic_fetch_add(&g_hook_failures, 1);
+  if (sl_stream_query(s).tasks > 0) /* real work is in flight now */
+    atomic_fetch_add(&g_hook_pending[site], 1);
   sl_buf_release(a); /* RETIRING until the products are done */
   sl_buf_release(b);
   sl_buf_release(c);
   atomic_fetch_add(&g_hook_calls, 1);
 }
 
-static void check_site(sl_engine_t *e, sl__clear_site site) {
+/* `with_work`: the engine ran with queue_work as its hook, so the site must
+ * have been reached with real work pending on the engine stream. */
+static void check_site_work(sl_engine_t *e, sl__clear_site site,
+                            bool with_work) {
   sl__site_stats s = sl__engine_site_stats(e, site);
   const char *name = sl__clear_site_name(site);
   CHECK_MSG(s.count > 0, "site %s never reached", name);
+  if (with_work) {
+    CHECK_MSG(atomic_load(&g_hook_pending[site]) > 0,
+              "site %s: never reached with work pending", name);
+    CHECK_EQ_INT(atomic_load(&g_hook_failures), 0);
+  }
   CHECK_MSG(s.engine_pending_max == 0, "site %s: %llu engine tasks pending",
             name, (unsigned long long)s.engine_pending_max);
   CHECK_MSG(s.inflight_bytes_max == 0, "site %s: %llu bytes in flight", name,
             (unsigned long long)s.inflight_bytes_max);
   CHECK_MSG(s.inflight_ms_max == 0.0, "site %s: %.3f ms in flight", name,
             s.inflight_ms_max);
-  fprintf(stderr, "  site %-24s reached %llu time(s); in flight at clear: 0 "
-                  "bytes, 0.000 ms\n",
-          name, (unsigned long long)s.count);
+  fprintf(stderr,
+          "  site %-24s reached %llu time(s) (%d with work queued); at the "
+          "clear: %llu tasks pending, %llu bytes in flight, %.3f ms\n",
+          name, (unsigned long long)s.count, atomic_load(&g_hook_pending[site]),
+          (unsigned long long)s.engine_pending_max,
+          (unsigned long long)s.inflight_bytes_max, s.inflight_ms_max);
 }
 
-static sl_engine_t *make_engine(int max_memory_mb, const sl__engine_test_hooks *h) {
+static void check_site(sl_engine_t *e, sl__clear_site site) {
+  check_site_work(e, site, true);
+}
+
+static sl_engine_t *make_engine_blocks(int max_memory_mb, int kv_blocks,
+                                       const sl__engine_test_hooks *h) {
   sl_engine_config cfg = sl_engine_config_defaults();
+  cfg.kv_blocks = kv_blocks;
   cfg.n_ctx = 1024;
   cfg.max_seqs = 8;
   cfg.prefill_chunk = QUICK ? 16 : 64;
@@ -154,6 +201,11 @@ static sl_engine_t *make_engine(int max_memory_mb, const sl__engine_test_hooks *
   if (h)
     sl__engine_set_test_hooks(e, h);
   return e;
+}
+
+static sl_engine_t *make_engine(int max_memory_mb,
+                                const sl__engine_test_hooks *h) {
+  return make_engine_blocks(max_memory_mb, 0, h);
 }
 
 static void test_clear_sites_normal_path(void) {
@@ -200,13 +252,21 @@ static void test_error_ladders(void) {
     const char *code;
   } cases[] = {
       {{.before_clear = queue_work, .fail_guard_admit = 1},
-       SL__SITE_ADMIT_MEM_EXCEEDED, true, "prefill_memory_exceeded"},
+       SL__SITE_ADMIT_MEM_EXCEEDED,
+       true,
+       "prefill_memory_exceeded"},
       {{.before_clear = queue_work, .fail_guard_chunk = 1},
-       SL__SITE_CHUNK_MEM_EXCEEDED, true, "prefill_memory_exceeded"},
+       SL__SITE_CHUNK_MEM_EXCEEDED,
+       true,
+       "prefill_memory_exceeded"},
       {{.before_clear = queue_work, .fail_oom_admit = 1},
-       SL__SITE_ADMIT_RUNTIME_ERR, false, ""},
+       SL__SITE_ADMIT_RUNTIME_ERR,
+       false,
+       ""},
       {{.before_clear = queue_work, .fail_oom_chunk = 2},
-       SL__SITE_CHUNK_RUNTIME_ERR, false, ""},
+       SL__SITE_CHUNK_RUNTIME_ERR,
+       false,
+       ""},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     sl_engine_t *e = make_engine(0, &cases[i].h);
@@ -253,10 +313,14 @@ static void test_memory_guard_real_limit(void) {
 }
 
 static void test_batching_invariance_and_prefix_cache(void) {
-  const char *prompts[] = {
-      "The capital of France is", "def add(a, b):\n    return",
-      "Once upon a time", "1, 2, 3, 4,", "The best way to learn C is",
-      "In 1492, Columbus", "Water boils at", "My favourite colour is"};
+  const char *prompts[] = {"The capital of France is",
+                           "def add(a, b):\n    return",
+                           "Once upon a time",
+                           "1, 2, 3, 4,",
+                           "The best way to learn C is",
+                           "In 1492, Columbus",
+                           "Water boils at",
+                           "My favourite colour is"};
   int np = QUICK ? 3 : 8;
   int32_t *ids[8];
   int n[8];
@@ -278,7 +342,8 @@ static void test_batching_invariance_and_prefix_cache(void) {
   for (int i = 0; i < np; i++) {
     result_wait(&together[i]);
     CHECK_EQ_INT(together[i].n, 16);
-    CHECK_MSG(memcmp(alone[i].toks, together[i].toks, 16 * sizeof(int32_t)) == 0,
+    CHECK_MSG(memcmp(alone[i].toks, together[i].toks, 16 * sizeof(int32_t)) ==
+                  0,
               "prompt %d differs when batched", i);
   }
   /* prefix cache: a long prompt twice; the second reuses full blocks */
@@ -294,8 +359,7 @@ static void test_batching_invariance_and_prefix_cache(void) {
   result_wait(&r2);
   CHECK_EQ_INT(r1.cached, 0);
   CHECK_MSG(r2.cached >= ln - 16 && r2.cached < ln && r2.cached > 0,
-            "cached %d of %d",
-            r2.cached, ln);
+            "cached %d of %d", r2.cached, ln);
   CHECK(memcmp(r1.toks, r2.toks, 16 * sizeof(int32_t)) == 0);
   sl_engine_free(e);
   for (int i = 0; i < np; i++)
@@ -331,6 +395,209 @@ static void test_abort_frees_blocks(void) {
   CHECK_EQ_INT(st.running, 0);
   sl_engine_free(e);
   sl_free(ids);
+}
+
+/* A real allocation failure (the allocator's device-OOM path, injected at the
+ * allocator) goes through the ladder: clear on the engine stream, requeue,
+ * then served; three in a row fail that request alone, with a 5xx reason. */
+static void test_real_oom_ladder(void) {
+  int32_t *ids;
+  int n = tokenize("The capital of France is", &ids);
+  sl_gen_params p = greedy(8);
+  sl_device_t *dev = sl_cpu_device();
+  /* no work-queueing hook here: its own allocations would take the
+   * injected failures */
+  sl_engine_t *e = make_engine(0, NULL);
+  result base, once, thrice, after;
+  result_init(&base);
+  CHECK_OK(sl_engine_submit(e, ids, n, &p, on_event, &base, NULL));
+  result_wait(&base);
+  usleep(100000); /* idle: the next allocation is the next request's */
+  sl_alloc_inject_oom(dev, 1);
+  result_init(&once);
+  CHECK_OK(sl_engine_submit(e, ids, n, &p, on_event, &once, NULL));
+  result_wait(&once);
+  CHECK(once.finish == SL_FINISH_LENGTH);
+  CHECK_EQ_INT(once.n, 8);
+  CHECK(memcmp(once.toks, base.toks, 8 * sizeof(int32_t)) == 0);
+  check_site_work(e, SL__SITE_ADMIT_RUNTIME_ERR, false);
+  usleep(100000);
+  sl_alloc_inject_oom(dev, 3);
+  result_init(&thrice);
+  CHECK_OK(sl_engine_submit(e, ids, n, &p, on_event, &thrice, NULL));
+  result_wait(&thrice);
+  CHECK(thrice.finish == SL_FINISH_ERROR);
+  CHECK_EQ_INT(thrice.error, SL_ERR_DEVICE_OOM);
+  CHECK_MSG(thrice.reason == SL_REASON_OUT_OF_MEMORY, "reason %s",
+            sl_reason_code(thrice.reason));
+  CHECK(sl_reason_http(thrice.reason) >=
+        500); /* the server's, not the client's */
+  sl_alloc_inject_oom(dev, 0);
+  /* everyone else keeps being served */
+  result_init(&after);
+  CHECK_OK(sl_engine_submit(e, ids, n, &p, on_event, &after, NULL));
+  result_wait(&after);
+  CHECK(after.finish == SL_FINISH_LENGTH);
+  CHECK(memcmp(after.toks, base.toks, 8 * sizeof(int32_t)) == 0);
+  CHECK_EQ_INT(sl_engine_get_stats(e).kv_blocks_used, 0);
+  sl_engine_free(e);
+  sl_free(ids);
+}
+
+static sl_status device_error_task(const sl_task_ctx *ctx, void *p) {
+  return SL_ERR_DEVICE;
+}
+
+/* A task of the engine stream fails just before a clear: the clear reports
+ * it, and the error reaches the request whose work it was (not dropped, and
+ * not left for the next request to take). */
+typedef struct plant {
+  _Atomic int planted;
+  sl__clear_site at;
+} plant;
+
+static void fail_before_clear(void *ud, sl_stream_t *s, sl__clear_site site) {
+  plant *p = ud;
+  if (site == p->at && !atomic_exchange(&p->planted, 1))
+    sl_stream_submit(s, device_error_task, NULL, 0, NULL, 0, NULL);
+}
+
+static void test_clear_error_reaches_request(void) {
+  static plant pl;
+  atomic_store(&pl.planted, 0);
+  pl.at = SL__SITE_PREFILL_CHUNK;
+  sl__engine_test_hooks h = {.before_clear = fail_before_clear, .ud = &pl};
+  sl_engine_t *e = make_engine(0, &h);
+  int32_t *ids;
+  int n = tokenize("Once upon a time", &ids);
+  result r, next;
+  result_init(&r);
+  sl_gen_params p = greedy(8);
+  CHECK_OK(sl_engine_submit(e, ids, n, &p, on_event, &r, NULL));
+  result_wait(&r);
+  CHECK(atomic_load(&pl.planted));
+  CHECK(r.finish == SL_FINISH_ERROR);
+  CHECK_EQ_INT(r.error, SL_ERR_DEVICE);
+  CHECK_MSG(r.reason == SL_REASON_DEVICE_ERROR, "reason %s",
+            sl_reason_code(r.reason));
+  /* the error was taken once: the next request is served */
+  result_init(&next);
+  CHECK_OK(sl_engine_submit(e, ids, n, &p, on_event, &next, NULL));
+  result_wait(&next);
+  CHECK(next.finish == SL_FINISH_LENGTH);
+  CHECK_EQ_INT(sl_engine_get_stats(e).kv_blocks_used, 0);
+  sl_engine_free(e);
+  /* an error met by the idle clear belongs to no
+   * request: the clear takes it, and the next request is not blamed */
+  atomic_store(&pl.planted, 0);
+  pl.at = SL__SITE_IDLE;
+  e = make_engine(0, &h);
+  result first, second;
+  result_init(&first);
+  CHECK_OK(sl_engine_submit(e, ids, n, &p, on_event, &first, NULL));
+  result_wait(&first);
+  CHECK(first.finish == SL_FINISH_LENGTH);
+  for (int i = 0; i < 200 && !atomic_load(&pl.planted); i++)
+    usleep(5000); /* the idle clear, once the engine has nothing to do */
+  result_init(&second);
+  CHECK_OK(sl_engine_submit(e, ids, n, &p, on_event, &second, NULL));
+  result_wait(&second);
+  CHECK_MSG(second.finish == SL_FINISH_LENGTH,
+            "the next request took the earlier error (finish %d, %s)",
+            (int)second.finish, sl_status_str(second.error));
+  sl_engine_free(e);
+  sl_free(ids);
+}
+
+/* Failure reasons come from one table: a request larger than the KV cache is
+ * the client's (400, context_length_exceeded), not a memory-limit 500. */
+static void test_reason_table(void) {
+  sl_engine_t *e = make_engine_blocks(0, 4, NULL); /* 64 tokens of KV */
+  char *text = long_text(4);
+  int32_t *ids;
+  int n = tokenize(text, &ids);
+  CHECK(n > 64);
+  result r;
+  result_init(&r);
+  sl_gen_params p = greedy(4);
+  CHECK_OK(sl_engine_submit(e, ids, n, &p, on_event, &r, NULL));
+  result_wait(&r);
+  CHECK(r.finish == SL_FINISH_ERROR);
+  CHECK_EQ_INT(r.error, SL_ERR_RANGE);
+  CHECK_MSG(strcmp(r.code, "context_length_exceeded") == 0, "code '%s'",
+            r.code);
+  CHECK_EQ_INT(sl_reason_http(r.reason), 400);
+  CHECK_EQ_INT(sl_reason_http(SL_REASON_PREFILL_MEMORY_EXCEEDED), 400);
+  CHECK_EQ_INT(sl_reason_http(sl_reason_of_status(SL_ERR_NOMEM)), 503);
+  CHECK_EQ_INT(sl_reason_http(sl_reason_of_status(SL_ERR_STATE)), 500);
+  sl_engine_free(e);
+  sl_free(ids);
+  sl_free(text);
+}
+
+/* Every abort is kept, however many arrive within one step. */
+typedef struct gate {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool entered, open;
+} gate;
+
+static void gate_hook(void *ud, sl_stream_t *s, sl__clear_site site) {
+  gate *g = ud;
+  pthread_mutex_lock(&g->mu);
+  g->entered = true;
+  pthread_cond_broadcast(&g->cv);
+  while (!g->open)
+    pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void test_abort_beyond_1024(void) {
+  enum { N = 2500 };
+  gate g = {.entered = false, .open = false};
+  pthread_mutex_init(&g.mu, NULL);
+  pthread_cond_init(&g.cv, NULL);
+  sl__engine_test_hooks h = {.before_clear = gate_hook, .ud = &g};
+  sl_engine_t *e = make_engine(0, &h);
+  int32_t *ids;
+  int n = tokenize("Count to ten:", &ids);
+  result *rs = sl_calloc(N, sizeof *rs);
+  uint64_t *rid = sl_calloc(N, sizeof *rid);
+  sl_gen_params p = greedy(6);
+  result_init(&rs[0]);
+  CHECK_OK(sl_engine_submit(e, ids, n, &p, on_event, &rs[0], &rid[0]));
+  pthread_mutex_lock(&g.mu); /* the executor is held inside a step */
+  while (!g.entered)
+    pthread_cond_wait(&g.cv, &g.mu);
+  pthread_mutex_unlock(&g.mu);
+  for (int i = 1; i < N; i++) {
+    result_init(&rs[i]);
+    CHECK_OK(sl_engine_submit(e, ids, n, &p, on_event, &rs[i], &rid[i]));
+  }
+  int not_recorded = 0;
+  for (int i = 0; i < N; i++)
+    not_recorded += sl_engine_abort(e, rid[i]) != SL_OK;
+  CHECK_EQ_INT(not_recorded, 0);
+  pthread_mutex_lock(&g.mu);
+  g.open = true;
+  pthread_cond_broadcast(&g.cv);
+  pthread_mutex_unlock(&g.mu);
+  int aborted = 0;
+  for (int i = 0; i < N; i++) {
+    result_wait(&rs[i]);
+    aborted += rs[i].finish == SL_FINISH_ABORT;
+  }
+  CHECK_EQ_INT(aborted, N);
+  sl_engine_free(e);
+  for (int i = 0; i < N; i++) {
+    pthread_cond_destroy(&rs[i].cv);
+    pthread_mutex_destroy(&rs[i].mu);
+  }
+  sl_free(rs);
+  sl_free(rid);
+  sl_free(ids);
+  pthread_cond_destroy(&g.cv);
+  pthread_mutex_destroy(&g.mu);
 }
 
 static void test_bad_submissions(void) {
@@ -377,6 +644,10 @@ int main(void) {
   RUN(test_memory_guard_real_limit);
   RUN(test_batching_invariance_and_prefix_cache);
   RUN(test_abort_frees_blocks);
+  RUN(test_abort_beyond_1024);
+  RUN(test_real_oom_ladder);
+  RUN(test_clear_error_reaches_request);
+  RUN(test_reason_table);
   RUN(test_bad_submissions);
   sl_tokenizer_free(g_tok);
   sl_model_free(g_model);

@@ -33,7 +33,9 @@ static int isa_list(sl_kern_isa *out) {
   return n;
 }
 
-static uint16_t f16_of(float f) { return sl__f32_to_f16(f); }
+static uint16_t f16_of(float f) {
+  return sl__f32_to_f16(f);
+}
 
 /* Fills `n` elements of type t with random but well-formed blocks (every bit
  * pattern of the quants, scales of a realistic size). */
@@ -92,7 +94,8 @@ static int64_t block_of(sl_ggml_type t) {
   return be;
 }
 
-/* ---------------------------------------------------------------------------- */
+/* ----------------------------------------------------------------------------
+ */
 
 static void test_f16_roundtrip(void) {
   int bad = 0;
@@ -142,7 +145,8 @@ static void test_dequant(void) {
   for (size_t ti = 0; ti < N_WTYPES; ti++) {
     sl_ggml_type t = k_wtypes[ti];
     void *w = sl_malloc(row_bytes(t, n));
-    float *ref = sl_malloc(n * sizeof(float)), *got = sl_malloc(n * sizeof(float));
+    float *ref = sl_malloc(n * sizeof(float)),
+          *got = sl_malloc(n * sizeof(float));
     fill_random(t, w, n);
     CHECK_OK(sl_kern_cpu_set_isa(SL_KERN_ISA_SCALAR));
     CHECK_OK(sl_kern_dequant_row(t, w, ref, n));
@@ -232,8 +236,8 @@ static void test_quantize_act(void) {
 
 /* f64 dot of dequantized w and dequantized activations, plus the sum of
  * |w x| for a rounding bound and the fp16-s slack of Q8_1. */
-static double ref_dot(sl_ggml_type t, int64_t n, const void *w,
-                      const void *xq, double *absum, double *slack) {
+static double ref_dot(sl_ggml_type t, int64_t n, const void *w, const void *xq,
+                      double *absum, double *slack) {
   sl_ggml_type act;
   SL_ASSERT(sl_kern_act_type(t, &act) == SL_OK);
   float *wf = sl_malloc(n * sizeof(float)), *xf = sl_malloc(n * sizeof(float));
@@ -331,8 +335,8 @@ static void test_matmul(void) {
             worst = err / tol;
         }
       }
-      CHECK_MSG(bad == 0, "type %d nt %lld: %d entries off f64 (worst %.2f)",
-                t, (long long)nt, bad, worst);
+      CHECK_MSG(bad == 0, "type %d nt %lld: %d entries off f64 (worst %.2f)", t,
+                (long long)nt, bad, worst);
       for (int ki = 0; ki < ni; ki++)
         for (int p = 0; p < 2; p++) {
           CHECK_OK(sl_kern_cpu_set_isa(isas[ki]));
@@ -364,8 +368,8 @@ static void test_matmul(void) {
           }
           CHECK_MSG(diff == 0,
                     "type %d isa %s nt %lld threads %d: %d entries differ "
-                    "from the one-row dot", t, sl_kern_isa_name(isas[ki]),
-                    (long long)nt, p + 1, diff);
+                    "from the one-row dot",
+                    t, sl_kern_isa_name(isas[ki]), (long long)nt, p + 1, diff);
         }
     }
     sl_free(w);
@@ -412,7 +416,8 @@ static void test_pool(void) {
   sl_kern_pool_destroy(NULL);
 }
 
-/* ---- small ops vs f64 --------------------------------------------------------- */
+/* ---- small ops vs f64
+ * --------------------------------------------------------- */
 
 static void test_small_ops(void) {
   sl_kern_isa isas[3];
@@ -437,7 +442,8 @@ static void test_small_ops(void) {
       sl_kern_rmsnorm(out, a, w, n, 1e-5f);
       int bad = 0;
       for (int64_t i = 0; i < n; i++)
-        bad += !(fabs(out[i] - a[i] * sc * w[i]) <= 2e-6 * fabs(a[i] * sc * w[i]) + 1e-7);
+        bad += !(fabs(out[i] - a[i] * sc * w[i]) <=
+                 2e-6 * fabs(a[i] * sc * w[i]) + 1e-7);
       sl_kern_rmsnorm(out, a, NULL, n, 1e-5f);
       for (int64_t i = 0; i < n; i++)
         bad += !(fabs(out[i] - a[i] * sc) <= 2e-6 * fabs(a[i] * sc) + 1e-7);
@@ -505,8 +511,11 @@ static void test_small_ops(void) {
             }
             /* the angle is computed in float as ggml does: theta_p carries
              * about (p + 1) roundings of relative size 2^-24 */
-            double th_err = pos * pow(10000.0, -2.0 * (double)(mode ? (i % (nrot / 2)) : i / 2) / nrot) *
-                            (double)((mode ? (i % (nrot / 2)) : i / 2) + 2) * 6e-8;
+            double th_err =
+                pos *
+                pow(10000.0,
+                    -2.0 * (double)(mode ? (i % (nrot / 2)) : i / 2) / nrot) *
+                (double)((mode ? (i % (nrot / 2)) : i / 2) + 2) * 6e-8;
             bad += !(fabs(x[h * hd + i] - want) <= 1e-5 + 4.0 * th_err);
           }
         CHECK_MSG(bad == 0, "rope %s mode %d nrot %lld: %d bad", in, mode,
@@ -521,7 +530,8 @@ static void test_small_ops(void) {
                SL_ERR_INVALID_ARG);
 }
 
-/* ---- f16 conversion and attention ------------------------------------------ */
+/* ---- f16 conversion and attention ------------------------------------------
+ */
 
 static void test_f32_to_f16(void) {
   sl_kern_isa isas[3];
@@ -539,7 +549,8 @@ static void test_f32_to_f16(void) {
     int bad = 0;
     for (int i = 0; i < 67; i++)
       bad += h[i] != sl__f32_to_f16(x[i]);
-    CHECK_MSG(bad == 0, "f32_to_f16 %s: %d bad", sl_kern_isa_name(isas[k]), bad);
+    CHECK_MSG(bad == 0, "f32_to_f16 %s: %d bad", sl_kern_isa_name(isas[k]),
+              bad);
   }
 }
 
@@ -665,8 +676,8 @@ static void test_attn_f16(void) {
           CHECK_OK(sl_kern_cpu_set_isa(isas[ki]));
           for (int64_t i = 0; i < hd; i++)
             out[i] = NAN;
-          CHECK_OK(sl_kern_attn_f16(out, q, kh, vh, hd, len, st, scale,
-                                    single, sc));
+          CHECK_OK(
+              sl_kern_attn_f16(out, q, kh, vh, hd, len, st, scale, single, sc));
           int bad = 0, differ = 0;
           for (int64_t i = 0; i < hd; i++) {
             /* a probability may round the other way in f16 (2^-11) */

@@ -16,6 +16,7 @@ static void test_steady_baseline_is_zero(void) {
                                       (uint64_t)(500 + i) * MB + 50 * MB,
                                       (uint64_t)(500 + i) * MB),
                  0);
+  sl_unreleased_fini(&e);
 }
 
 static void test_release_lag(void) {
@@ -33,6 +34,7 @@ static void test_release_lag(void) {
   CHECK_EQ_INT(sl_unreleased_update(&e, t, 900 * MB, 700 * MB), 150 * MB);
   t += 100 * MS;
   CHECK_EQ_INT(sl_unreleased_update(&e, t, 750 * MB, 700 * MB), 0);
+  sl_unreleased_fini(&e);
 }
 
 static void test_spike(void) {
@@ -45,6 +47,7 @@ static void test_spike(void) {
   CHECK_EQ_INT(sl_unreleased_update(&e, t, 1224 * MB, 100 * MB), 1024 * MB);
   t += 50 * MS;
   CHECK_EQ_INT(sl_unreleased_update(&e, t, 200 * MB, 100 * MB), 0);
+  sl_unreleased_fini(&e);
 }
 
 static void test_window_forgets_old_minimum(void) {
@@ -59,6 +62,7 @@ static void test_window_forgets_old_minimum(void) {
   CHECK_EQ_INT(sl_unreleased_update(&e, t, 200 * MB, 100 * MB), 90 * MB);
   t = 10001 * MS;
   CHECK_EQ_INT(sl_unreleased_update(&e, t, 200 * MB, 100 * MB), 0);
+  sl_unreleased_fini(&e);
 }
 
 static void test_many_samples_keep_exact_minimum(void) {
@@ -67,10 +71,11 @@ static void test_many_samples_keep_exact_minimum(void) {
   /* 5000 samples at 1 ms, residual rising: the minimum (first sample) must
    * survive even though the ring holds far fewer entries */
   for (int i = 0; i < 5000; i++) {
-    uint64_t u = sl_unreleased_update(&e, (uint64_t)i * MS,
-                                      (uint64_t)(100 + i) * MB, 0);
+    uint64_t u =
+        sl_unreleased_update(&e, (uint64_t)i * MS, (uint64_t)(100 + i) * MB, 0);
     CHECK_EQ_INT(u, (uint64_t)i * MB);
   }
+  sl_unreleased_fini(&e);
 }
 
 static void test_guard_formula(void) {
@@ -86,6 +91,25 @@ static void test_cpu_footprint(void) {
   CHECK(fp < 64ull * 1024 * MB);
 }
 
+/* 1,200 rising samples over 12 s: the window's minimum is the sample 10 s
+ * back, exactly (a fixed-size buffer of 256 got this wrong: 454 MB). */
+static void test_long_rising_window_exact(void) {
+  sl_unreleased_est e;
+  sl_unreleased_init(&e, 10000 * MS);
+  uint64_t u = 0;
+  for (int i = 0; i < 1200; i++)
+    u = sl_unreleased_update(&e, (uint64_t)i * 10 * MS,
+                             (uint64_t)(2000 + i) * MB, 2000 * MB);
+  /* at t = 11.99 s the window starts at 1.99 s: residual 199 MB */
+  CHECK_EQ_INT(u, 1000 * MB);
+  /* falling then rising again: the minimum moves with the window */
+  for (int i = 0; i < 500; i++)
+    u = sl_unreleased_update(&e, (uint64_t)(1200 + i) * 10 * MS,
+                             (uint64_t)(3000 - 2 * i) * MB, 2000 * MB);
+  CHECK_EQ_INT(u, 0);
+  sl_unreleased_fini(&e);
+}
+
 int main(void) {
   RUN(test_steady_baseline_is_zero);
   RUN(test_release_lag);
@@ -95,5 +119,6 @@ int main(void) {
   RUN(test_guard_formula);
   RUN(test_cpu_footprint);
   sl_rt_shutdown();
+  RUN(test_long_rising_window_exact);
   return sl_test_finish();
 }

@@ -13,7 +13,8 @@
 #include "sluice/util.h"
 
 static void sleep_ms(double ms) {
-  struct timespec ts = {(time_t)(ms / 1000), (long)((ms - (time_t)(ms / 1000) * 1000) * 1e6)};
+  struct timespec ts = {(time_t)(ms / 1000),
+                        (long)((ms - (time_t)(ms / 1000) * 1000) * 1e6)};
   nanosleep(&ts, NULL);
 }
 
@@ -192,11 +193,22 @@ static void test_alloc_retiring_until_uses_complete(void) {
             (unsigned long long)s2.retiring);
   /* the bare-minimum clear of this stream must not free it: the use on
    * `other` is still pending */
+  sl_stream_evidence ev0 = sl_stream_clear_evidence(other);
   CHECK_OK(sl_sync_and_clear_cache(own));
   sl_alloc_stats s3 = sl_alloc_get_stats(dev);
   CHECK(s3.retiring >= 100000);
-  CHECK(s3.inflight_bytes_last >= 100000);
+  /* the work in flight is `other`'s: attributed to it, not to this clear */
+  CHECK_EQ_INT(s3.inflight_bytes_last, 0);
+  sl_stream_evidence ev1 = sl_stream_clear_evidence(other);
+  CHECK_EQ_INT(ev1.others.clears, ev0.others.clears + 1);
+  CHECK_MSG(ev1.others.bytes_last >= 100000, "%llu",
+            (unsigned long long)ev1.others.bytes_last);
+  CHECK(ev1.others.tasks_last >= 1);
+  CHECK_EQ_INT(sl_stream_clear_evidence(own).own.clears, 0);
   CHECK_OK(sl_stream_sync(other));
+  /* stamped when `other` completed: about 400 ms after the clear */
+  double ms = sl_stream_clear_evidence(other).others.ms_last;
+  CHECK_MSG(ms > 200.0, "in flight %.1f ms", ms);
   CHECK_EQ_INT(atomic_load(&errors), 0);
   sl_alloc_collect(dev);
   sl_alloc_stats s4 = sl_alloc_get_stats(dev);
@@ -281,21 +293,145 @@ static void test_buf_read_write(void) {
 
 /* ---- memsync ---- */
 
+/* A slow use of a buffer: what a clear must wait for. */
+static void queue_slow_use(sl_stream_t *s, sl_buf_t *b, double ms,
+                           uint64_t *seq) {
+  check_arg c = {b, 11, ms, NULL};
+  fill_arg f = {b, 11};
+  static _Atomic int errors;
+  c.errors = &errors;
+  CHECK_OK(sl_stream_submit(s, fill_task, &f, sizeof f, &b, 1, NULL));
+  CHECK_OK(sl_stream_submit(s, check_task, &c, sizeof c, &b, 1, seq));
+}
+
 static void test_owning_clear_drains_its_stream(void) {
   sl_device_t *dev = sl_cpu_device();
   sl_stream_t *eng = sl_thread_stream(dev);
-  sleep_arg s = {50, NULL, 0, NULL};
+  sl_buf_t *b;
+  CHECK_OK(sl_buf_alloc(eng, 1u << 20, &b));
   uint64_t seq;
-  CHECK_OK(sl_stream_submit(eng, sleep_task, &s, sizeof s, NULL, 0, &seq));
+  queue_slow_use(eng, b, 100, &seq);
+  CHECK(sl_stream_query(eng).tasks >= 1); /* real work is queued */
   uint64_t t0 = sl_now_ns();
   CHECK_OK(sl_sync_and_clear_cache(eng));
   double ms = sl_ns_to_ms(sl_now_ns() - t0);
-  CHECK_MSG(ms >= 45, "returned after %.2f ms", ms);
+  CHECK_MSG(ms >= 90, "returned after %.2f ms", ms);
   CHECK(sl_stream_done(eng, seq));
+  /* nothing of the drained streams was in flight at the clear */
   sl_alloc_stats st = sl_alloc_get_stats(dev);
-  CHECK(st.inflight_ms_last == 0.0);
   CHECK_EQ_INT(st.inflight_bytes_last, 0);
+  CHECK(st.inflight_ms_last == 0.0);
+  CHECK_EQ_INT(sl_stream_clear_evidence(eng).own.clears, 0);
+  sl_buf_release(b);
   sl_clear_thread_streams();
+}
+
+/* The clear drains the device default stream too (I3). */
+static void test_clear_drains_default_stream(void) {
+  sl_device_t *dev = sl_cpu_device();
+  sl_stream_t *eng = sl_thread_stream(dev);
+  sl_stream_t *def = sl_device_default_stream(dev);
+  sl_buf_t *b;
+  CHECK_OK(sl_buf_alloc(def, 1u << 20, &b));
+  uint64_t seq;
+  queue_slow_use(def, b, 150, &seq);
+  CHECK(!sl_stream_done(def, seq));
+  uint64_t own0 = sl_stream_clear_evidence(def).own.clears;
+  CHECK_OK(sl_sync_and_clear_cache(eng));
+  CHECK_MSG(sl_stream_done(def, seq),
+            "the clear returned with default-stream work pending");
+  CHECK_EQ_INT(sl_alloc_get_stats(dev).inflight_bytes_last, 0);
+  CHECK_EQ_INT(sl_stream_clear_evidence(def).own.clears, own0);
+  sl_buf_release(b);
+  sl_clear_thread_streams();
+}
+
+static sl_status range_task(const sl_task_ctx *ctx, void *p) {
+  return SL_ERR_RANGE;
+}
+
+/* A task's error survives the clear's drain: the clear reports it and the
+ * owner's next sync still gets it, once. */
+static void test_clear_keeps_stream_error(void) {
+  sl_stream_t *s;
+  CHECK_OK(sl_stream_create(sl_cpu_device(), "erring", &s));
+  CHECK_OK(sl_stream_submit(s, range_task, NULL, 0, NULL, 0, NULL));
+  CHECK_EQ_INT(sl_sync_and_clear_cache(s), SL_ERR_RANGE);
+  CHECK_EQ_INT(sl_stream_sync(s), SL_ERR_RANGE);
+  CHECK_EQ_INT(sl_stream_sync(s), SL_OK);
+  /* drain_all reports it and leaves it to the stream's owner too */
+  CHECK_OK(sl_stream_submit(s, range_task, NULL, 0, NULL, 0, NULL));
+  CHECK_EQ_INT(sl_drain_all_and_clear_cache(sl_cpu_device()), SL_ERR_RANGE);
+  CHECK_EQ_INT(sl_stream_sync(s), SL_ERR_RANGE);
+  /* another stream's clear does not see or take it */
+  CHECK_OK(sl_stream_submit(s, range_task, NULL, 0, NULL, 0, NULL));
+  CHECK_OK(sl_stream_sync(s) == SL_ERR_RANGE ? SL_OK : SL_ERR_STATE);
+  sl_stream_destroy(s);
+}
+
+/* One engine's clear submits nothing to another engine's stream, and the
+ * work it finds there is attributed to that stream. */
+static void test_clear_leaves_foreign_streams_alone(void) {
+  sl_device_t *dev = sl_cpu_device();
+  sl_stream_t *a, *b;
+  CHECK_OK(sl_stream_create(dev, "engine-a", &a));
+  CHECK_OK(sl_stream_create(dev, "engine-b", &b));
+  sl_buf_t *buf;
+  CHECK_OK(sl_buf_alloc(a, 1u << 20, &buf));
+  uint64_t seq;
+  queue_slow_use(a, buf, 200, &seq);
+  sl_stream_pending before = sl_stream_query(a);
+  sl_stream_evidence ea0 = sl_stream_clear_evidence(a);
+  CHECK_OK(sl_sync_and_clear_cache(b));
+  sl_stream_pending after = sl_stream_query(a);
+  CHECK_EQ_INT(after.submitted, before.submitted); /* nothing added to A */
+  CHECK(!sl_stream_done(a, seq));
+  /* B's clear: nothing of its own in flight */
+  CHECK_EQ_INT(sl_alloc_get_stats(dev).inflight_bytes_last, 0);
+  CHECK_EQ_INT(sl_stream_clear_evidence(b).own.clears, 0);
+  CHECK_EQ_INT(sl_stream_clear_evidence(b).others.clears, 0);
+  /* A's work, on A's record */
+  sl_stream_evidence ea1 = sl_stream_clear_evidence(a);
+  CHECK_EQ_INT(ea1.others.clears, ea0.others.clears + 1);
+  CHECK_MSG(ea1.others.bytes_last >= (1u << 20), "%llu",
+            (unsigned long long)ea1.others.bytes_last);
+  CHECK_OK(sl_stream_sync(a));
+  sl_buf_release(buf);
+  sl_stream_destroy(a);
+  sl_stream_destroy(b);
+}
+
+typedef struct lock_ctx {
+  sl_device_t *dev;
+  _Atomic int started, done;
+} lock_ctx;
+
+static void *clear_body(void *p) {
+  lock_ctx *c = p;
+  sl_stream_t *s = sl_thread_stream(c->dev);
+  atomic_store(&c->started, 1);
+  sl_sync_and_clear_cache(s);
+  atomic_store(&c->done, 1);
+  sl_clear_thread_streams();
+  return NULL;
+}
+
+/* The buffer-access lock excludes clears: a clear started while the store
+ * worker holds it does not complete until it is let go. */
+static void test_access_lock_excludes_clears(void) {
+  lock_ctx c = {sl_cpu_device(), 0, 0};
+  sl_buffer_access_lock(c.dev);
+  sl_buffer_access_lock(c.dev); /* recursive */
+  sl_buffer_access_unlock(c.dev);
+  pthread_t th;
+  pthread_create(&th, NULL, clear_body, &c);
+  while (!atomic_load(&c.started))
+    sleep_ms(1);
+  sleep_ms(200);
+  CHECK_MSG(!atomic_load(&c.done), "a clear ran under the access lock");
+  sl_buffer_access_unlock(c.dev);
+  pthread_join(th, NULL);
+  CHECK(atomic_load(&c.done));
 }
 
 static void test_drain_all(void) {
@@ -341,13 +477,14 @@ static void test_clear_thread_streams(void) {
    * freed buffers on purpose, to report late uses) */
   if (!sl_rt_debug())
     CHECK_MSG(sl_malloc_live_bytes() <= live0, "live %zu > %zu",
-            sl_malloc_live_bytes(), live0);
+              sl_malloc_live_bytes(), live0);
 }
 
-/* ---- the store-worker race ------------------------------------------------ */
+/* ---- the store-worker race ------------------------------------------------
+ */
 
 #define RACE_BUF_WORDS 4096
-#define RACE_ROUNDS 300
+#define RACE_ROUNDS    300
 
 typedef struct race_q {
   pthread_mutex_t mu;
@@ -445,8 +582,7 @@ static void *race_store_worker(void *p) {
     sl_buffer_access_lock(rc->dev);
     copy_out_arg c = {b, copy};
     uint64_t seq;
-    if (sl_stream_submit(s, copy_out_task, &c, sizeof c, &b, 1, &seq) ==
-        SL_OK)
+    if (sl_stream_submit(s, copy_out_task, &c, sizeof c, &b, 1, &seq) == SL_OK)
       sl_stream_wait_seq(s, seq);
     sl_buffer_access_unlock(rc->dev);
     if (checksum(copy, RACE_BUF_WORDS - 1) != copy[RACE_BUF_WORDS - 1])
@@ -490,10 +626,11 @@ static void test_store_worker_race(void) {
   pthread_mutex_destroy(&rc.q.mu);
 }
 
-/* ---- randomized stress ---------------------------------------------------- */
+/* ---- randomized stress ----------------------------------------------------
+ */
 
 #define STRESS_THREADS 6
-#define STRESS_OPS 400
+#define STRESS_OPS     400
 
 typedef struct stress_ctx {
   sl_device_t *dev;
@@ -607,6 +744,10 @@ int main(int argc, char **argv) {
   RUN(test_peak_and_reserved);
   RUN(test_buf_read_write);
   RUN(test_owning_clear_drains_its_stream);
+  RUN(test_clear_drains_default_stream);
+  RUN(test_clear_keeps_stream_error);
+  RUN(test_clear_leaves_foreign_streams_alone);
+  RUN(test_access_lock_excludes_clears);
   RUN(test_drain_all);
   RUN(test_clear_thread_streams);
   RUN(test_store_worker_race);

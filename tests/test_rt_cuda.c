@@ -7,6 +7,7 @@
  * on: released memory is poisoned and quarantined instead of cached. */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "harness.h"
 #include "seed.h"
@@ -24,7 +25,8 @@
 static sl_device_t *g_dev;
 static bool g_debug;
 
-/* ---- helpers ------------------------------------------------------------------ */
+/* ---- helpers
+ * ------------------------------------------------------------------ */
 
 typedef struct spin_arg {
   sl_buf_t *b; /* may be NULL */
@@ -47,7 +49,9 @@ static sl_status spin(sl_stream_t *s, sl_buf_t *b, float value, double ms,
                           seq);
 }
 
-static double ms_since(uint64_t t0) { return sl_ns_to_ms(sl_now_ns() - t0); }
+static double ms_since(uint64_t t0) {
+  return sl_ns_to_ms(sl_now_ns() - t0);
+}
 
 static bool all_equal(const float *v, size_t n, float x) {
   for (size_t i = 0; i < n; i++)
@@ -56,7 +60,8 @@ static bool all_equal(const float *v, size_t n, float x) {
   return true;
 }
 
-/* ---- streams -------------------------------------------------------------------- */
+/* ---- streams
+ * -------------------------------------------------------------------- */
 
 static void test_streams(void) {
   sl_stream_t *def = sl_device_default_stream(g_dev);
@@ -80,8 +85,7 @@ static void test_streams(void) {
   CHECK_MSG(flags & cudaStreamNonBlocking, "engine stream flags %u", flags);
   flags = 0;
   CHECK(cudaStreamGetFlags(ng, &flags) == cudaSuccess);
-  CHECK_MSG(flags & cudaStreamNonBlocking, "generation stream flags %u",
-            flags);
+  CHECK_MSG(flags & cudaStreamNonBlocking, "generation stream flags %u", flags);
 
   /* draining the default stream leaves the engine's work running */
   uint64_t seq = 0;
@@ -105,7 +109,8 @@ static void test_streams(void) {
   CHECK_EQ_INT(sl_stream_query(eng).tasks, 0);
 }
 
-/* ---- sgemm against a CPU reference --------------------------------------------- */
+/* ---- sgemm against a CPU reference
+ * --------------------------------------------- */
 
 static void fill_random(float *v, size_t n, uint64_t seed) {
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
@@ -163,8 +168,8 @@ out:
 
 static void test_sgemm(void) {
   sl_stream_t *s = sl_thread_stream(g_dev);
-  static const int shapes[][3] = {{1, 1, 1}, {37, 53, 29}, {128, 64, 256},
-                                  {5, 300, 17}};
+  static const int shapes[][3] = {
+      {1, 1, 1}, {37, 53, 29}, {128, 64, 256}, {5, 300, 17}};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     double e = sgemm_check(s, shapes[i][0], shapes[i][1], shapes[i][2],
                            i & 1 ? -0.5f : 1.0f, 7 + i);
@@ -226,7 +231,8 @@ static void test_sgemm_threads(void) {
   CHECK_EQ_INT(sl_device_stream_count(g_dev), before);
 }
 
-/* ---- the allocator on CUDA -------------------------------------------------------- */
+/* ---- the allocator on CUDA
+ * -------------------------------------------------------- */
 
 static void test_allocator(void) {
   CHECK_OK(sl_drain_all_and_clear_cache(g_dev));
@@ -257,20 +263,26 @@ static void test_allocator(void) {
   CHECK_OK(sl_buf_alloc(A, bytes, &b2));
   CHECK(sl_buf_ptr(b2) != old_ptr);
 
-  /* a clear meanwhile frees nothing in use and sees the work in flight */
+  /* a clear meanwhile frees nothing in use and sees the work in flight,
+   * attributed to B (whose work it is), with nothing submitted to B */
+  uint64_t b_submitted = sl_stream_query(B).submitted;
   CHECK_OK(sl_sync_and_clear_cache(A));
   sl_alloc_stats s2 = sl_alloc_get_stats(g_dev);
   CHECK_EQ_INT(s2.retiring, s1.retiring);
-  CHECK_MSG(s2.inflight_bytes_last >= bytes, "%llu",
-            (unsigned long long)s2.inflight_bytes_last);
+  CHECK_EQ_INT(s2.inflight_bytes_last, 0); /* nothing of A's */
+  CHECK_EQ_INT(sl_stream_query(B).submitted, b_submitted);
+  sl_stream_evidence evb = sl_stream_clear_evidence(B);
+  CHECK_MSG(evb.others.bytes_last >= bytes, "%llu",
+            (unsigned long long)evb.others.bytes_last);
 
   /* once B completes, b becomes CACHED (debug: quarantined) */
   CHECK_OK(sl_stream_sync(B));
-  /* the probe behind B's work has resolved: about 300 ms were in flight */
+  /* B's watch was stamped as it completed: about 300 ms were in flight */
   sl_alloc_stats s3 = sl_alloc_get_stats(g_dev);
-  fprintf(stderr, "in flight at the clear: %.1f ms, %llu bytes\n",
-          s3.inflight_ms_last, (unsigned long long)s3.inflight_bytes_last);
-  CHECK_MSG(s3.inflight_ms_last > 150.0, "%.1f ms", s3.inflight_ms_last);
+  evb = sl_stream_clear_evidence(B);
+  fprintf(stderr, "in flight at the clear (B's work): %.1f ms, %llu bytes\n",
+          evb.others.ms_last, (unsigned long long)evb.others.bytes_last);
+  CHECK_MSG(evb.others.ms_last > 150.0, "%.1f ms", evb.others.ms_last);
   sl_alloc_collect(g_dev);
   s3 = sl_alloc_get_stats(g_dev);
   CHECK_EQ_INT(s3.retiring, s0.retiring);
@@ -294,8 +306,7 @@ static void test_allocator(void) {
   sl_buf_t *big = NULL;
   CHECK_EQ_INT(sl_buf_alloc(A, bytes, &big), SL_ERR_MEMORY_LIMIT);
   CHECK(big == NULL);
-  CHECK_EQ_INT(sl_alloc_get_stats(g_dev).limit_failures - s5.limit_failures,
-               1);
+  CHECK_EQ_INT(sl_alloc_get_stats(g_dev).limit_failures - s5.limit_failures, 1);
   sl_alloc_set_limit(g_dev, 0);
 
   /* write / read round trip */
@@ -316,7 +327,8 @@ static void test_allocator(void) {
   CHECK_EQ_INT(s6.retiring, 0);
 }
 
-/* ---- events across two streams ------------------------------------------------- */
+/* ---- events across two streams
+ * ------------------------------------------------- */
 
 static void test_events(void) {
   sl_stream_t *A, *B;
@@ -363,7 +375,8 @@ static void test_events(void) {
   sl_stream_destroy(B);
 }
 
-/* ---- thread streams (I5) ---------------------------------------------------------- */
+/* ---- thread streams (I5)
+ * ---------------------------------------------------------- */
 
 static void *busy_thread(void *p) {
   sl_stream_t *s = sl_thread_stream(g_dev);
@@ -394,27 +407,72 @@ static void test_clear_thread_streams(void) {
   CHECK_EQ_INT(sl_stream_query(again).submitted, 0);
 }
 
-/* ---- the seed experiment --------------------------------------------------------- */
+/* ---- the seed experiment
+ * --------------------------------------------------------- */
 
 /* Informational: does cudaFree wait for work queued on a non-blocking stream?
  * (If it does, a clear that actually frees memory waits for the whole
  * device, and the seed's bare clear reproduces the bug only with an empty
  * cache.) */
-static void test_cudafree_info(void) {
+typedef struct alloc_job {
   sl_stream_t *s;
-  CHECK_OK(sl_stream_create(g_dev, "free-info", &s));
+  _Atomic int go;
+  double ms;
+  sl_status st;
+} alloc_job;
+
+static void *alloc_body(void *p) {
+  alloc_job *j = p;
+  while (!atomic_load(&j->go))
+    ;
+  uint64_t t0 = sl_now_ns();
+  sl_buf_t *b;
+  j->st = sl_buf_alloc(j->s, 3u << 20, &b); /* a size not in the cache */
+  j->ms = ms_since(t0);
+  if (j->st == SL_OK)
+    sl_buf_release(b);
+  return NULL;
+}
+
+/* cudaFree waits for the whole device. The allocator returns memory outside
+ * its mutex, so a clear that frees while another engine's work runs does not
+ * stall a third thread's allocation behind the device. */
+static void test_cudafree_outside_allocator_lock(void) {
+  sl_stream_t *busy, *cl, *other;
+  CHECK_OK(sl_stream_create(g_dev, "busy", &busy));
+  CHECK_OK(sl_stream_create(g_dev, "clearer", &cl));
+  CHECK_OK(sl_stream_create(g_dev, "allocator", &other));
+  /* the premise: cudaFree with work queued waits for it */
   void *p = NULL;
   CHECK(cudaMalloc(&p, 1 << 20) == cudaSuccess);
-  CHECK_OK(spin(s, NULL, 0, 200.0, NULL));
+  CHECK_OK(spin(busy, NULL, 0, 200.0, NULL));
   uint64_t t0 = sl_now_ns();
   CHECK(cudaFree(p) == cudaSuccess);
   double free_ms = ms_since(t0);
-  bool pending = sl_stream_query(s).tasks > 0;
-  fprintf(stderr,
-          "cudaFree with 200 ms queued on a non-blocking stream: %.3f ms "
-          "(work still pending after it: %s)\n",
-          free_ms, pending ? "yes" : "no");
-  sl_stream_destroy(s);
+  fprintf(stderr, "cudaFree with 200 ms queued elsewhere: %.1f ms\n", free_ms);
+  CHECK_MSG(free_ms > 100.0, "cudaFree returned after %.1f ms", free_ms);
+  /* a cached buffer for the clear to free, 300 ms of work on `busy` */
+  sl_buf_t *c;
+  CHECK_OK(sl_buf_alloc(cl, 5u << 20, &c));
+  sl_buf_release(c);
+  CHECK_OK(spin(busy, NULL, 0, 300.0, NULL));
+  alloc_job j = {other, 0, 0, SL_OK};
+  pthread_t th;
+  pthread_create(&th, NULL, alloc_body, &j);
+  t0 = sl_now_ns();
+  atomic_store(&j.go, 1);
+  CHECK_OK(sl_sync_and_clear_cache(cl)); /* frees c: waits for `busy` */
+  double clear_ms = ms_since(t0);
+  pthread_join(th, NULL);
+  CHECK_OK(j.st);
+  fprintf(stderr, "clear %.1f ms; a concurrent allocation %.1f ms\n", clear_ms,
+          j.ms);
+  CHECK_MSG(clear_ms > 150.0, "the clear took %.1f ms", clear_ms);
+  CHECK_MSG(j.ms < 0.5 * clear_ms, "the allocation waited %.1f ms", j.ms);
+  CHECK_OK(sl_stream_sync(busy));
+  sl_stream_destroy(busy);
+  sl_stream_destroy(cl);
+  sl_stream_destroy(other);
 }
 
 static void test_seed_cuda(void) {
@@ -449,12 +507,14 @@ static void test_seed_cuda(void) {
     CHECK(t->owning_inflight_ms == 0.0);
     CHECK_EQ_INT(t->owning_inflight_bytes, 0);
   }
-  fprintf(stderr, "idle sl_sync_and_clear_cache: %.2f us (median; goal <= 50)\n",
+  fprintf(stderr,
+          "idle sl_sync_and_clear_cache: %.2f us (median; goal <= 50)\n",
           r.idle_clear_us);
   CHECK(r.idle_clear_us > 0);
 }
 
-/* ---- I6: a sticky device error ends the process ------------------------------- */
+/* ---- I6: a sticky device error ends the process
+ * ------------------------------- */
 
 static sl_status fault_task(const sl_task_ctx *ctx, void *arg) {
   return sl__cuda_test_fault_launch(ctx->native);
@@ -509,7 +569,7 @@ int main(int argc, char **argv) {
   RUN(test_events);
   RUN(test_clear_thread_streams);
   if (!g_debug) {
-    RUN(test_cudafree_info);
+    RUN(test_cudafree_outside_allocator_lock);
     RUN(test_seed_cuda);
   }
   RUN(test_fatal);

@@ -9,6 +9,7 @@
 #include "sluice/alloc.h"
 #include "sluice/memsync.h"
 #include "sluice/rt.h"
+#include "sluice/util.h"
 
 typedef struct touch_arg {
   sl_buf_t *b;
@@ -103,6 +104,22 @@ static void child_fatal_device_error(void) {
   sl_sync_and_clear_cache(s);
 }
 
+static sl_status hang_task(const sl_task_ctx *ctx, void *p) {
+  for (;;) /* a hung device: the work never completes */
+    pause();
+  return SL_OK;
+}
+
+/* A drain that never completes: the watchdog names the stream and the task
+ * and ends the process with the fatal-device code (I6). */
+static void child_hung_drain(void) {
+  sl_rt_set_drain_deadline_ms(300);
+  sl_stream_t *s;
+  sl_stream_create(sl_cpu_device(), "hung", &s);
+  sl_stream_submit(s, hang_task, NULL, 0, NULL, 0, NULL);
+  sl_sync_and_clear_cache(s);
+}
+
 static void expect_abort(const char *child, const char *what,
                          const char *side) {
   int ws = 0;
@@ -143,6 +160,20 @@ static void test_fatal_device_error_exit_code(void) {
   CHECK(strstr(err, "FATAL device error") != NULL);
 }
 
+static void test_drain_watchdog(void) {
+  int ws = 0;
+  char err[4096];
+  uint64_t t0 = sl_now_ns();
+  CHECK_OK(sl_test_spawn_child("hung", &ws, err, sizeof err));
+  double s = sl_ns_to_ms(sl_now_ns() - t0) / 1e3;
+  CHECK_MSG(WIFEXITED(ws) && WEXITSTATUS(ws) == SL_EXIT_DEVICE_FATAL,
+            "status 0x%x\n%s", ws, err);
+  CHECK_MSG(strstr(err, "drain watchdog") != NULL, "%s", err);
+  CHECK_MSG(strstr(err, "cpu/hung") != NULL, "stream not named: %s", err);
+  CHECK_MSG(strstr(err, "task seq 1") != NULL, "task not named: %s", err);
+  CHECK_MSG(s < 30, "took %.1f s", s);
+}
+
 /* Without debug mode the same planted bug is not checked at the clear, but a
  * released buffer in a submission is always refused. */
 static void test_children_dispatch_unknown(void) {
@@ -157,12 +188,14 @@ int main(int argc, char **argv) {
                    {"use-after-release", child_use_after_release},
                    {"pending", child_clear_with_pending_use},
                    {"write-after-release", child_write_after_release},
-                   {"fatal", child_fatal_device_error});
+                   {"fatal", child_fatal_device_error},
+                   {"hung", child_hung_drain});
   RUN(test_undeclared_use);
   RUN(test_use_after_release);
   RUN(test_clear_with_pending_use);
   RUN(test_write_after_release);
   RUN(test_fatal_device_error_exit_code);
+  RUN(test_drain_watchdog);
   RUN(test_children_dispatch_unknown);
   return sl_test_finish();
 }

@@ -85,20 +85,32 @@ static void read_task(void *ctx, int ith, int nth) {
 
 static const char *type_name(sl_ggml_type t) {
   switch (t) {
-  case SL_GGML_F32: return "F32";
-  case SL_GGML_F16: return "F16";
-  case SL_GGML_BF16: return "BF16";
-  case SL_GGML_Q8_0: return "Q8_0";
-  case SL_GGML_Q4_0: return "Q4_0";
-  case SL_GGML_Q4_1: return "Q4_1";
-  case SL_GGML_Q4_K: return "Q4_K";
-  case SL_GGML_Q5_K: return "Q5_K";
-  case SL_GGML_Q6_K: return "Q6_K";
-  default: return "?";
+  case SL_GGML_F32:
+    return "F32";
+  case SL_GGML_F16:
+    return "F16";
+  case SL_GGML_BF16:
+    return "BF16";
+  case SL_GGML_Q8_0:
+    return "Q8_0";
+  case SL_GGML_Q4_0:
+    return "Q4_0";
+  case SL_GGML_Q4_1:
+    return "Q4_1";
+  case SL_GGML_Q4_K:
+    return "Q4_K";
+  case SL_GGML_Q5_K:
+    return "Q5_K";
+  case SL_GGML_Q6_K:
+    return "Q6_K";
+  default:
+    return "?";
   }
 }
 
-static double now_s(void) { return (double)sl_now_ns() / 1e9; }
+static double now_s(void) {
+  return (double)sl_now_ns() / 1e9;
+}
 
 int main(int argc, char **argv) {
   int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
@@ -179,9 +191,8 @@ int main(int argc, char **argv) {
       }
       pre[k] = (double)ntoks[k] * (double)(rb * (size_t)prow) / best / 1e9;
     }
-    printf("%-5s %8.1f | %8.1f %8.1f     | %10.1f %10.1f\n",
-           type_name(t), (double)wbytes / 1e6, dec[0], dec[1],
-           pre[0], pre[1]);
+    printf("%-5s %8.1f | %8.1f %8.1f     | %10.1f %10.1f\n", type_name(t),
+           (double)wbytes / 1e6, dec[0], dec[1], pre[0], pre[1]);
     sl_free(w);
     sl_free(X);
     sl_free(Y);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sluice/kern_cpu.h"
 #include "sluice/memsync.h"
 #include "sluice/model.h"
 #include "sluice/util.h"
@@ -32,8 +33,14 @@ static int read_line_ids(FILE *f, int32_t *ids, int cap) {
 }
 
 int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "isa") == 0) {
+    /* the kernel path in effect (SLUICE_ISA caps it at what the CPU has) */
+    printf("%s\n", sl_kern_isa_name(sl_kern_cpu_isa()));
+    return 0;
+  }
   if (argc < 3 || (strcmp(argv[1], "logits") && strcmp(argv[1], "greedy"))) {
-    fprintf(stderr, "usage: sl_model_tool logits|greedy MODEL [N] < ids\n");
+    fprintf(stderr, "usage: sl_model_tool logits|greedy MODEL [N] < ids\n"
+                    "       sl_model_tool isa\n");
     return 2;
   }
   bool greedy = strcmp(argv[1], "greedy") == 0;
@@ -54,7 +61,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   int32_t *ids = sl_malloc(sizeof(int32_t) * (size_t)n_ctx);
-  float *logits = sl_malloc(sizeof(float) * (size_t)hp->n_vocab * (size_t)n_ctx);
+  float *logits =
+      sl_malloc(sizeof(float) * (size_t)hp->n_vocab * (size_t)n_ctx);
   int rc = 0, n;
   while (rc == 0 && (n = read_line_ids(stdin, ids, n_ctx)) >= 0) {
     if (n == 0)

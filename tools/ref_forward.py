@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 class Ref:
     def __init__(self, path):
         self.r = gguf.GGUFReader(path)
+        self._cache = {}
         self.T = {t.name: t for t in self.r.tensors}
         f = self.field
         self.nl = int(f("llama.block_count"))
@@ -43,6 +44,12 @@ class Ref:
         return v.parts[v.data[0]][0]
 
     def W(self, name):
+        if name in self._cache:
+            return self._cache[name]
+        self._cache[name] = w = self._dequant(name)
+        return w
+
+    def _dequant(self, name):
         t = self.T[name]
         a = dequantize(t.data, t.tensor_type).astype(np.float64)
         shape = [int(x) for x in reversed(t.shape)]
@@ -127,7 +134,7 @@ def main():
     for isa in os.environ.get("SLUICE_ISAS", "scalar avx2").split():
         o = subprocess.run([a.tool, "logits", a.model], input=inp,
                            capture_output=True, check=True,
-                           env=dict(os.environ, SLUICE_CPU_ISA=isa)).stdout
+                           env=dict(os.environ, SLUICE_ISA=isa)).stdout
         engines["sluice-" + isa] = np.frombuffer(o, np.float32).reshape(
             R.shape).astype(np.float64)
     for name, X in engines.items():

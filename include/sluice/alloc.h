@@ -38,9 +38,9 @@ void sl_buf_release(sl_buf_t *b);
  * stream has a recorded use of it; a violation aborts naming both sides. */
 void *sl_buf_ptr(sl_buf_t *b);
 
-size_t sl_buf_size(const sl_buf_t *b);      /* the size asked for */
+size_t sl_buf_size(const sl_buf_t *b); /* the size asked for */
 sl_stream_t *sl_buf_owner(const sl_buf_t *b);
-uint64_t sl_buf_id(const sl_buf_t *b);      /* unique, for messages */
+uint64_t sl_buf_id(const sl_buf_t *b); /* unique, for messages */
 
 /* Records a use of `b` at task `seq` of stream `s`, for work that was queued
  * on `s` outside sl_stream_submit (a library that enqueues on our stream).
@@ -54,25 +54,28 @@ sl_status sl_buf_read(sl_buf_t *b, size_t off, void *dst, size_t n);
 
 typedef struct sl_alloc_stats {
   /* bytes */
-  uint64_t active;    /* held by callers */
-  uint64_t retiring;  /* released, with uses still pending */
-  uint64_t cache;     /* CACHED, reusable */
-  uint64_t peak;      /* highest active + retiring seen */
-  uint64_t reserved;  /* obtained from the system: active+retiring+cache */
-  uint64_t limit;     /* memory limit (0: none) */
+  uint64_t active;   /* held by callers */
+  uint64_t retiring; /* released, with uses still pending */
+  uint64_t cache;    /* CACHED, reusable */
+  uint64_t peak;     /* highest active + retiring seen */
+  uint64_t reserved; /* obtained from the system: active+retiring+cache */
+  uint64_t limit;    /* memory limit (0: none) */
   uint64_t cache_limit;
   /* counters */
   uint64_t allocs;
   uint64_t cache_hits;
   uint64_t clears;
-  uint64_t trims;           /* cache releases forced by a limit */
-  uint64_t bytes_released;  /* returned to the system, all causes */
-  uint64_t limit_failures;  /* allocations refused by the memory limit */
-  /* work in flight at clears (I2) */
+  uint64_t trims;          /* cache releases forced by a limit */
+  uint64_t bytes_released; /* returned to the system, all causes */
+  uint64_t limit_failures; /* allocations refused by the memory limit */
+  /* work in flight at clears (I2), on the streams each clear drained (its
+   * own stream and the default stream; every stream for drain_all): after a
+   * correct drain these stay 0. Work of other streams is attributed to them
+   * (sl_stream_clear_evidence). */
   uint64_t clears_with_inflight;
-  uint64_t inflight_bytes_last;  /* bytes with pending uses at the last clear */
+  uint64_t inflight_bytes_last; /* bytes with pending uses at the last clear */
   uint64_t inflight_bytes_max;
-  double inflight_ms_last; /* time until the last clear's in-flight work ended */
+  double inflight_ms_last; /* time until that work ended */
   double inflight_ms_max;
   double inflight_ms_total;
 } sl_alloc_stats;
@@ -80,6 +83,11 @@ typedef struct sl_alloc_stats {
 /* Snapshot of `dev`'s allocator. In-flight milliseconds of a clear are known
  * only once that work has finished; until then they read as 0. */
 sl_alloc_stats sl_alloc_get_stats(sl_device_t *dev);
+
+/* Fault injection (tests): the next `n` allocations on `dev` that would
+ * obtain memory fail exactly as an exhausted device does: the cache is given
+ * back, then SL_ERR_DEVICE_OOM. 0 turns it off. */
+void sl_alloc_inject_oom(sl_device_t *dev, int n);
 
 /* Sets the memory limit in bytes (0: none). Allocations that would take
  * active + retiring + new past it fail with SL_ERR_MEMORY_LIMIT. */

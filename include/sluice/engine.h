@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "sluice/model.h"
+#include "sluice/reason.h"
 #include "sluice/sampler.h"
 #include "sluice/status.h"
 #include "sluice/tokenizer.h"
@@ -37,7 +38,7 @@ typedef struct sl_engine_config {
 
 sl_engine_config sl_engine_config_defaults(void);
 
-#define SL_MAX_STOP 8
+#define SL_MAX_STOP         8
 #define SL_MAX_TOP_LOGPROBS 20
 
 typedef struct sl_gen_params {
@@ -51,9 +52,9 @@ typedef struct sl_gen_params {
 
 typedef enum sl_finish {
   SL_FINISH_NONE = 0,
-  SL_FINISH_STOP = 1,    /* end of generation token or a stop string */
-  SL_FINISH_LENGTH = 2,  /* max_tokens or the context */
-  SL_FINISH_ABORT = 3,   /* sl_engine_abort, or shutdown */
+  SL_FINISH_STOP = 1,   /* end of generation token or a stop string */
+  SL_FINISH_LENGTH = 2, /* max_tokens or the context */
+  SL_FINISH_ABORT = 3,  /* sl_engine_abort, or shutdown */
   SL_FINISH_ERROR = 4,
 } sl_finish;
 
@@ -76,7 +77,7 @@ typedef struct sl_engine_event {
   int32_t token;
   const char *text; /* valid during the callback */
   size_t text_len;
-  float logprob;    /* of `token`, when logprobs were asked for */
+  float logprob; /* of `token`, when logprobs were asked for */
   int n_top;
   const sl_token_logprob *top;
   /* SL_EV_STARTED and SL_EV_DONE */
@@ -84,9 +85,9 @@ typedef struct sl_engine_event {
   int cached_tokens; /* prompt tokens served from the prefix cache */
   int completion_tokens;
   sl_finish finish;
-  sl_status error;       /* SL_EV_DONE with SL_FINISH_ERROR */
-  const char *error_code; /* e.g. "prefill_memory_exceeded" */
-  const char *error_msg;
+  sl_status error;       /* SL_EV_DONE with SL_FINISH_ERROR: the cause */
+  sl_reason reason;      /* ... and what the client is told (sluice/reason.h) */
+  const char *error_msg; /* detail; NULL: the reason's own message */
   uint64_t est_bytes, limit_bytes; /* memory-guard refusals */
 } sl_engine_event;
 
@@ -111,8 +112,9 @@ sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
 
 /* Asks the engine to end request `id` within one step; its blocks are freed.
  * The request still gets SL_EV_DONE (SL_FINISH_ABORT). Unknown ids are
- * ignored. */
-void sl_engine_abort(sl_engine_t *e, uint64_t id);
+ * ignored. Every abort is kept, however many are queued; SL_ERR_NOMEM only
+ * when the list cannot grow (then the abort was not recorded). */
+sl_status sl_engine_abort(sl_engine_t *e, uint64_t id);
 
 typedef struct sl_engine_stats {
   int waiting, running;

@@ -84,11 +84,11 @@ typedef struct sl_gguf_value {
 typedef struct sl_gguf_tensor {
   sl_str name;
   uint32_t n_dims;
-  uint64_t ne[4];    /* ne[0] is the innermost (contiguous) dimension */
+  uint64_t ne[4]; /* ne[0] is the innermost (contiguous) dimension */
   sl_ggml_type type;
-  uint64_t offset;   /* from the start of the data section */
+  uint64_t offset; /* from the start of the data section */
   uint64_t nbytes;
-  const void *data;  /* view into the mapping */
+  const void *data; /* view into the mapping */
 } sl_gguf_tensor;
 
 /* Opens and validates `path`. Stores the status in *st when `st` is not NULL
@@ -147,8 +147,7 @@ bool sl_gguf_arr_elem(const sl_gguf_value *v, uint64_t i, sl_gguf_value *out);
  * Lookups by name use a hash index built at open. */
 int64_t sl_gguf_n_tensors(const sl_gguf_t *g);
 const sl_gguf_tensor *sl_gguf_tensor_at(const sl_gguf_t *g, int64_t i);
-const sl_gguf_tensor *sl_gguf_find_tensor(const sl_gguf_t *g,
-                                          const char *name);
+const sl_gguf_tensor *sl_gguf_find_tensor(const sl_gguf_t *g, const char *name);
 
 /* Block size (elements) and bytes per block of a ggml type; false for a type
  * sluice does not know (Q8_1 included: it never appears in model files).

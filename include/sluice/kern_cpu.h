@@ -38,7 +38,8 @@
 #include "sluice/gguf.h"
 #include "sluice/status.h"
 
-/* ---- ISA selection --------------------------------------------------------- */
+/* ---- ISA selection ---------------------------------------------------------
+ */
 
 typedef enum sl_kern_isa {
   SL_KERN_ISA_SCALAR = 0,
@@ -61,7 +62,8 @@ sl_status sl_kern_cpu_set_isa(sl_kern_isa isa);
 /* "scalar", "avx2", "avx512" ("?" for an unknown value). */
 const char *sl_kern_isa_name(sl_kern_isa isa);
 
-/* ---- types ------------------------------------------------------------------ */
+/* ---- types ------------------------------------------------------------------
+ */
 
 /* Block size in elements and bytes of each type these kernels read or write
  * (F32 F16 BF16 Q4_0 Q4_1 Q8_0 Q8_1 Q4_K Q5_K Q6_K Q8_K). Returns false for
@@ -97,7 +99,8 @@ sl_status sl_kern_quantize_act(sl_ggml_type act, const float *x, void *dst,
 sl_status sl_kern_vec_dot(sl_ggml_type wt, int64_t n, const void *w_row,
                           const void *x_act, float *out);
 
-/* ---- thread pool ------------------------------------------------------------ */
+/* ---- thread pool ------------------------------------------------------------
+ */
 
 typedef struct sl_kern_pool sl_kern_pool_t;
 
@@ -119,7 +122,8 @@ int sl_kern_pool_n_threads(const sl_kern_pool_t *pool);
 void sl_kern_pool_run(sl_kern_pool_t *pool,
                       void (*fn)(void *ctx, int ith, int nth), void *ctx);
 
-/* ---- matmul ------------------------------------------------------------------ */
+/* ---- matmul
+ * ------------------------------------------------------------------ */
 
 /* A weight matrix: `rows` rows of `cols` elements of type `type`, each row
  * sl_kern_row_bytes(type, cols) bytes, rows contiguous (GGUF: ne[0] = cols,
@@ -143,7 +147,8 @@ typedef struct sl_kern_weight {
 sl_status sl_kern_matmul(sl_kern_pool_t *pool, const sl_kern_weight *W,
                          const float *X, float *Y, int64_t n_tokens);
 
-/* ---- small ops (all vectorized; out may alias an input) -------------------- */
+/* ---- small ops (all vectorized; out may alias an input) --------------------
+ */
 
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * (w ? w[i] : 1). */
 void sl_kern_rmsnorm(float *out, const float *x, const float *w, int64_t n,
@@ -177,7 +182,8 @@ void sl_kern_add(float *out, const float *a, const float *b, int64_t n);
 /* dst[i] = src[i] as IEEE half, rounded to nearest even (as F16C). */
 void sl_kern_f32_to_f16(uint16_t *dst, const float *src, int64_t n);
 
-/* ---- attention --------------------------------------------------------------- */
+/* ---- attention
+ * --------------------------------------------------------------- */
 
 #define SL_KERN_ATTN_MAX_HEAD_DIM 1024
 

@@ -39,9 +39,9 @@ typedef struct sl_kv_config {
 
 typedef struct sl_kv_stats {
   int n_blocks;
-  int used;    /* referenced by at least one sequence */
-  int cached;  /* published and unreferenced (evictable) */
-  int free;    /* never used or evicted */
+  int used;                         /* referenced by at least one sequence */
+  int cached;                       /* published and unreferenced (evictable) */
+  int free;                         /* never used or evicted */
   uint64_t hits, misses, evictions; /* prefix lookups and evictions */
 } sl_kv_stats;
 

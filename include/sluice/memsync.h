@@ -7,6 +7,7 @@
 #ifndef SLUICE_MEMSYNC_H
 #define SLUICE_MEMSYNC_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "sluice/alloc.h"
@@ -33,7 +34,8 @@ void sl_clear_thread_streams(void);
 void sl_buffer_access_lock(sl_device_t *dev);
 void sl_buffer_access_unlock(sl_device_t *dev);
 
-/* ---- accounting (I7) ---------------------------------------------------------- */
+/* ---- accounting (I7)
+ * ---------------------------------------------------------- */
 
 /* The process's footprint on `dev`: RSS from /proc on the CPU, device memory
  * in use on CUDA. 0 if it cannot be read. */
@@ -42,20 +44,27 @@ uint64_t sl_footprint_bytes(sl_device_t *dev);
 /* Unreleased-bytes estimator: freed bytes the OS or driver still charges.
  * residual = footprint - allocator bytes; unreleased = residual minus the
  * smallest residual seen over the last `window_ns` (10 s by default), never
- * below 0. Samples must come in time order. Not thread-safe: one owner. */
-#define SL_UNRELEASED_SAMPLES 256
+ * below 0. Exact: the samples that can still become the window's minimum
+ * are kept in a growable monotonic deque (O(1) amortized per sample, memory
+ * bounded by the samples in one window). Samples must come in time order.
+ * Not thread-safe: one owner. */
+typedef struct sl_unreleased_sample {
+  uint64_t t_ns;
+  int64_t residual;
+} sl_unreleased_sample;
+
 typedef struct sl_unreleased_est {
   uint64_t window_ns;
-  int head, count;
-  struct {
-    uint64_t t_ns;
-    int64_t residual;
-  } s[SL_UNRELEASED_SAMPLES];
+  sl_unreleased_sample *s; /* ring of `cap` entries */
+  size_t head, count, cap;
 } sl_unreleased_est;
 
 void sl_unreleased_init(sl_unreleased_est *e, uint64_t window_ns);
+void sl_unreleased_fini(sl_unreleased_est *e);
 
-/* Adds a sample and returns the unreleased-bytes estimate at `t_ns`. */
+/* Adds a sample and returns the unreleased-bytes estimate at `t_ns`. If the
+ * deque cannot grow (out of host memory) the oldest sample beyond the
+ * minimum is dropped, which can only make the estimate smaller. */
 uint64_t sl_unreleased_update(sl_unreleased_est *e, uint64_t t_ns,
                               uint64_t footprint, uint64_t allocator_bytes);
 

@@ -27,18 +27,18 @@ typedef enum sl_arch {
 typedef struct sl_model_hparams {
   sl_arch arch;
   int64_t n_vocab;
-  int64_t n_embd;    /* model width */
+  int64_t n_embd; /* model width */
   int64_t n_layer;
   int64_t n_head;
   int64_t n_head_kv;
-  int64_t head_dim;  /* per head, for q and k and v */
-  int64_t n_rot;     /* rotated dims per head */
+  int64_t head_dim; /* per head, for q and k and v */
+  int64_t n_rot;    /* rotated dims per head */
   int64_t n_ff;
   int64_t n_ctx_train;
   float rope_base;
-  float rope_scale;  /* multiplier on positions (1 / linear factor) */
+  float rope_scale; /* multiplier on positions (1 / linear factor) */
   float rms_eps;
-  int rope_mode;     /* sl_kern_rope_mode */
+  int rope_mode; /* sl_kern_rope_mode */
   bool tied_embeddings;
 } sl_model_hparams;
 
@@ -75,8 +75,8 @@ void sl_ctx_truncate(sl_ctx_t *c, int n);
  * result. Writes logits of the last token to `logits` (n_vocab floats), or,
  * when `all_logits` is true, of every token (n × n_vocab) — either may be
  * NULL. SL_ERR_RANGE when the cache would overflow. */
-sl_status sl_ctx_eval(sl_ctx_t *c, const int32_t *tokens, int n,
-                      float *logits, bool all_logits);
+sl_status sl_ctx_eval(sl_ctx_t *c, const int32_t *tokens, int n, float *logits,
+                      bool all_logits);
 
 /* ---- batched forward over the paged KV cache (the engine's path) ---- */
 
@@ -127,8 +127,7 @@ void sl_batch_ctx_free(sl_batch_ctx_t *c);
  * Blocks must hold a power of two of tokens. Activations
  * come from the runtime allocator per call, so a memory limit surfaces as
  * SL_ERR_MEMORY_LIMIT (nothing is written to the KV cache then). */
-sl_status sl_batch_ctx_run(sl_batch_ctx_t *c, const sl_batch *b,
-                           float *logits);
+sl_status sl_batch_ctx_run(sl_batch_ctx_t *c, const sl_batch *b, float *logits);
 
 /* Bytes of activations a batch of n_tokens needs (the memory guard). */
 uint64_t sl_batch_activation_bytes(const sl_model_t *m, int n_tokens);

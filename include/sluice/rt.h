@@ -38,7 +38,8 @@ typedef struct sl_buf sl_buf_t;
 /* Process exit code used when a fatal device error ends the process (I6). */
 #define SL_EXIT_DEVICE_FATAL 86
 
-/* ---- devices -------------------------------------------------------------- */
+/* ---- devices --------------------------------------------------------------
+ */
 
 /* Looks up (and on first use opens) device `index` of `kind`. Devices live
  * until sl_rt_shutdown(). Returns SL_ERR_NO_DEVICE when the backend or the
@@ -62,10 +63,12 @@ int sl_device_stream_count(sl_device_t *dev);
  * using the runtime. Idempotent. */
 void sl_rt_shutdown(void);
 
-/* ---- streams ---------------------------------------------------------------- */
+/* ---- streams ----------------------------------------------------------------
+ */
 
 /* The device default stream. Borrowed; lives as long as the device. On CUDA
- * it is the legacy default stream; engine streams do not synchronize with it. */
+ * it is the legacy default stream; engine streams do not synchronize with it.
+ */
 sl_stream_t *sl_device_default_stream(sl_device_t *dev);
 
 /* The process default generation stream, for library code with no engine in
@@ -92,12 +95,13 @@ uint32_t sl_stream_id(const sl_stream_t *s);      /* unique in the process */
 /* The native handle: a cudaStream_t on CUDA, NULL on the CPU. */
 void *sl_stream_native(const sl_stream_t *s);
 
-/* ---- tasks ------------------------------------------------------------------ */
+/* ---- tasks ------------------------------------------------------------------
+ */
 
 typedef struct sl_task_ctx {
   sl_stream_t *stream;
-  uint64_t seq;  /* this task's sequence number on `stream` */
-  void *native;  /* cudaStream_t on CUDA, NULL on the CPU */
+  uint64_t seq; /* this task's sequence number on `stream` */
+  void *native; /* cudaStream_t on CUDA, NULL on the CPU */
 } sl_task_ctx;
 
 /* A task. CPU: runs on the stream's worker thread. CUDA: runs on the
@@ -115,8 +119,8 @@ typedef sl_status (*sl_task_fn)(const sl_task_ctx *ctx, void *arg);
  * On failure the task is not queued and no use is recorded.
  * Thread-safe; tasks from one thread run in submission order. */
 sl_status sl_stream_submit(sl_stream_t *s, sl_task_fn fn, const void *arg,
-                           size_t arg_size, sl_buf_t *const *bufs,
-                           size_t nbufs, uint64_t *seq_out);
+                           size_t arg_size, sl_buf_t *const *bufs, size_t nbufs,
+                           uint64_t *seq_out);
 
 /* Blocks until every task submitted on `s` before the call has completed.
  * Returns the first error a task reported since the last sync (then clears
@@ -138,7 +142,37 @@ sl_stream_pending sl_stream_query(sl_stream_t *s);
 /* True when `seq` has completed on `s` (never blocks). */
 bool sl_stream_done(sl_stream_t *s, uint64_t seq);
 
-/* ---- events ----------------------------------------------------------------- */
+/* Evidence of work in flight at clears (I2), attributed to the stream whose
+ * work it was. `own`: clears that drained this stream first (its owner's
+ * sl_sync_and_clear_cache(s); anyone's clear for the default stream; every
+ * drain_all), so any count here is a broken drain. `others`: clears that did
+ * not drain it and found its work pending (the seed's bare clear, another
+ * engine's clear). Nothing is
+ * ever submitted to a stream to measure it: the time is stamped when the
+ * stream publishes completion of the work that was pending. */
+typedef struct sl_clear_evidence {
+  uint64_t clears;     /* clears that found this stream's work pending */
+  uint64_t bytes_last; /* bytes with a use pending on it, at the last one */
+  uint64_t tasks_last; /* its tasks pending then */
+  double ms_last;      /* how long after that clear the work ended; 0 until
+                          it has */
+  double ms_max;
+} sl_clear_evidence;
+
+typedef struct sl_stream_evidence {
+  sl_clear_evidence own, others;
+} sl_stream_evidence;
+
+sl_stream_evidence sl_stream_clear_evidence(sl_stream_t *s);
+
+/* The drain watchdog (I6): a wait on a stream that has not completed after
+ * `ms` milliseconds is a hung device or a lost wakeup. It logs the stream and
+ * the task it is stuck on and ends the process with SL_EXIT_DEVICE_FATAL.
+ * Default: SLUICE_DRAIN_DEADLINE_S from the environment, else 600 s. */
+void sl_rt_set_drain_deadline_ms(uint64_t ms);
+
+/* ---- events -----------------------------------------------------------------
+ */
 
 /* A point on one stream's timeline: (stream, seq). Plain value, no cleanup. */
 typedef struct sl_event {
@@ -156,7 +190,8 @@ sl_status sl_stream_wait_event(sl_stream_t *waiter, sl_event ev);
 /* True when the event's work has completed. */
 bool sl_event_done(sl_event ev);
 
-/* ---- debug mode (I8) ------------------------------------------------------------ */
+/* ---- debug mode (I8)
+ * ------------------------------------------------------------ */
 
 /* True when debug mode is on: built with SLUICE_DEBUG_RT, or the environment
  * variable SLUICE_DEBUG_RT=1 at first runtime use. */

@@ -9,10 +9,10 @@
 #include "sluice/status.h"
 
 typedef struct sl_sampler_params {
-  float temperature;   /* <= 0: greedy */
-  int top_k;           /* <= 0: off */
-  float top_p;         /* >= 1: off */
-  float min_p;         /* <= 0: off */
+  float temperature;       /* <= 0: greedy */
+  int top_k;               /* <= 0: off */
+  float top_p;             /* >= 1: off */
+  float min_p;             /* <= 0: off */
   float repeat_penalty;    /* 1: off (llama.cpp semantics) */
   float presence_penalty;  /* 0: off (OpenAI semantics) */
   float frequency_penalty; /* 0: off */

@@ -18,12 +18,13 @@
 #include "sluice/util.h"
 
 static void run_usage(void) {
-  fprintf(stderr,
-          "usage: sluice run [-m MODEL] [-p PROMPT | --chat] [-n N] [--temp T]\n"
-          "                  [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
-          "                  [--repeat-penalty R] [-c CTX] [-t THREADS]\n"
-          "  without -p the prompt is read from stdin; --chat wraps it as one\n"
-          "  user message in the model's chat template; --temp 0 is greedy.\n");
+  fprintf(
+      stderr,
+      "usage: sluice run [-m MODEL] [-p PROMPT | --chat] [-n N] [--temp T]\n"
+      "                  [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
+      "                  [--repeat-penalty R] [-c CTX] [-t THREADS]\n"
+      "  without -p the prompt is read from stdin; --chat wraps it as one\n"
+      "  user message in the model's chat template; --temp 0 is greedy.\n");
 }
 
 static char *read_all(FILE *f, size_t *len) {
@@ -122,21 +123,23 @@ int sl_cli_run_main(int argc, char **argv) {
     } else if (!strcmp(a, "-t")) {
       NEED_VALUE if (!sl_cli_parse_long(v, 1, 1024, &threads)) BAD_VALUE
     } else if (!strcmp(a, "--temp")) {
-      NEED_VALUE if (!sl_cli_parse_double(v, 0, 100, &dv)) BAD_VALUE sp.temperature =
-          (float)dv;
+      NEED_VALUE if (!sl_cli_parse_double(v, 0, 100, &dv))
+          BAD_VALUE sp.temperature = (float)dv;
     } else if (!strcmp(a, "--top-p")) {
-      NEED_VALUE if (!sl_cli_parse_double(v, 0, 1, &dv)) BAD_VALUE sp.top_p = (float)dv;
+      NEED_VALUE if (!sl_cli_parse_double(v, 0, 1, &dv)) BAD_VALUE sp.top_p =
+          (float)dv;
     } else if (!strcmp(a, "--min-p")) {
-      NEED_VALUE if (!sl_cli_parse_double(v, 0, 1, &dv)) BAD_VALUE sp.min_p = (float)dv;
+      NEED_VALUE if (!sl_cli_parse_double(v, 0, 1, &dv)) BAD_VALUE sp.min_p =
+          (float)dv;
     } else if (!strcmp(a, "--top-k")) {
-      NEED_VALUE if (!sl_cli_parse_long(v, 0, 1 << 24, &lv)) BAD_VALUE sp.top_k =
-          (int)lv;
+      NEED_VALUE if (!sl_cli_parse_long(v, 0, 1 << 24, &lv))
+          BAD_VALUE sp.top_k = (int)lv;
     } else if (!strcmp(a, "--repeat-penalty")) {
-      NEED_VALUE if (!sl_cli_parse_double(v, 0.01, 100, &dv)) BAD_VALUE
-          sp.repeat_penalty = (float)dv;
+      NEED_VALUE if (!sl_cli_parse_double(v, 0.01, 100, &dv))
+          BAD_VALUE sp.repeat_penalty = (float)dv;
     } else if (!strcmp(a, "--seed")) {
-      NEED_VALUE if (!sl_cli_parse_long(v, 0, LONG_MAX, &lv)) BAD_VALUE sp.seed =
-          (uint64_t)lv;
+      NEED_VALUE if (!sl_cli_parse_long(v, 0, LONG_MAX, &lv))
+          BAD_VALUE sp.seed = (uint64_t)lv;
     } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       run_usage();
       return 0;
@@ -348,8 +351,8 @@ int sl_cli_tokenize_main(int argc, char **argv) {
     }
     char *text;
     size_t tl;
-    if (!ids || sl_tokenizer_decode(tok, ids, n, false, true, &text, &tl) !=
-                    SL_OK) {
+    if (!ids ||
+        sl_tokenizer_decode(tok, ids, n, false, true, &text, &tl) != SL_OK) {
       fprintf(stderr, "sluice tokenize: decoding failed\n");
       sl_free(ids);
       goto out;

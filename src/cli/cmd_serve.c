@@ -24,17 +24,17 @@
 int sl_cli_serve_main(int argc, char **argv);
 
 static void serve_usage(FILE *f) {
-  fprintf(f,
-          "usage: sluice serve [-m MODEL] [--host H] [--port P] [--api-key K]\n"
-          "                    [--model-name NAME] [-c CTX] [-t THREADS]\n"
-          "                    [--max-memory BYTES] [--max-seqs N]\n"
-          "                    [--max-batched-tokens N] [--prefill-chunk N]\n"
-          "                    [--kv-block-tokens N] [--http-timeout S]\n"
-          "                    [--max-body BYTES] [--grace-ms MS]\n"
-          "  serves the OpenAI (/v1/chat/completions, /v1/completions,\n"
-          "  /v1/models) and Anthropic (/v1/messages) APIs, /health, /metrics\n"
-          "  and /admin/api/stats; binds 127.0.0.1:8080 unless told otherwise.\n"
-          "  BYTES accept K, M, G suffixes (powers of 1024).\n");
+  fprintf(
+      f, "usage: sluice serve [-m MODEL] [--host H] [--port P] [--api-key K]\n"
+         "                    [--model-name NAME] [-c CTX] [-t THREADS]\n"
+         "                    [--max-memory BYTES] [--max-seqs N]\n"
+         "                    [--max-batched-tokens N] [--prefill-chunk N]\n"
+         "                    [--kv-block-tokens N] [--http-timeout S]\n"
+         "                    [--max-body BYTES] [--grace-ms MS]\n"
+         "  serves the OpenAI (/v1/chat/completions, /v1/completions,\n"
+         "  /v1/models) and Anthropic (/v1/messages) APIs, /health, /metrics\n"
+         "  and /admin/api/stats; binds 127.0.0.1:8080 unless told otherwise.\n"
+         "  BYTES accept K, M, G suffixes (powers of 1024).\n");
 }
 
 /* "4G", "512M", "123456", "1.5G" -> bytes. */
@@ -122,35 +122,35 @@ int sl_cli_serve_main(int argc, char **argv) {
     } else if (!strcmp(a, "--model-name")) {
       NEED_VALUE name = v;
     } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
-      NEED_VALUE if (!sl_cli_parse_long(v, 16, 1 << 20, &lv)) BAD_VALUE ecfg.n_ctx =
-          (int)lv;
+      NEED_VALUE if (!sl_cli_parse_long(v, 16, 1 << 20, &lv))
+          BAD_VALUE ecfg.n_ctx = (int)lv;
       ctx_set = true;
     } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-      NEED_VALUE if (!sl_cli_parse_long(v, 1, 1024, &lv)) BAD_VALUE ecfg.n_threads =
-          (int)lv;
+      NEED_VALUE if (!sl_cli_parse_long(v, 1, 1024, &lv))
+          BAD_VALUE ecfg.n_threads = (int)lv;
     } else if (!strcmp(a, "--max-memory")) {
       NEED_VALUE if (!parse_bytes(v, &bv)) BAD_VALUE ecfg.max_memory = bv;
     } else if (!strcmp(a, "--max-seqs")) {
-      NEED_VALUE if (!sl_cli_parse_long(v, 1, 4096, &lv)) BAD_VALUE ecfg.max_seqs =
-          (int)lv;
+      NEED_VALUE if (!sl_cli_parse_long(v, 1, 4096, &lv))
+          BAD_VALUE ecfg.max_seqs = (int)lv;
     } else if (!strcmp(a, "--max-batched-tokens")) {
-      NEED_VALUE if (!sl_cli_parse_long(v, 1, 1 << 20, &lv)) BAD_VALUE
-          ecfg.max_batched_tokens = (int)lv;
+      NEED_VALUE if (!sl_cli_parse_long(v, 1, 1 << 20, &lv))
+          BAD_VALUE ecfg.max_batched_tokens = (int)lv;
     } else if (!strcmp(a, "--prefill-chunk")) {
-      NEED_VALUE if (!sl_cli_parse_long(v, 1, 1 << 20, &lv)) BAD_VALUE
-          ecfg.prefill_chunk = (int)lv;
+      NEED_VALUE if (!sl_cli_parse_long(v, 1, 1 << 20, &lv))
+          BAD_VALUE ecfg.prefill_chunk = (int)lv;
     } else if (!strcmp(a, "--kv-block-tokens")) {
-      NEED_VALUE if (!sl_cli_parse_long(v, 1, 4096, &lv)) BAD_VALUE
-          ecfg.kv_block_tokens = (int)lv;
+      NEED_VALUE if (!sl_cli_parse_long(v, 1, 4096, &lv))
+          BAD_VALUE ecfg.kv_block_tokens = (int)lv;
     } else if (!strcmp(a, "--http-timeout")) {
-      NEED_VALUE if (!sl_cli_parse_long(v, 1, 86400, &lv)) BAD_VALUE
-          scfg.http_timeout_s = (unsigned)lv;
+      NEED_VALUE if (!sl_cli_parse_long(v, 1, 86400, &lv))
+          BAD_VALUE scfg.http_timeout_s = (unsigned)lv;
     } else if (!strcmp(a, "--max-body")) {
       NEED_VALUE if (!parse_bytes(v, &bv) || bv < 1024 || bv > (1ull << 32))
           BAD_VALUE scfg.max_body_bytes = (size_t)bv;
     } else if (!strcmp(a, "--grace-ms")) {
-      NEED_VALUE if (!sl_cli_parse_long(v, 0, 3600000, &lv)) BAD_VALUE
-          scfg.grace_ms = (unsigned)lv;
+      NEED_VALUE if (!sl_cli_parse_long(v, 0, 3600000, &lv))
+          BAD_VALUE scfg.grace_ms = (unsigned)lv;
     } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       serve_usage(stdout);
       return 0;

@@ -8,24 +8,25 @@
 #include "sluice/util.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: sluice <command> [options]\n"
-          "commands:\n"
-          "  bench memsync [--backend cpu|cuda] [--trials N]\n"
-          "                 the seed experiment: owning-stream cache clears\n"
-          "  bench model [-m MODEL] [-t THREADS] [--peer llama-cpp]\n"
-          "                 pp512 / tg128 tokens/s, decode bandwidth, peak RSS\n"
-          "  bench serve [-m MODEL] [-t THREADS] [--clients 1,4,16] "
-          "[--peer llama-cpp] ...\n"
-          "                 N streaming clients against `sluice serve`: TTFT,\n"
-          "                 TPOT, aggregate tokens/s (bench serve --help)\n"
-          "  serve [-m MODEL] [--host H] [--port P] [--api-key K] ...\n"
-          "                 the OpenAI/Anthropic-compatible server (serve --help)\n"
-          "  run [-m MODEL] [-p PROMPT | --chat] [-n N] [--temp T] ...\n"
-          "                 generate text (sluice run --help)\n"
-          "  tokenize [-m MODEL] [--decode]   text on stdin -> token ids\n"
-          "  version        print the version\n"
-          "  help           this message\n");
+  fprintf(
+      f,
+      "usage: sluice <command> [options]\n"
+      "commands:\n"
+      "  bench memsync [--backend cpu|cuda] [--trials N]\n"
+      "                 the seed experiment: owning-stream cache clears\n"
+      "  bench model [-m MODEL] [-t THREADS] [--peer llama-cpp]\n"
+      "                 pp512 / tg128 tokens/s, decode bandwidth, peak RSS\n"
+      "  bench serve [-m MODEL] [-t THREADS] [--clients 1,4,16] "
+      "[--peer llama-cpp] ...\n"
+      "                 N streaming clients against `sluice serve`: TTFT,\n"
+      "                 TPOT, aggregate tokens/s (bench serve --help)\n"
+      "  serve [-m MODEL] [--host H] [--port P] [--api-key K] ...\n"
+      "                 the OpenAI/Anthropic-compatible server (serve --help)\n"
+      "  run [-m MODEL] [-p PROMPT | --chat] [-n N] [--temp T] ...\n"
+      "                 generate text (sluice run --help)\n"
+      "  tokenize [-m MODEL] [--decode]   text on stdin -> token ids\n"
+      "  version        print the version\n"
+      "  help           this message\n");
 }
 
 static int bench_main(int argc, char **argv) {
@@ -60,8 +61,7 @@ int main(int argc, char **argv) {
                     "and jansson (run scripts/install-deps.sh and rebuild)\n");
     rc = 1;
 #endif
-  }
-  else if (strcmp(cmd, "run") == 0)
+  } else if (strcmp(cmd, "run") == 0)
     rc = sl_cli_run_main(argc - 2, argv + 2);
   else if (strcmp(cmd, "tokenize") == 0)
     rc = sl_cli_tokenize_main(argc - 2, argv + 2);

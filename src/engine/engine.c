@@ -40,7 +40,8 @@ sl_engine_config sl_engine_config_defaults(void) {
   return c;
 }
 
-/* ---- inbox (any thread) ------------------------------------------------------ */
+/* ---- inbox (any thread)
+ * ------------------------------------------------------ */
 
 static void req_free(sl__req *r) {
   if (!r)
@@ -120,14 +121,24 @@ fail:
   return SL_ERR_NOMEM;
 }
 
-void sl_engine_abort(sl_engine_t *e, uint64_t id) {
+sl_status sl_engine_abort(sl_engine_t *e, uint64_t id) {
+  sl_status st = SL_OK;
   pthread_mutex_lock(&e->mu);
-  if (e->n_aborts < SL__MAX_ABORTS)
+  if (e->n_aborts == e->cap_aborts) {
+    size_t cap = e->cap_aborts ? e->cap_aborts * 2 : SL__ABORTS_INITIAL;
+    uint64_t *n = sl_realloc(e->aborts, cap * sizeof *n);
+    if (n) {
+      e->aborts = n;
+      e->cap_aborts = cap;
+    }
+  }
+  if (e->n_aborts < e->cap_aborts)
     e->aborts[e->n_aborts++] = id;
   else
-    e->abort_all_unknown = true; /* overflow: scan everything next step */
+    st = SL_ERR_NOMEM; /* not recorded: the caller still knows */
   pthread_cond_signal(&e->cv);
   pthread_mutex_unlock(&e->mu);
+  return st;
 }
 
 sl_engine_stats sl_engine_get_stats(sl_engine_t *e) {
@@ -159,23 +170,39 @@ const char *sl__clear_site_name(sl__clear_site s) {
   return s < SL__SITE_COUNT ? names[s] : "?";
 }
 
-/* ---- executor-thread helpers --------------------------------------------------- */
+/* ---- executor-thread helpers
+ * --------------------------------------------------- */
 
 /* The one clear primitive, with the engine's stream (I3, I4), and the
  * evidence that nothing was in flight on it. */
 static void clear_at(sl_engine_t *e, sl__clear_site site) {
-  sl_sync_and_clear_cache(e->stream);
-  sl_alloc_stats a = sl_alloc_get_stats(sl_stream_device(e->stream));
+  sl_stream_evidence before = sl_stream_clear_evidence(e->stream);
+  sl_status st = sl_sync_and_clear_cache(e->stream);
+  if (st != SL_OK) {
+    /* a task of ours failed: take the error off the stream (the clear left
+     * it there) and fail the requests whose work it was, after this step */
+    (void)sl_stream_sync(e->stream);
+    SL_LOGW("engine: the clear at %s reported %s", sl__clear_site_name(site),
+            sl_status_str(st));
+    if (e->n_active > 0 && e->clear_error == SL_OK)
+      e->clear_error = st; /* else no request's: taken and logged */
+  }
+  /* the evidence, on our own stream only: work of ours that the clear
+   * found still pending (none after a correct drain) */
+  sl_stream_evidence after = sl_stream_clear_evidence(e->stream);
   sl_stream_pending q = sl_stream_query(e->stream);
+  bool found = after.own.clears != before.own.clears;
   pthread_mutex_lock(&e->mu);
   sl__site_stats *s = &e->sites[site];
   s->count++;
   if (q.tasks > s->engine_pending_max)
     s->engine_pending_max = q.tasks;
-  if (a.inflight_bytes_last > s->inflight_bytes_max)
-    s->inflight_bytes_max = a.inflight_bytes_last;
-  if (a.inflight_ms_last > s->inflight_ms_max)
-    s->inflight_ms_max = a.inflight_ms_last;
+  if (found && after.own.tasks_last > s->engine_pending_max)
+    s->engine_pending_max = after.own.tasks_last;
+  if (found && after.own.bytes_last > s->inflight_bytes_max)
+    s->inflight_bytes_max = after.own.bytes_last;
+  if (after.own.ms_max > s->inflight_ms_max)
+    s->inflight_ms_max = after.own.ms_max;
   pthread_mutex_unlock(&e->mu);
 }
 
@@ -206,8 +233,8 @@ static void publish_blocks(sl_engine_t *e, sl__req *r) {
   }
 }
 
-static void emit_done(sl_engine_t *e, sl__req *r, sl_finish why,
-                      sl_status err, const char *code, const char *msg) {
+static void emit_done(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,
+                      sl_reason reason, const char *msg) {
   sl_engine_event ev;
   memset(&ev, 0, sizeof ev);
   ev.kind = SL_EV_DONE;
@@ -217,7 +244,9 @@ static void emit_done(sl_engine_t *e, sl__req *r, sl_finish why,
   ev.completion_tokens = r->n_generated;
   ev.finish = why;
   ev.error = err;
-  ev.error_code = code;
+  ev.reason = why == SL_FINISH_ERROR && reason == SL_REASON_NONE
+                  ? sl_reason_of_status(err)
+                  : reason;
   ev.error_msg = msg;
   ev.est_bytes = r->est_bytes;
   ev.limit_bytes = e->cfg.max_memory;
@@ -226,7 +255,7 @@ static void emit_done(sl_engine_t *e, sl__req *r, sl_finish why,
 
 /* Ends a request: reports, publishes and frees its blocks, frees it. */
 static void finish(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,
-                   const char *code, const char *msg) {
+                   sl_reason reason, const char *msg) {
   if (r->state == SL__REQ_RUNNING || r->state == SL__REQ_PREFILLING) {
     if (why != SL_FINISH_ERROR)
       publish_blocks(e, r);
@@ -234,7 +263,7 @@ static void finish(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,
     e->finished_since_clear = 1; /* decode site: K steps after a finish */
   }
   r->state = SL__REQ_DONE;
-  emit_done(e, r, why, err, code, msg);
+  emit_done(e, r, why, err, reason, msg);
   pthread_mutex_lock(&e->mu);
   if (why == SL_FINISH_ERROR)
     e->stats.requests_failed++;
@@ -243,7 +272,8 @@ static void finish(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,
   req_free(r);
 }
 
-/* ---- detokenization and stop strings ------------------------------------------- */
+/* ---- detokenization and stop strings
+ * ------------------------------------------- */
 
 static size_t utf8_complete_prefix(const char *s, size_t n) {
   /* length of the longest prefix that does not end inside a UTF-8 sequence */
@@ -251,8 +281,11 @@ static size_t utf8_complete_prefix(const char *s, size_t n) {
   while (i > 0 && back < 4) {
     unsigned char c = (unsigned char)s[i - 1];
     if ((c & 0xC0) != 0x80) {
-      size_t need = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3
-                                 : (c >> 3) == 30 ? 4 : 1;
+      size_t need = c < 0x80         ? 1
+                    : (c >> 5) == 6  ? 2
+                    : (c >> 4) == 14 ? 3
+                    : (c >> 3) == 30 ? 4
+                                     : 1;
       return back + 1 >= need ? n : i - 1;
     }
     i--;
@@ -398,7 +431,7 @@ static bool sample_and_emit(sl_engine_t *e, sl__req *r, float *lg) {
   bool eog = !r->params.ignore_eos && sl_tokenizer_is_eog(e->tok, tok);
   if (eog) {
     flush_pending(r);
-    finish(e, r, SL_FINISH_STOP, SL_OK, NULL, NULL);
+    finish(e, r, SL_FINISH_STOP, SL_OK, SL_REASON_NONE, NULL);
     return true;
   }
   r->n_generated++;
@@ -406,18 +439,19 @@ static bool sample_and_emit(sl_engine_t *e, sl__req *r, float *lg) {
   r->tokens[r->n_tokens++] = tok;
   e->tokens_since_clear++;
   if (text_step(e, r, tok, lp, n_top ? top : NULL, n_top)) {
-    finish(e, r, SL_FINISH_STOP, SL_OK, NULL, NULL);
+    finish(e, r, SL_FINISH_STOP, SL_OK, SL_REASON_NONE, NULL);
     return true;
   }
   if (r->n_generated >= r->params.max_tokens) {
     flush_pending(r);
-    finish(e, r, SL_FINISH_LENGTH, SL_OK, NULL, NULL);
+    finish(e, r, SL_FINISH_LENGTH, SL_OK, SL_REASON_NONE, NULL);
     return true;
   }
   return false;
 }
 
-/* ---- admission ------------------------------------------------------------------ */
+/* ---- admission
+ * ------------------------------------------------------------------ */
 
 #define AFTER_FINISH_STEPS 4 /* K: the decode clear after a finish */
 
@@ -446,12 +480,12 @@ static void clear_site(sl_engine_t *e, sl__clear_site site) {
   clear_at(e, site);
 }
 
-static void fail_waiting(sl_engine_t *e, sl__req *r, const char *code,
-                         const char *msg) {
+static void fail_waiting(sl_engine_t *e, sl__req *r, sl_status st,
+                         sl_reason reason, const char *msg) {
   pthread_mutex_lock(&e->mu);
   e->stats.waiting--;
   pthread_mutex_unlock(&e->mu);
-  finish(e, r, SL_FINISH_ERROR, SL_ERR_MEMORY_LIMIT, code, msg);
+  finish(e, r, SL_FINISH_ERROR, st, reason, msg);
 }
 
 /* Tries to admit the head of the waiting queue. Returns true if it was
@@ -471,7 +505,7 @@ static bool admit_one(sl_engine_t *e) {
       e->waiting = r->next;
       if (!e->waiting)
         e->waiting_tail = NULL;
-      fail_waiting(e, r, "internal_error", "out of host memory");
+      fail_waiting(e, r, SL_ERR_NOMEM, SL_REASON_OUT_OF_MEMORY, NULL);
       return true;
     }
   }
@@ -486,7 +520,8 @@ static bool admit_one(sl_engine_t *e) {
   int need_total = (r->n_prompt + r->params.max_tokens + T - 1) / T;
   int need_new = need_total - got;
   int remaining = r->n_prompt - got * T;
-  int chunk = remaining < e->cfg.prefill_chunk ? remaining : e->cfg.prefill_chunk;
+  int chunk =
+      remaining < e->cfg.prefill_chunk ? remaining : e->cfg.prefill_chunk;
   r->est_bytes = guard_estimate(e, need_new, chunk);
   bool guard_fault = e->hooks.fail_guard_admit &&
                      (int)(e->first_chunks + 1) == e->hooks.fail_guard_admit;
@@ -504,7 +539,8 @@ static bool admit_one(sl_engine_t *e) {
              "limit of %llu bytes",
              (unsigned long long)r->est_bytes,
              (unsigned long long)e->cfg.max_memory);
-    fail_waiting(e, r, "prefill_memory_exceeded", msg);
+    fail_waiting(e, r, SL_ERR_MEMORY_LIMIT, SL_REASON_PREFILL_MEMORY_EXCEEDED,
+                 msg);
     return true;
   }
   if (need_new > sl_kv_config_of(e->kv)->n_blocks - got) {
@@ -512,12 +548,10 @@ static bool admit_one(sl_engine_t *e) {
     e->waiting = r->next;
     if (!e->waiting)
       e->waiting_tail = NULL;
-    fail_waiting(e, r, "context_length_exceeded",
-                 "the request needs more KV cache than the server has");
+    fail_waiting(e, r, SL_ERR_RANGE, SL_REASON_CONTEXT_LENGTH_EXCEEDED, NULL);
     return true;
   }
-  if (sl_kv_available(e->kv) < need_new ||
-      e->n_active >= e->cfg.max_seqs) {
+  if (sl_kv_available(e->kv) < need_new || e->n_active >= e->cfg.max_seqs) {
     release_blocks(e, r); /* give the looked-up blocks back; retry later */
     return false;
   }
@@ -564,19 +598,27 @@ static void active_remove(sl_engine_t *e, sl__req *r) {
     }
 }
 
-/* The runtime error ladder: release the request's blocks, clear, and requeue
- * it at the front; after 2 retries it fails. */
-static void requeue_after_oom(sl_engine_t *e, sl__req *r, bool admission) {
+/* The runtime error ladder (a real device or host OOM, or the allocator's
+ * limit): release the request's blocks, clear on the engine stream, and
+ * requeue it at the front; the third failure fails that request alone. */
+static void requeue_after_oom(sl_engine_t *e, sl__req *r, bool admission,
+                              sl_status st) {
   active_remove(e, r);
   release_blocks(e, r);
   r->state = SL__REQ_WAITING;
   clear_site(e, admission ? SL__SITE_ADMIT_RUNTIME_ERR
                           : SL__SITE_CHUNK_RUNTIME_ERR);
   if (++r->retries > 2) {
-    finish(e, r, SL_FINISH_ERROR, SL_ERR_MEMORY_LIMIT, "memory_limit",
+    finish(e, r, SL_FINISH_ERROR, st, SL_REASON_OUT_OF_MEMORY,
            "the prefill ran out of memory 3 times");
     return;
   }
+  pthread_mutex_lock(&e->mu);
+  e->stats.waiting++;
+  e->stats.requests_total--; /* counted again when re-admitted */
+  e->stats.prompt_tokens_total -= (uint64_t)r->n_prompt;
+  e->stats.cached_tokens_total -= (uint64_t)r->n_cached;
+  pthread_mutex_unlock(&e->mu);
   r->n_computed = 0;
   r->n_cached = 0;
   r->first_chunk_done = false;
@@ -584,29 +626,40 @@ static void requeue_after_oom(sl_engine_t *e, sl__req *r, bool admission) {
   e->waiting = r;
   if (!e->waiting_tail)
     e->waiting_tail = r;
-  pthread_mutex_lock(&e->mu);
-  e->stats.waiting++;
-  e->stats.requests_total--; /* counted again when re-admitted */
-  e->stats.prompt_tokens_total -= (uint64_t)r->n_prompt;
-  pthread_mutex_unlock(&e->mu);
 }
 
-/* ---- one step ------------------------------------------------------------------ */
+static bool is_oom(sl_status st) {
+  return st == SL_ERR_MEMORY_LIMIT || st == SL_ERR_DEVICE_OOM ||
+         st == SL_ERR_NOMEM;
+}
+
+/* Fails every active request with `st` (a clear reported an error of the
+ * engine stream: their work may not have happened). */
+static void fail_active(sl_engine_t *e, sl_status st) {
+  while (e->n_active > 0) {
+    sl__req *r = e->active[e->n_active - 1];
+    active_remove(e, r);
+    finish(e, r, SL_FINISH_ERROR, st, SL_REASON_NONE,
+           "the compute device reported an error for this request's work");
+  }
+}
+
+/* ---- one step
+ * ------------------------------------------------------------------ */
 
 static void apply_aborts(sl_engine_t *e) {
-  uint64_t ids[SL__MAX_ABORTS];
   pthread_mutex_lock(&e->mu);
-  int n = e->n_aborts;
-  memcpy(ids, e->aborts, sizeof(uint64_t) * (size_t)n);
-  e->n_aborts = 0;
-  e->abort_all_unknown = false;
+  size_t n = e->n_aborts;
+  uint64_t *ids = e->aborts; /* take the whole list; submitters grow anew */
+  e->aborts = NULL;
+  e->n_aborts = e->cap_aborts = 0;
   pthread_mutex_unlock(&e->mu);
-  for (int k = 0; k < n; k++) {
+  for (size_t k = 0; k < n; k++) {
     for (int i = 0; i < e->n_active; i++)
       if (e->active[i]->id == ids[k]) {
         sl__req *r = e->active[i];
         active_remove(e, r);
-        finish(e, r, SL_FINISH_ABORT, SL_OK, NULL, NULL);
+        finish(e, r, SL_FINISH_ABORT, SL_OK, SL_REASON_NONE, NULL);
         break;
       }
     for (sl__req **pp = &e->waiting; *pp; pp = &(*pp)->next)
@@ -621,10 +674,11 @@ static void apply_aborts(sl_engine_t *e) {
         pthread_mutex_lock(&e->mu);
         e->stats.waiting--;
         pthread_mutex_unlock(&e->mu);
-        finish(e, r, SL_FINISH_ABORT, SL_OK, NULL, NULL);
+        finish(e, r, SL_FINISH_ABORT, SL_OK, SL_REASON_NONE, NULL);
         break;
       }
   }
+  sl_free(ids);
 }
 
 /* Builds and runs one batch; returns false when there was nothing to do. */
@@ -638,8 +692,8 @@ static bool step(sl_engine_t *e) {
     if (r->state != SL__REQ_RUNNING)
       continue;
     e->batch_tokens[nt] = r->tokens[r->n_tokens - 1];
-    e->batch_seqs[nb] = (sl_batch_seq){r->blocks, r->n_blocks, r->n_computed,
-                                       nt, 1, true, false};
+    e->batch_seqs[nb] = (sl_batch_seq){
+        r->blocks, r->n_blocks, r->n_computed, nt, 1, true, false};
     e->batch_reqs[nb++] = r;
     nt++;
   }
@@ -673,7 +727,7 @@ static bool step(sl_engine_t *e) {
                  (unsigned long long)est,
                  (unsigned long long)e->cfg.max_memory);
         finish(e, r, SL_FINISH_ERROR, SL_ERR_MEMORY_LIMIT,
-               "prefill_memory_exceeded", msg);
+               SL_REASON_PREFILL_MEMORY_EXCEEDED, msg);
         i--;
         continue;
       }
@@ -683,8 +737,8 @@ static bool step(sl_engine_t *e) {
     memcpy(e->batch_tokens + nt, r->tokens + r->n_computed,
            sizeof(int32_t) * (size_t)chunk);
     bool last = r->n_computed + chunk == r->n_prompt;
-    e->batch_seqs[nb] = (sl_batch_seq){r->blocks, r->n_blocks, r->n_computed,
-                                       nt, chunk, last, false};
+    e->batch_seqs[nb] = (sl_batch_seq){
+        r->blocks, r->n_blocks, r->n_computed, nt, chunk, last, false};
     e->batch_reqs[nb++] = r;
     nt += chunk;
     any_prefill = true;
@@ -711,27 +765,32 @@ static bool step(sl_engine_t *e) {
   }
   if (st == SL_OK)
     st = sl_batch_ctx_run(e->bctx, &batch, e->logits);
-  if (st == SL_ERR_MEMORY_LIMIT) {
+  if (is_oom(st)) {
     bool any = false;
     for (int s = 0; s < nb; s++) {
       sl__req *r = e->batch_reqs[s];
       if (r->state == SL__REQ_PREFILLING) {
-        requeue_after_oom(e, r, !r->first_chunk_done);
+        requeue_after_oom(e, r, !r->first_chunk_done, st);
         any = true;
       }
     }
-    if (!any) /* a decode-only batch: those requests fail */
-      for (int s = 0; s < nb; s++) {
-        active_remove(e, e->batch_reqs[s]);
-        finish(e, e->batch_reqs[s], SL_FINISH_ERROR, st, "memory_limit",
-               "decode ran out of memory");
+    if (!any) {
+      /* a decode-only batch: clear and retry; each third failure fails the
+       * youngest request of the batch alone, giving its memory back */
+      clear_site(e, SL__SITE_DECODE_RUNTIME_ERR);
+      sl__req *r = e->batch_reqs[nb - 1];
+      if (++r->retries > 2) {
+        active_remove(e, r);
+        finish(e, r, SL_FINISH_ERROR, st, SL_REASON_OUT_OF_MEMORY,
+               "decode ran out of memory 3 times");
       }
+    }
     return true;
   }
   if (st != SL_OK) {
     for (int s = 0; s < nb; s++) {
       active_remove(e, e->batch_reqs[s]);
-      finish(e, e->batch_reqs[s], SL_FINISH_ERROR, st, "internal_error",
+      finish(e, e->batch_reqs[s], SL_FINISH_ERROR, st, SL_REASON_NONE,
              sl_status_str(st));
     }
     return true;
@@ -743,8 +802,8 @@ static bool step(sl_engine_t *e) {
     sl__req *r = e->batch_reqs[s];
     sl_batch_seq *q = &e->batch_seqs[s];
     r->n_computed += q->n;
-    float *lg = q->want_logits ? e->logits + (size_t)li++ * (size_t)hp->n_vocab
-                               : NULL;
+    float *lg =
+        q->want_logits ? e->logits + (size_t)li++ * (size_t)hp->n_vocab : NULL;
     if (r->state == SL__REQ_PREFILLING) {
       r->first_chunk_done = true;
       if (r->n_computed < r->n_prompt)
@@ -761,11 +820,13 @@ static bool step(sl_engine_t *e) {
     e->tokens_since_clear = 0;
     clear_site(e, SL__SITE_DECODE_EVERY_N);
   }
-  if (e->cfg.hot_loop_steps > 0 && e->steps % (uint64_t)e->cfg.hot_loop_steps == 0 &&
+  if (e->cfg.hot_loop_steps > 0 &&
+      e->steps % (uint64_t)e->cfg.hot_loop_steps == 0 &&
       sl_alloc_get_stats(sl_stream_device(e->stream)).cache >=
           e->cfg.hot_loop_cache_bytes)
     clear_site(e, SL__SITE_DECODE_HOT_LOOP);
-  if (e->finished_since_clear && ++e->finished_since_clear > AFTER_FINISH_STEPS) {
+  if (e->finished_since_clear &&
+      ++e->finished_since_clear > AFTER_FINISH_STEPS) {
     e->finished_since_clear = 0;
     clear_site(e, SL__SITE_DECODE_AFTER_FINISH);
   }
@@ -775,7 +836,8 @@ static bool step(sl_engine_t *e) {
   return true;
 }
 
-/* ---- the executor thread --------------------------------------------------------- */
+/* ---- the executor thread
+ * --------------------------------------------------------- */
 
 static sl_status executor_init(sl_engine_t *e) {
   const sl_model_hparams *hp = sl_model_hparams_of(e->model);
@@ -789,8 +851,8 @@ static sl_status executor_init(sl_engine_t *e) {
   if (n_blocks <= 0) {
     /* enough for max_seqs full contexts, within a quarter of the memory
      * limit when there is one */
-    uint64_t want = (uint64_t)e->cfg.max_seqs *
-                    (uint64_t)((e->cfg.n_ctx + T - 1) / T);
+    uint64_t want =
+        (uint64_t)e->cfg.max_seqs * (uint64_t)((e->cfg.n_ctx + T - 1) / T);
     if (e->cfg.max_memory) {
       uint64_t cap = e->cfg.max_memory / 4 / bb;
       if (want > cap)
@@ -828,12 +890,12 @@ static void executor_fini(sl_engine_t *e) {
   for (int i = e->n_active - 1; i >= 0; i--) {
     sl__req *r = e->active[i];
     e->n_active--;
-    finish(e, r, SL_FINISH_ABORT, SL_OK, NULL, NULL);
+    finish(e, r, SL_FINISH_ABORT, SL_OK, SL_REASON_NONE, NULL);
   }
   while (e->waiting) {
     sl__req *r = e->waiting;
     e->waiting = r->next;
-    finish(e, r, SL_FINISH_ABORT, SL_OK, NULL, NULL);
+    finish(e, r, SL_FINISH_ABORT, SL_OK, SL_REASON_NONE, NULL);
   }
   pthread_mutex_lock(&e->mu);
   sl__req *in = e->inbox;
@@ -842,7 +904,7 @@ static void executor_fini(sl_engine_t *e) {
   while (in) {
     sl__req *r = in;
     in = r->next;
-    finish(e, r, SL_FINISH_ABORT, SL_OK, NULL, NULL);
+    finish(e, r, SL_FINISH_ABORT, SL_OK, SL_REASON_NONE, NULL);
   }
   if (e->stream)
     clear_site(e, SL__SITE_SHUTDOWN);
@@ -854,8 +916,8 @@ static void executor_fini(sl_engine_t *e) {
   sl_free(e->batch_tokens);
   sl_free(e->batch_seqs);
   sl_free(e->batch_reqs);
-  if (e->stream)
-    sl_sync_and_clear_cache(e->stream);
+  if (e->stream && sl_sync_and_clear_cache(e->stream) != SL_OK)
+    SL_LOGW("engine: an error was pending on the engine stream at shutdown");
   sl_clear_thread_streams(); /* I5 */
 }
 
@@ -902,6 +964,10 @@ static void *executor_main(void *p) {
     while (e->waiting && admit_one(e))
       ;
     step(e);
+    if (e->clear_error != SL_OK) { /* errors reach the requests */
+      fail_active(e, e->clear_error);
+      e->clear_error = SL_OK;
+    }
   }
   executor_fini(e);
   return NULL;
@@ -913,9 +979,9 @@ sl_status sl_engine_create(sl_model_t *model, const sl_tokenizer_t *tok,
     return SL_ERR_INVALID_ARG;
   if (cfg->n_ctx < 16 || cfg->kv_block_tokens < 1 ||
       cfg->kv_block_tokens > 4096 ||
-      (cfg->kv_block_tokens & (cfg->kv_block_tokens - 1)) != 0 || cfg->max_seqs < 1 ||
-      cfg->max_seqs > 4096 || cfg->max_batched_tokens < cfg->max_seqs ||
-      cfg->prefill_chunk < 1)
+      (cfg->kv_block_tokens & (cfg->kv_block_tokens - 1)) != 0 ||
+      cfg->max_seqs < 1 || cfg->max_seqs > 4096 ||
+      cfg->max_batched_tokens < cfg->max_seqs || cfg->prefill_chunk < 1)
     return SL_ERR_INVALID_ARG;
   sl_engine_t *e = sl_calloc(1, sizeof *e);
   if (!e)
@@ -959,6 +1025,7 @@ void sl_engine_free(sl_engine_t *e) {
   pthread_join(e->thread, NULL);
   pthread_cond_destroy(&e->cv);
   pthread_mutex_destroy(&e->mu);
+  sl_free(e->aborts);
   sl_free(e);
 }
 

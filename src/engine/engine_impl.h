@@ -21,6 +21,7 @@
   X(SL__SITE_DECODE_EVERY_N, "decode.every_n_tokens")                          \
   X(SL__SITE_DECODE_HOT_LOOP, "decode.hot_loop")                               \
   X(SL__SITE_DECODE_AFTER_FINISH, "decode.after_finish")                       \
+  X(SL__SITE_DECODE_RUNTIME_ERR, "decode.runtime_error")                       \
   X(SL__SITE_IDLE, "engine.idle_reclaim")                                      \
   X(SL__SITE_SHUTDOWN, "engine.shutdown")
 
@@ -70,12 +71,12 @@ typedef struct sl__req {
   sl__req_state state;
   int32_t *tokens; /* (n_ctx) prompt then generated */
   int n_prompt, n_tokens;
-  int n_computed;  /* tokens whose K/V is in the cache */
-  int n_cached;    /* prompt tokens served from the prefix cache */
+  int n_computed; /* tokens whose K/V is in the cache */
+  int n_cached;   /* prompt tokens served from the prefix cache */
   int n_generated;
   int32_t *blocks; /* block table */
   int n_blocks;
-  int retries;     /* runtime memory errors so far */
+  int retries; /* runtime memory errors so far (the OOM ladder) */
   bool first_chunk_done;
   uint64_t est_bytes;
   sl_gen_params params;
@@ -88,7 +89,7 @@ typedef struct sl__req {
   struct sl__req *next;
 } sl__req;
 
-#define SL__MAX_ABORTS 1024
+#define SL__ABORTS_INITIAL 1024
 
 struct sl_engine {
   sl_model_t *model;
@@ -99,9 +100,8 @@ struct sl_engine {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   sl__req *inbox, *inbox_tail;
-  uint64_t aborts[SL__MAX_ABORTS];
-  int n_aborts;
-  bool abort_all_unknown;
+  uint64_t *aborts; /* growable: no abort is ever dropped */
+  size_t n_aborts, cap_aborts;
   bool stopping;
   uint64_t next_id;
   sl_engine_stats stats;
@@ -124,6 +124,7 @@ struct sl_engine {
   uint64_t steps;
   int finished_since_clear; /* 1 after a finish, counts steps to the clear */
   uint64_t first_chunks, later_chunks; /* for the fault hooks */
+  sl_status clear_error; /* a clear reported an error: fail active requests */
   sl__engine_test_hooks hooks;
 };
 

@@ -12,7 +12,7 @@ struct sl_sampler {
   uint64_t rng[2];
   int32_t *hist; /* ring of the last penalty_last_n tokens */
   int hist_n, hist_head;
-  int *counts;   /* per token, over the ring */
+  int *counts; /* per token, over the ring */
   struct cand {
     int32_t id;
     float logit;
@@ -91,9 +91,9 @@ void sl_sampler_accept(sl_sampler_t *s, int32_t tok) {
 
 static void apply_penalties(sl_sampler_t *s, float *logits) {
   const sl_sampler_params *p = &s->p;
-  if (s->hist_n == 0 || (p->repeat_penalty == 1.0f &&
-                         p->presence_penalty == 0.0f &&
-                         p->frequency_penalty == 0.0f))
+  if (s->hist_n == 0 ||
+      (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f &&
+       p->frequency_penalty == 0.0f))
     return;
   int cap = p->penalty_last_n;
   /* each distinct token in the window once */

@@ -52,9 +52,13 @@ static sl_status sgemm_cpu_task(const sl_task_ctx *ctx, void *p) {
 sl_status sl__kern_cuda_sgemm(void *native_stream, const float *A,
                               const float *B, float *C, int m, int n, int k,
                               float alpha);
-bool sl_kern_have_cuda(void) { return true; }
+bool sl_kern_have_cuda(void) {
+  return true;
+}
 #else
-bool sl_kern_have_cuda(void) { return false; }
+bool sl_kern_have_cuda(void) {
+  return false;
+}
 #endif
 
 static sl_status sgemm_cuda_task(const sl_task_ctx *ctx, void *p) {

@@ -602,7 +602,7 @@ done:
 }
 
 sl_kv_view sl_kv_view_of(const sl_kv_pool_t *p) {
-  sl_kv_view v = {p->buf, p->cfg.n_layer, p->cfg.n_blocks,
-                  p->cfg.block_tokens, p->cfg.kv_dim};
+  sl_kv_view v = {p->buf, p->cfg.n_layer, p->cfg.n_blocks, p->cfg.block_tokens,
+                  p->cfg.kv_dim};
   return v;
 }

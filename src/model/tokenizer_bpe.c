@@ -109,8 +109,7 @@ sl_status sl__bpe_word(const sl_tokenizer_t *t, const char *word, size_t wlen,
     if (st == SL_OK)
       st = add_bigram(t, &w, word, b.left, l->next);
   }
-  for (int32_t i = 0; st == SL_OK && i != -1 && nsym > 0;
-       i = w.syms[i].next) {
+  for (int32_t i = 0; st == SL_OK && i != -1 && nsym > 0; i = w.syms[i].next) {
     const sym *s = &w.syms[i];
     if (s->n == 0)
       continue;

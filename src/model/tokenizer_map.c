@@ -33,7 +33,9 @@ static uint64_t hash_bytes(const char *k, size_t n) {
   return h;
 }
 
-void sl__strmap_init(sl__strmap *m) { memset(m, 0, sizeof *m); }
+void sl__strmap_init(sl__strmap *m) {
+  memset(m, 0, sizeof *m);
+}
 
 void sl__strmap_free(sl__strmap *m) {
   sl_free(m->slots);

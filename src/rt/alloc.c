@@ -10,15 +10,16 @@
 
 #include "rt/rt_impl.h"
 
-#define DEFAULT_CACHE_LIMIT (1ull << 30)
+#define DEFAULT_CACHE_LIMIT  (1ull << 30)
 #define QUARANTINE_CAP_BYTES (64ull << 20)
-#define GRAVEYARD_CAP 65536
-#define MAX_BUF_BYTES (1ull << 46)
+#define GRAVEYARD_CAP        65536
+#define MAX_BUF_BYTES        (1ull << 46)
 
-/* ---- intrusive lists ------------------------------------------------------- */
+/* ---- intrusive lists -------------------------------------------------------
+ */
 
 #define CONTAINER(ptr, type, field)                                            \
-  ((type *)((char *)(ptr) - offsetof(type, field)))
+  ((type *)((char *)(ptr)-offsetof(type, field)))
 
 static void list_init(sl__list *l) {
   l->head.prev = l->head.next = &l->head;
@@ -44,7 +45,8 @@ static sl__link *list_first(sl__list *l) {
   for (sl__link *it = (l)->head.next, *nx = it->next; it != &(l)->head;        \
        it = nx, nx = it->next)
 
-/* ---- size buckets ------------------------------------------------------------ */
+/* ---- size buckets
+ * ------------------------------------------------------------ */
 
 /* Four classes per power of two above 256 bytes. Sets *bytes to the class
  * size and returns its index. */
@@ -60,7 +62,8 @@ static int bucket_of(size_t size, size_t *bytes) {
   return (p - 8) * 4 + (int)k;
 }
 
-/* ---- init / fini ----------------------------------------------------------- */
+/* ---- init / fini -----------------------------------------------------------
+ */
 
 void sl__alloc_init(sl_device_t *dev) {
   sl__allocator *a = &dev->alloc;
@@ -94,18 +97,24 @@ static void free_list(sl_device_t *dev, sl__list *l, bool has_memory) {
 void sl__alloc_fini(sl_device_t *dev) {
   sl__allocator *a = &dev->alloc;
   if (a->active.n || a->retiring.n)
-    SL_LOGW("%s: %zu active and %zu retiring buffer(s) at shutdown",
-            dev->name, a->active.n, a->retiring.n);
+    SL_LOGW("%s: %zu active and %zu retiring buffer(s) at shutdown", dev->name,
+            a->active.n, a->retiring.n);
   free_list(dev, &a->active, true);
   free_list(dev, &a->retiring, true);
   for (int i = 0; i < SL__NBUCKETS; i++)
     free_list(dev, &a->cached[i], true);
   free_list(dev, &a->quarantine, true);
   free_list(dev, &a->graveyard, false);
+  for (size_t i = 0; i < a->n_to_free; i++)
+    dev->ops->mem_free(dev, a->to_free[i].ptr, a->to_free[i].bytes);
+  sl_free(a->to_free);
+  a->to_free = NULL;
+  a->n_to_free = a->cap_to_free = 0;
   pthread_mutex_destroy(&a->mu);
 }
 
-/* ---- use records ------------------------------------------------------------ */
+/* ---- use records ------------------------------------------------------------
+ */
 
 /* True when every recorded use of b has completed; drops completed records. */
 static bool uses_done(sl_buf_t *b) {
@@ -115,14 +124,6 @@ static bool uses_done(sl_buf_t *b) {
       b->uses[w++] = b->uses[i];
   b->nuses = w;
   return w == 0;
-}
-
-static bool has_pending_use(const sl_buf_t *b) {
-  for (uint32_t i = 0; i < b->nuses; i++)
-    if (atomic_load_explicit(&b->uses[i].stream->completed,
-                             memory_order_acquire) < b->uses[i].seq)
-      return true;
-  return false;
 }
 
 static void record_use_locked(sl_buf_t *b, sl_stream_t *s, uint64_t seq) {
@@ -214,7 +215,8 @@ void sl__alloc_check_task_bufs(const sl__task *t) {
       char other[160];
       snprintf(other, sizeof other, "task seq %llu on stream %s",
                (unsigned long long)t->ctx.seq, t->ctx.stream->name);
-      buf_violation(b, "a task is about to run on a buffer that is no longer live",
+      buf_violation(b,
+                    "a task is about to run on a buffer that is no longer live",
                     other);
     }
   }
@@ -241,14 +243,50 @@ sl_status sl_buf_record_use(sl_buf_t *b, sl_stream_t *s, uint64_t seq) {
 /* ---- state transitions (all under a->mu) --------------------------------- */
 
 static void stats_reserved(sl__allocator *a) {
-  a->st.reserved = a->st.active + a->st.retiring + a->st.cache +
-                   a->quarantine_bytes;
+  a->st.reserved =
+      a->st.active + a->st.retiring + a->st.cache + a->quarantine_bytes;
 }
 
-/* Returns b's memory to the system. */
+/* Queues memory to be returned to the backend once `mu` is dropped. If the
+ * queue cannot grow, frees at once (correct, only slower). */
+static void defer_free(sl_device_t *dev, void *ptr, size_t bytes) {
+  sl__allocator *a = &dev->alloc;
+  if (a->n_to_free == a->cap_to_free) {
+    size_t cap = a->cap_to_free ? a->cap_to_free * 2 : 64;
+    void *n = sl_realloc(a->to_free, cap * sizeof *a->to_free);
+    if (!n) {
+      dev->ops->mem_free(dev, ptr, bytes);
+      return;
+    }
+    a->to_free = n;
+    a->cap_to_free = cap;
+  }
+  a->to_free[a->n_to_free].ptr = ptr;
+  a->to_free[a->n_to_free].bytes = bytes;
+  a->n_to_free++;
+}
+
+void sl__alloc_flush_frees(sl_device_t *dev) {
+  sl__allocator *a = &dev->alloc;
+  for (;;) {
+    pthread_mutex_lock(&a->mu);
+    size_t n = a->n_to_free;
+    if (!n) {
+      pthread_mutex_unlock(&a->mu);
+      return;
+    }
+    void *ptr = a->to_free[n - 1].ptr;
+    size_t bytes = a->to_free[n - 1].bytes;
+    a->n_to_free--;
+    pthread_mutex_unlock(&a->mu);
+    dev->ops->mem_free(dev, ptr, bytes); /* outside the lock */
+  }
+}
+
+/* Returns b's memory to the system (after the lock is dropped). */
 static void release_memory(sl_device_t *dev, sl_buf_t *b) {
   sl__allocator *a = &dev->alloc;
-  dev->ops->mem_free(dev, b->ptr, b->bytes);
+  defer_free(dev, b->ptr, b->bytes);
   a->st.bytes_released += b->bytes;
   b->ptr = NULL;
   if (sl_rt_debug()) {
@@ -322,8 +360,8 @@ static void to_cached(sl_device_t *dev, sl_buf_t *b) {
     list_push(&a->quarantine, &b->link);
     a->quarantine_bytes += b->bytes;
     while (a->quarantine_bytes > QUARANTINE_CAP_BYTES)
-      quarantine_evict(dev, CONTAINER(list_first(&a->quarantine), sl_buf_t,
-                                      link));
+      quarantine_evict(dev,
+                       CONTAINER(list_first(&a->quarantine), sl_buf_t, link));
   } else {
     b->state = SL__BUF_CACHED;
     list_push(&a->cached[b->bucket], &b->link);
@@ -353,9 +391,11 @@ void sl_alloc_collect(sl_device_t *dev) {
   pthread_mutex_lock(&dev->alloc.mu);
   collect_locked(dev);
   pthread_mutex_unlock(&dev->alloc.mu);
+  sl__alloc_flush_frees(dev);
 }
 
-/* ---- public API ------------------------------------------------------------- */
+/* ---- public API -------------------------------------------------------------
+ */
 
 sl_status sl_buf_alloc(sl_stream_t *owner, size_t size, sl_buf_t **out) {
   if (!owner || !out)
@@ -372,7 +412,8 @@ sl_status sl_buf_alloc(sl_stream_t *owner, size_t size, sl_buf_t **out) {
   collect_locked(dev);
   a->st.allocs++;
   sl_buf_t *b = NULL;
-  sl__link *it = list_first(&a->cached[bucket]);
+  /* an injected OOM skips the cache: the cached buffer would be handed out */
+  sl__link *it = a->fail_allocs ? NULL : list_first(&a->cached[bucket]);
   if (it) {
     b = CONTAINER(it, sl_buf_t, link);
     uncache(a, b);
@@ -382,6 +423,7 @@ sl_status sl_buf_alloc(sl_stream_t *owner, size_t size, sl_buf_t **out) {
     if (a->st.limit && used + bytes > a->st.limit) {
       a->st.limit_failures++;
       pthread_mutex_unlock(&a->mu);
+      sl__alloc_flush_frees(dev);
       return SL_ERR_MEMORY_LIMIT;
     }
     /* keep reserved memory under the limit: give back quarantined (debug
@@ -399,15 +441,23 @@ sl_status sl_buf_alloc(sl_stream_t *owner, size_t size, sl_buf_t **out) {
     b = sl_calloc(1, sizeof *b);
     if (!b) {
       pthread_mutex_unlock(&a->mu);
+      sl__alloc_flush_frees(dev);
       return SL_ERR_NOMEM;
     }
-    b->ptr = dev->ops->mem_alloc(dev, bytes);
-    if (!b->ptr && a->st.cache) {
+    bool injected = a->fail_allocs > 0;
+    b->ptr = injected ? NULL : dev->ops->mem_alloc(dev, bytes);
+    if (!b->ptr && (a->st.cache || a->n_to_free)) {
+      /* give the cache back, outside the lock, and try once more */
       a->st.trims++;
       trim_cache_to(dev, 0);
-      b->ptr = dev->ops->mem_alloc(dev, bytes);
+      pthread_mutex_unlock(&a->mu);
+      sl__alloc_flush_frees(dev);
+      pthread_mutex_lock(&a->mu);
+      b->ptr = injected ? NULL : dev->ops->mem_alloc(dev, bytes);
     }
     if (!b->ptr) {
+      if (injected)
+        a->fail_allocs--;
       sl_free(b);
       pthread_mutex_unlock(&a->mu);
       return SL_ERR_DEVICE_OOM;
@@ -429,8 +479,15 @@ sl_status sl_buf_alloc(sl_stream_t *owner, size_t size, sl_buf_t **out) {
     a->st.peak = a->st.active + a->st.retiring;
   stats_reserved(a);
   pthread_mutex_unlock(&a->mu);
+  sl__alloc_flush_frees(dev);
   *out = b;
   return SL_OK;
+}
+
+void sl_alloc_inject_oom(sl_device_t *dev, int n) {
+  pthread_mutex_lock(&dev->alloc.mu);
+  dev->alloc.fail_allocs = n > 0 ? n : 0;
+  pthread_mutex_unlock(&dev->alloc.mu);
 }
 
 void sl_buf_release(sl_buf_t *b) {
@@ -453,6 +510,7 @@ void sl_buf_release(sl_buf_t *b) {
   }
   stats_reserved(a);
   pthread_mutex_unlock(&a->mu);
+  sl__alloc_flush_frees(dev);
 }
 
 void *sl_buf_ptr(sl_buf_t *b) {
@@ -486,9 +544,15 @@ void *sl_buf_ptr(sl_buf_t *b) {
   return b->ptr;
 }
 
-size_t sl_buf_size(const sl_buf_t *b) { return b->size; }
-sl_stream_t *sl_buf_owner(const sl_buf_t *b) { return b->owner; }
-uint64_t sl_buf_id(const sl_buf_t *b) { return b->id; }
+size_t sl_buf_size(const sl_buf_t *b) {
+  return b->size;
+}
+sl_stream_t *sl_buf_owner(const sl_buf_t *b) {
+  return b->owner;
+}
+uint64_t sl_buf_id(const sl_buf_t *b) {
+  return b->id;
+}
 
 typedef struct copy_arg {
   sl_buf_t *b;
@@ -514,8 +578,8 @@ static sl_status buf_copy(sl_buf_t *b, size_t off, void *host, size_t n,
     return SL_OK;
   copy_arg c = {b, off, n, host, to_device};
   uint64_t seq;
-  sl_status st = sl_stream_submit(b->owner, copy_task, &c, sizeof c, &b, 1,
-                                  &seq);
+  sl_status st =
+      sl_stream_submit(b->owner, copy_task, &c, sizeof c, &b, 1, &seq);
   if (st != SL_OK)
     return st;
   return sl_stream_wait_seq(b->owner, seq);
@@ -533,6 +597,9 @@ sl_alloc_stats sl_alloc_get_stats(sl_device_t *dev) {
   pthread_mutex_lock(&dev->alloc.mu);
   sl_alloc_stats st = dev->alloc.st;
   pthread_mutex_unlock(&dev->alloc.mu);
+  st.inflight_ms_last = sl_ns_to_ms(atomic_load(&dev->inflight_ns_last));
+  st.inflight_ms_max = sl_ns_to_ms(atomic_load(&dev->inflight_ns_max));
+  st.inflight_ms_total = sl_ns_to_ms(atomic_load(&dev->inflight_ns_total));
   return st;
 }
 
@@ -544,6 +611,7 @@ void sl_alloc_set_limit(sl_device_t *dev, uint64_t bytes) {
     a->st.cache_limit = bytes ? bytes / 4 : DEFAULT_CACHE_LIMIT;
   trim_cache_to(dev, a->st.cache_limit);
   pthread_mutex_unlock(&a->mu);
+  sl__alloc_flush_frees(dev);
 }
 
 void sl_alloc_set_cache_limit(sl_device_t *dev, uint64_t bytes) {
@@ -553,34 +621,46 @@ void sl_alloc_set_cache_limit(sl_device_t *dev, uint64_t bytes) {
   a->limit_set_cache = true;
   trim_cache_to(dev, bytes);
   pthread_mutex_unlock(&a->mu);
+  sl__alloc_flush_frees(dev);
 }
 
 /* ---- clear support (memsync.c) ------------------------------------------- */
 
-static uint64_t pending_bytes(sl__list *l) {
-  uint64_t n = 0;
+/* Adds b's bytes to every stream of f[] that has a use of b pending. */
+static void pending_by_stream(sl__list *l, sl__inflight *f, size_t n) {
   LIST_EACH_SAFE(l, it, nx) {
     sl_buf_t *b = CONTAINER(it, sl_buf_t, link);
-    if (has_pending_use(b))
-      n += b->bytes;
+    for (uint32_t i = 0; i < b->nuses; i++) {
+      sl__buf_use *u = &b->uses[i];
+      if (atomic_load_explicit(&u->stream->completed, memory_order_acquire) >=
+          u->seq)
+        continue;
+      for (size_t k = 0; k < n; k++)
+        if (f[k].stream == u->stream)
+          f[k].bytes += b->bytes;
+    }
   }
-  return n;
 }
 
-uint64_t sl__alloc_clear(sl_device_t *dev, uint64_t *inflight_bytes,
-                         const char *site) {
+uint64_t sl__alloc_clear(sl_device_t *dev, sl__inflight *f, size_t n,
+                         size_t n_own, const char *site) {
   sl__allocator *a = &dev->alloc;
   pthread_mutex_lock(&a->mu);
   collect_locked(dev);
   uint64_t before = a->st.bytes_released;
   a->st.clears++;
-  if (inflight_bytes) {
-    uint64_t fl = pending_bytes(&a->active) + pending_bytes(&a->retiring);
-    *inflight_bytes = fl;
-    a->st.inflight_bytes_last = fl;
-    if (fl > a->st.inflight_bytes_max)
-      a->st.inflight_bytes_max = fl;
-  }
+  for (size_t k = 0; k < n; k++)
+    f[k].bytes = 0;
+  pending_by_stream(&a->active, f, n);
+  pending_by_stream(&a->retiring, f, n);
+  uint64_t own = 0;
+  for (size_t k = 0; k < n_own && k < n; k++)
+    own += f[k].bytes;
+  a->st.inflight_bytes_last = own;
+  if (own > a->st.inflight_bytes_max)
+    a->st.inflight_bytes_max = own;
+  if (own)
+    a->st.clears_with_inflight++;
   bool debug = sl_rt_debug();
   sl__link *it;
   while ((it = list_first(&a->lru))) {
@@ -596,18 +676,6 @@ uint64_t sl__alloc_clear(sl_device_t *dev, uint64_t *inflight_bytes,
   uint64_t freed = a->st.bytes_released - before;
   pthread_mutex_unlock(&a->mu);
   return freed;
-}
-
-void sl__alloc_note_inflight(sl_device_t *dev, bool any, double ms) {
-  sl__allocator *a = &dev->alloc;
-  pthread_mutex_lock(&a->mu);
-  if (any)
-    a->st.clears_with_inflight++;
-  a->st.inflight_ms_last = ms;
-  if (ms > a->st.inflight_ms_max)
-    a->st.inflight_ms_max = ms;
-  a->st.inflight_ms_total += ms;
-  pthread_mutex_unlock(&a->mu);
 }
 
 static void forget_in(sl__list *l, sl_stream_t *s, sl_device_t *dev) {

@@ -11,86 +11,108 @@ void sl_buffer_access_unlock(sl_device_t *dev) {
   pthread_mutex_unlock(&dev->access_mu);
 }
 
-/* ---- the in-flight probe ---------------------------------------------------- */
+/* ---- the evidence of work in flight (I2)
+ * --------------------------------------
+ *
+ * A clear measures, per stream, the work still pending as it frees: tasks
+ * (submitted - completed) and the bytes of buffers with a use pending on that
+ * stream. The numbers are attributed to the stream whose work it is, never
+ * to the clearing caller: ev[0] ("own") when the clear drained that stream
+ * (so any count is a broken drain), ev[1] ("others") when it did not. For each
+ * stream found with pending work a completion watch is set (no task is
+ * submitted to anyone's stream); the stream stamps how long after the clear
+ * that work ended when it publishes completion (stream.c). */
 
-static void probe_resolve(sl__clear_probe *p, bool any) {
-  uint64_t end = atomic_load(&p->end_ns);
-  double ms = end > p->t_clear_ns ? sl_ns_to_ms(end - p->t_clear_ns) : 0.0;
-  sl__alloc_note_inflight(p->dev, any, ms);
-  sl_free(p);
+#define MAX_WATCHED 64
+
+typedef struct clear_scan {
+  sl__inflight f[MAX_WATCHED];
+  uint64_t tasks[MAX_WATCHED];
+  size_t n, n_own;
+} clear_scan;
+
+static void scan_add(clear_scan *c, sl_stream_t *s) {
+  for (size_t i = 0; i < c->n; i++)
+    if (c->f[i].stream == s)
+      return;
+  if (c->n < MAX_WATCHED)
+    c->f[c->n++] = (sl__inflight){s, 0};
 }
 
-void sl__probe_stamp(sl__clear_probe *p) {
-  uint64_t now = sl_now_ns();
-  uint64_t cur = atomic_load(&p->end_ns);
-  while (cur < now && !atomic_compare_exchange_weak(&p->end_ns, &cur, now))
-    ;
-  if (atomic_fetch_sub(&p->outstanding, 1) == 1)
-    probe_resolve(p, true);
+static void scan_stream(sl_stream_t *s, clear_scan *c) {
+  if (sl_stream_query(s).tasks)
+    scan_add(c, s);
 }
 
-typedef struct probe_walk {
-  sl__clear_probe *p;
-  int pending_streams;
-} probe_walk;
-
-static void probe_stream(sl_stream_t *s, void *ud) {
-  probe_walk *w = ud;
-  sl_stream_pending q = sl_stream_query(s);
-  if (q.tasks == 0)
-    return;
-  w->pending_streams++;
-  atomic_fetch_add(&w->p->outstanding, 1);
-  sl__clear_probe *p = w->p;
-  if (sl_stream_submit(s, s->dev->ops->probe_fn, &p, sizeof p, NULL, 0,
-                       NULL) != SL_OK) {
-    /* cannot measure this stream; count it as ending now */
-    atomic_fetch_sub(&w->p->outstanding, 1);
-  }
+/* Sets s's completion watch at its current submitted seq (if none is set). */
+static void watch_set(sl_stream_t *s, int side, uint64_t t0) {
+  uint64_t zero = 0;
+  if (!atomic_compare_exchange_strong(&s->watch_seq, &zero, UINT64_MAX))
+    return; /* an earlier clear is still measuring this stream */
+  atomic_store(&s->watch_t0, t0);
+  atomic_store(&s->watch_side, side);
+  atomic_store(&s->watch_seq, atomic_load(&s->submitted));
+  sl__stream_watch_check(s); /* it may have completed meanwhile */
 }
 
-/* Measures the work still in flight on every stream of dev at this instant
- * (I2): each stream with pending tasks gets a probe task behind them, and the
- * last probe to run records how long after the clear the work ended. */
-static void measure_inflight(sl_device_t *dev, uint64_t t_clear) {
-  sl__clear_probe *p = sl_calloc(1, sizeof *p);
-  if (!p)
-    return; /* measurement only; the clear itself does not depend on it */
-  p->t_clear_ns = t_clear;
-  p->dev = dev;
-  atomic_store(&p->end_ns, t_clear);
-  atomic_store(&p->outstanding, 1); /* our own reference */
-  probe_walk w = {p, 0};
-  sl__device_each_stream(dev, probe_stream, &w);
-  if (w.pending_streams == 0) {
-    atomic_store(&p->outstanding, 0);
-    probe_resolve(p, false);
-    return;
-  }
-  if (atomic_fetch_sub(&p->outstanding, 1) == 1)
-    probe_resolve(p, true);
+static void record(sl_stream_t *s, int side, uint64_t bytes, uint64_t tasks,
+                   uint64_t t0) {
+  atomic_fetch_add(&s->ev[side].clears, 1);
+  atomic_store(&s->ev[side].bytes_last, bytes);
+  atomic_store(&s->ev[side].tasks_last, tasks);
+  atomic_store(&s->ev[side].ns_last, 0);
+  if (tasks)
+    watch_set(s, side, t0);
 }
 
-/* ---- clears --------------------------------------------------------------- */
+/* ---- clears ---------------------------------------------------------------
+ */
 
-static sl_status sync_for_clear(sl_stream_t *s) {
-  sl_status st = sl_stream_sync(s);
-  if (st == SL_ERR_DEVICE_FATAL)
-    sl__device_fatal(s->dev, "sl_sync_and_clear_cache", s->name);
-  return st;
-}
-
-/* `who` names the clear (and its stream) in debug-mode reports. */
-static sl_status clear_locked(sl_device_t *dev, const char *who,
-                              const sl_stream_t *s) {
+/* Frees under the caller's buffer-access lock. own[0..n_own) are the streams
+ * the clear drained (all_own: every registered stream); `owner` is the
+ * caller's stream (NULL: none). The registry lock is held throughout, so no
+ * stream scanned can be destroyed meanwhile (lock order: access -> streams ->
+ * allocator). */
+static void clear_locked(sl_device_t *dev, const char *who, sl_stream_t *owner,
+                         sl_stream_t *const *own, size_t n_own, bool all_own) {
   uint64_t t = sl_now_ns();
-  uint64_t inflight = 0;
+  clear_scan c;
+  c.n = 0;
+  pthread_mutex_lock(&dev->streams_mu);
+  for (size_t i = 0; i < n_own; i++)
+    scan_add(&c, own[i]);
+  if (all_own)
+    for (sl_stream_t *s = dev->streams; s; s = s->reg_next)
+      scan_add(&c, s);
+  c.n_own = c.n;
+  for (sl_stream_t *s = dev->streams; s; s = s->reg_next)
+    scan_stream(s, &c);
+  for (size_t i = 0; i < c.n; i++)
+    c.tasks[i] = sl_stream_query(c.f[i].stream).tasks;
   char site[96];
   snprintf(site, sizeof site, "the clearing side: %s(%s)", who,
-           s ? s->name : dev->name);
-  sl__alloc_clear(dev, &inflight, site);
-  measure_inflight(dev, t);
-  return SL_OK;
+           owner ? owner->name : dev->name);
+  sl__alloc_clear(dev, c.f, c.n, c.n_own, site);
+  bool own_pending = false;
+  for (size_t i = 0; i < c.n_own; i++)
+    own_pending |= c.tasks[i] != 0;
+  if (!own_pending) /* the device's inflight_ms_last is this clear's: 0 */
+    atomic_store(&dev->inflight_ns_last, 0);
+  for (size_t i = 0; i < c.n; i++) {
+    sl_stream_t *s = c.f[i].stream;
+    if (!c.tasks[i] && !c.f[i].bytes)
+      continue;
+    /* side 0: a clear that drained this stream found its work (a broken
+     * drain); side 1: a clear that did not drain it (not this stream's) */
+    record(s, i < c.n_own ? 0 : 1, c.f[i].bytes, c.tasks[i], t);
+  }
+  pthread_mutex_unlock(&dev->streams_mu);
+  sl__alloc_flush_frees(dev);
+}
+
+/* Drains s for a clear; its error stays on the stream for its owner. */
+static sl_status drain_for_clear(sl_stream_t *s) {
+  return sl__stream_drain_keep_error(s);
 }
 
 sl_status sl_sync_and_clear_cache(sl_stream_t *stream) {
@@ -98,13 +120,14 @@ sl_status sl_sync_and_clear_cache(sl_stream_t *stream) {
     return SL_ERR_INVALID_ARG;
   sl_device_t *dev = stream->dev;
   sl_buffer_access_lock(dev);
-  sl_status st = sync_for_clear(stream);
-  sl_status st2 = sync_for_clear(dev->default_stream);
-  if (st == SL_OK)
-    st = st2;
-  sl_status st3 = clear_locked(dev, "sl_sync_and_clear_cache", stream);
+  sl_status st = drain_for_clear(stream);
+  sl_status st2 = drain_for_clear(dev->default_stream);
+  sl_stream_t *own[2] = {stream, dev->default_stream};
+  clear_locked(dev, "sl_sync_and_clear_cache", stream, own, 2, false);
   sl_buffer_access_unlock(dev);
-  return st != SL_OK ? st : st3;
+  /* the caller's own error first; a default-stream error is reported too
+   * (and stays there for its owner) */
+  return st != SL_OK ? st : st2;
 }
 
 sl_status sl_drain_all_and_clear_cache(sl_device_t *dev) {
@@ -112,22 +135,22 @@ sl_status sl_drain_all_and_clear_cache(sl_device_t *dev) {
     return SL_ERR_INVALID_ARG;
   sl_buffer_access_lock(dev);
   sl_status st = SL_OK;
-  /* Drain under the registry lock in passes: a stream made meanwhile is new
-   * and owns no work older than this call. */
+  /* Drain under the registry lock: a stream made meanwhile is new and owns
+   * no work older than this call. */
   pthread_mutex_lock(&dev->streams_mu);
   for (sl_stream_t *s = dev->streams; s; s = s->reg_next) {
-    sl_status e = sync_for_clear(s);
+    sl_status e = drain_for_clear(s);
     if (st == SL_OK)
       st = e;
   }
   pthread_mutex_unlock(&dev->streams_mu);
-  sl_status st2 =
-      clear_locked(dev, "sl_drain_all_and_clear_cache", NULL);
+  clear_locked(dev, "sl_drain_all_and_clear_cache", NULL, NULL, 0, true);
   sl_buffer_access_unlock(dev);
-  return st != SL_OK ? st : st2;
+  return st;
 }
 
-/* ---- accounting (I7) --------------------------------------------------------- */
+/* ---- accounting (I7)
+ * --------------------------------------------------------- */
 
 uint64_t sl_footprint_bytes(sl_device_t *dev) {
   return dev->ops->footprint(dev);
@@ -135,36 +158,58 @@ uint64_t sl_footprint_bytes(sl_device_t *dev) {
 
 void sl_unreleased_init(sl_unreleased_est *e, uint64_t window_ns) {
   e->window_ns = window_ns ? window_ns : 10ull * 1000000000ull;
-  e->head = 0;
-  e->count = 0;
+  e->s = NULL;
+  e->head = e->count = e->cap = 0;
+}
+
+void sl_unreleased_fini(sl_unreleased_est *e) {
+  sl_free(e->s);
+  e->s = NULL;
+  e->head = e->count = e->cap = 0;
 }
 
 /* The samples form a monotonic deque: residuals strictly increase from the
  * front (the window's minimum) to the back, so a sample that can never again
  * be the minimum is dropped at once, and the window's minimum is exact. */
-#define RING(e, i) ((e)->s[((e)->head + (i)) % SL_UNRELEASED_SAMPLES])
+#define AT(e, i) ((e)->s[((e)->head + (i)) % (e)->cap])
+
+static bool deque_grow(sl_unreleased_est *e) {
+  size_t cap = e->cap ? e->cap * 2 : 64;
+  sl_unreleased_sample *n = sl_malloc(cap * sizeof *n);
+  if (!n)
+    return false;
+  for (size_t i = 0; i < e->count; i++)
+    n[i] = AT(e, i);
+  sl_free(e->s);
+  e->s = n;
+  e->cap = cap;
+  e->head = 0;
+  return true;
+}
 
 uint64_t sl_unreleased_update(sl_unreleased_est *e, uint64_t t_ns,
                               uint64_t footprint, uint64_t allocator_bytes) {
   int64_t residual = (int64_t)footprint - (int64_t)allocator_bytes;
   /* expire from the front */
-  while (e->count > 0 && t_ns - RING(e, 0).t_ns > e->window_ns) {
-    e->head = (e->head + 1) % SL_UNRELEASED_SAMPLES;
+  while (e->count > 0 && t_ns - AT(e, 0).t_ns > e->window_ns) {
+    e->head = (e->head + 1) % e->cap;
     e->count--;
   }
   /* newer and no larger beats older: pop from the back */
-  while (e->count > 0 && RING(e, e->count - 1).residual >= residual)
+  while (e->count > 0 && AT(e, e->count - 1).residual >= residual)
     e->count--;
-  if (e->count == SL_UNRELEASED_SAMPLES) {
-    /* full: drop the second entry, keeping the minimum at the front */
-    for (int i = 1; i < e->count - 1; i++)
-      RING(e, i) = RING(e, i + 1);
+  if (e->count == e->cap && !deque_grow(e)) {
+    if (e->cap == 0)
+      return 0; /* nothing to compare with */
+    /* out of memory: drop the entry after the minimum */
+    for (size_t i = 1; i + 1 < e->count; i++)
+      AT(e, i) = AT(e, i + 1);
     e->count--;
   }
-  RING(e, e->count).t_ns = t_ns;
-  RING(e, e->count).residual = residual;
+  AT(e, e->count).t_ns = t_ns;
+  AT(e, e->count).residual = residual;
   e->count++;
-  int64_t min = RING(e, 0).residual;
+  int64_t min = AT(e, 0).residual;
   return residual > min ? (uint64_t)(residual - min) : 0;
 }
 
@@ -174,14 +219,17 @@ uint64_t sl_mem_guard_bytes(uint64_t active, uint64_t footprint,
   return active > fp ? active : fp;
 }
 
-/* ---- the seed's wrong clear (experiment.h) --------------------------------- */
+/* ---- the seed's wrong clear (experiment.h) ---------------------------------
+ */
 
 #include "rt/experiment.h"
 
 sl_status sl__rt_experiment_bare_clear(sl_device_t *dev) {
   sl_buffer_access_lock(dev);
-  sl_status st = sync_for_clear(dev->default_stream);
-  clear_locked(dev, "bare clear (experiment)", dev->default_stream);
+  sl_status st = drain_for_clear(dev->default_stream);
+  sl_stream_t *own[1] = {dev->default_stream};
+  clear_locked(dev, "bare clear (experiment)", dev->default_stream, own, 1,
+               false);
   sl_buffer_access_unlock(dev);
   return st;
 }

@@ -40,27 +40,32 @@ struct sl_stream {
   char name[48];
   _Atomic uint64_t submitted;
   _Atomic uint64_t completed;
-  _Atomic int error;            /* first sl_status a task returned, or 0 */
-  pthread_mutex_t submit_mu;    /* orders seq assignment with the backend */
-  void *backend;                /* backend-private state */
-  struct sl_stream *reg_next;   /* device registry (under dev->streams_mu) */
-  pthread_t creator;            /* for thread-local streams */
+  _Atomic int error;          /* first sl_status a task returned, or 0 */
+  pthread_mutex_t submit_mu;  /* orders seq assignment with the backend */
+  void *backend;              /* backend-private state */
+  struct sl_stream *reg_next; /* device registry (under dev->streams_mu) */
+  pthread_t creator;          /* for thread-local streams */
   _Atomic int refs; /* 1 for the owner, +1 per queued cross-stream wait */
+  /* Clear evidence (memsync.c), attributed to this stream: [0] from clears
+   * made with this stream as the owner, [1] from everyone else's. */
+  struct {
+    _Atomic uint64_t clears, bytes_last, tasks_last, ns_last, ns_max;
+  } ev[2];
+  /* The completion watch (memsync.c): a clear that found this stream's work
+   * pending sets watch_seq; whoever publishes completion of that seq stamps
+   * the time. Nothing is submitted to the stream. */
+  _Atomic uint64_t watch_seq; /* 0: none */
+  _Atomic uint64_t watch_t0;
+  _Atomic int watch_side; /* index into ev[] */
+  /* What the worker is running (CPU), for the drain watchdog's report. */
+  _Atomic uint64_t running_seq;
+  _Atomic(sl_task_fn) running_fn;
 };
 
 /* References keep a destroyed (drained) stream's struct readable by tasks on
  * other streams that still wait on its timeline. */
 void sl__stream_ref(sl_stream_t *s);
 void sl__stream_unref(sl_stream_t *s);
-
-/* A measurement of the work in flight at one clear: each stream that had
- * pending work gets a probe task; the last one to run stamps end_ns. */
-typedef struct sl__clear_probe {
-  uint64_t t_clear_ns;
-  _Atomic uint64_t end_ns;
-  _Atomic int outstanding;
-  sl_device_t *dev;
-} sl__clear_probe;
 
 typedef struct sl__backend_ops {
   const char *name;
@@ -81,15 +86,13 @@ typedef struct sl__backend_ops {
   sl_status (*submit)(sl_stream_t *s, sl__task *t);
   /* True when `submit` runs the task on the calling thread (CUDA). */
   bool runs_inline;
-  /* Blocks until completed >= seq. */
-  sl_status (*wait)(sl_stream_t *s, uint64_t seq);
+  /* Blocks until completed >= seq, or until `deadline_ns` (sl_now_ns clock)
+   * has passed: then returns SL_ERR_TIMEOUT with nothing changed. */
+  sl_status (*wait)(sl_stream_t *s, uint64_t seq, uint64_t deadline_ns);
   /* Updates s->completed from the device without blocking. */
   void (*poll)(sl_stream_t *s);
   /* Later work on `waiter` waits for (ev.stream, ev.seq). */
   sl_status (*wait_event)(sl_stream_t *waiter, sl_event ev);
-  /* A task function that enqueues a probe stamp for the clear probe `arg`
-   * (arg is a sl__clear_probe **). */
-  sl_task_fn probe_fn;
   /* Host <-> device copies, performed inside a task on ctx->native. */
   sl_status (*copy)(const sl_task_ctx *ctx, void *dst, const void *src,
                     size_t n, bool to_device);
@@ -155,6 +158,15 @@ typedef struct sl__allocator {
   sl__list lru;                  /* every CACHED buffer, oldest first */
   sl__list quarantine;           /* debug mode, oldest first */
   sl__list graveyard;            /* debug mode: freed structs */
+  /* Memory released under `mu`, returned to the backend after `mu` is
+   * dropped (sl__alloc_flush_frees), so that a driver free that waits for
+   * the device never stalls another thread's allocator call. */
+  struct {
+    void *ptr;
+    size_t bytes;
+  } * to_free;
+  size_t n_to_free, cap_to_free;
+  int fail_allocs; /* test hook: the next N allocations fail as OOM */
   uint64_t quarantine_bytes;
   uint64_t next_id;
   bool limit_set_cache; /* cache limit chosen by the user */
@@ -174,6 +186,9 @@ struct sl_device {
   int nstreams;
   pthread_mutex_t access_mu; /* recursive buffer-access lock */
   sl__allocator alloc;
+  /* in-flight time at clears of their own streams (lock-free: stamped by
+   * completion watches) */
+  _Atomic uint64_t inflight_ns_last, inflight_ns_max, inflight_ns_total;
 };
 
 /* ---- shared helpers ---- */
@@ -192,16 +207,26 @@ const sl__task *sl__task_current(void);
  * error. Used by backends. */
 sl_status sl__task_run(sl__task *t);
 
-/* Publishes completion of `seq` on `s` (CPU worker). */
+/* Publishes completion of `seq` on `s` (CPU worker, CUDA poll) and stamps a
+ * completion watch that `seq` satisfies. Lock-free. */
 void sl__stream_set_completed(sl_stream_t *s, uint64_t seq);
+
+/* Drains `s` (under the watchdog) and returns the error a task reported
+ * since the last sync WITHOUT taking it: the stream's owner still gets it at
+ * its next sync. A fatal error ends the process (I6). */
+sl_status sl__stream_drain_keep_error(sl_stream_t *s);
+
+/* Resolves `s`'s completion watch if its seq has completed. Lock-free. */
+void sl__stream_watch_check(sl_stream_t *s);
+
+/* The drain deadline in ns (SLUICE_DRAIN_DEADLINE_S, sl_rt_set_drain_deadline
+ * _ms); past it a wait is a hung device or a lost wakeup (I6). */
+uint64_t sl__drain_deadline_ns(void);
 
 /* I6: logs `what` and `detail` and ends the process with
  * SL_EXIT_DEVICE_FATAL. */
 _Noreturn void sl__device_fatal(sl_device_t *dev, const char *what,
                                 const char *detail);
-
-/* Probe callback: stamps the time; the last outstanding stamp sets end_ns. */
-void sl__probe_stamp(sl__clear_probe *p);
 
 /* Allocator lifecycle (alloc.c). */
 void sl__alloc_init(sl_device_t *dev);
@@ -216,14 +241,21 @@ void sl__device_each_stream(sl_device_t *dev,
                             void (*fn)(sl_stream_t *s, void *ud), void *ud);
 /* Check at submit time: every buffer live (a released one aborts). */
 void sl__alloc_check_live(sl_buf_t *const *bufs, size_t n, sl_stream_t *s);
+/* Bytes of buffers with pending uses, per stream: the clear's evidence. */
+typedef struct sl__inflight {
+  sl_stream_t *stream;
+  uint64_t bytes;
+} sl__inflight;
+
 /* Returns CACHED (and quarantined) buffers to the system and returns the
- * bytes freed. With `inflight_bytes`, also measures and records the bytes of
- * buffers with pending uses (I2). */
-uint64_t sl__alloc_clear(sl_device_t *dev, uint64_t *inflight_bytes,
-                         const char *site);
-/* Adds a resolved clear's in-flight time to the counters; `any` tells
- * whether any stream had work pending at that clear. */
-void sl__alloc_note_inflight(sl_device_t *dev, bool any, double ms);
+ * bytes freed. Fills inflight[i].bytes with the bytes of buffers that have a
+ * use pending on inflight[i].stream (I2), and records in the stats the sum
+ * over the first `n_own` entries (the streams the clear drained). */
+uint64_t sl__alloc_clear(sl_device_t *dev, sl__inflight *inflight, size_t n,
+                         size_t n_own, const char *site);
+/* Returns memory released under the allocator lock to the backend. Call with
+ * no allocator lock held. */
+void sl__alloc_flush_frees(sl_device_t *dev);
 /* Debug mode: checks a CPU task's declared buffers before it runs. */
 void sl__alloc_check_task_bufs(const sl__task *t);
 

@@ -12,14 +12,15 @@
 
 #include "rt/rt_impl.h"
 
-#define SL__MAX_CUDA 16
+#define SL__MAX_CUDA    16
 #define SL__MAX_DEVICES (1 + SL__MAX_CUDA) /* slot 0: cpu; 1..: cuda */
 
 static struct {
   pthread_mutex_t mu;
   sl_device_t *devices[SL__MAX_DEVICES];
   _Atomic uint32_t next_stream_id;
-  _Atomic int debug; /* -1: not yet decided */
+  _Atomic int debug;                  /* -1: not yet decided */
+  _Atomic uint64_t drain_deadline_ns; /* 0: not yet decided */
   pthread_key_t tls_key;
   pthread_once_t key_once;
 } g_rt = {
@@ -48,13 +49,22 @@ bool sl_rt_debug(void) {
   return d != 0;
 }
 
-void sl_rt_set_debug(bool on) { atomic_store(&g_rt.debug, on ? 1 : 0); }
+void sl_rt_set_debug(bool on) {
+  atomic_store(&g_rt.debug, on ? 1 : 0);
+}
 
-/* ---- tasks ----------------------------------------------------------------- */
+/* ---- tasks -----------------------------------------------------------------
+ */
 
-void sl__task_enter(const sl__task *t) { t_current_task = t; }
-void sl__task_leave(void) { t_current_task = NULL; }
-const sl__task *sl__task_current(void) { return t_current_task; }
+void sl__task_enter(const sl__task *t) {
+  t_current_task = t;
+}
+void sl__task_leave(void) {
+  t_current_task = NULL;
+}
+const sl__task *sl__task_current(void) {
+  return t_current_task;
+}
 
 sl_status sl__task_run(sl__task *t) {
   sl__task_enter(t);
@@ -67,8 +77,101 @@ sl_status sl__task_run(sl__task *t) {
   return st;
 }
 
+/* ---- completion watches and clear evidence (see memsync.c) ----------------
+ */
+
+static void atomic_max_u64(_Atomic uint64_t *p, uint64_t v) {
+  uint64_t cur = atomic_load(p);
+  while (cur < v && !atomic_compare_exchange_weak(p, &cur, v))
+    ;
+}
+
+/* Claims the watch set at seq w (now completed) and stamps the time. */
+static void watch_resolve(sl_stream_t *s, uint64_t w) {
+  if (!atomic_compare_exchange_strong(&s->watch_seq, &w, 0))
+    return; /* someone else stamped it */
+  uint64_t t0 = atomic_load(&s->watch_t0), now = sl_now_ns();
+  uint64_t ns = now > t0 ? now - t0 : 1;
+  int side = atomic_load(&s->watch_side);
+  atomic_store(&s->ev[side].ns_last, ns);
+  atomic_max_u64(&s->ev[side].ns_max, ns);
+  if (side == 0) { /* a clear that drained s found its work: device-wide */
+    sl_device_t *dev = s->dev;
+    atomic_store(&dev->inflight_ns_last, ns);
+    atomic_max_u64(&dev->inflight_ns_max, ns);
+    atomic_fetch_add(&dev->inflight_ns_total, ns);
+  }
+}
+
+void sl__stream_watch_check(sl_stream_t *s) {
+  uint64_t w = atomic_load(&s->watch_seq);
+  if (w && w != UINT64_MAX &&
+      atomic_load_explicit(&s->completed, memory_order_acquire) >= w)
+    watch_resolve(s, w);
+}
+
 void sl__stream_set_completed(sl_stream_t *s, uint64_t seq) {
   atomic_store_explicit(&s->completed, seq, memory_order_release);
+  uint64_t w = atomic_load(&s->watch_seq);
+  if (w && w != UINT64_MAX && seq >= w)
+    watch_resolve(s, w);
+}
+
+sl_stream_evidence sl_stream_clear_evidence(sl_stream_t *s) {
+  sl_stream_evidence out;
+  sl__stream_watch_check(s);
+  sl_clear_evidence *e[2] = {&out.own, &out.others};
+  for (int i = 0; i < 2; i++) {
+    e[i]->clears = atomic_load(&s->ev[i].clears);
+    e[i]->bytes_last = atomic_load(&s->ev[i].bytes_last);
+    e[i]->tasks_last = atomic_load(&s->ev[i].tasks_last);
+    e[i]->ms_last = sl_ns_to_ms(atomic_load(&s->ev[i].ns_last));
+    e[i]->ms_max = sl_ns_to_ms(atomic_load(&s->ev[i].ns_max));
+  }
+  return out;
+}
+
+/* ---- the drain watchdog (I6) ------------------------------------------------
+ */
+
+#define DEFAULT_DRAIN_DEADLINE_S 600
+
+void sl_rt_set_drain_deadline_ms(uint64_t ms) {
+  atomic_store(&g_rt.drain_deadline_ns, ms ? ms * 1000000ull : UINT64_MAX);
+}
+
+uint64_t sl__drain_deadline_ns(void) {
+  uint64_t d = atomic_load(&g_rt.drain_deadline_ns);
+  if (d == 0) {
+    const char *e = getenv("SLUICE_DRAIN_DEADLINE_S");
+    double sec = e && *e ? strtod(e, NULL) : DEFAULT_DRAIN_DEADLINE_S;
+    d = sec > 0 ? (uint64_t)(sec * 1e9) : UINT64_MAX; /* <= 0: no deadline */
+    uint64_t zero = 0;
+    atomic_compare_exchange_strong(&g_rt.drain_deadline_ns, &zero, d);
+    d = atomic_load(&g_rt.drain_deadline_ns);
+  }
+  return d;
+}
+
+static uint64_t deadline_from_now(void) {
+  uint64_t d = sl__drain_deadline_ns(), now = sl_now_ns();
+  return d == UINT64_MAX || d > UINT64_MAX - now ? UINT64_MAX : now + d;
+}
+
+/* A wait ran past the deadline: name the stream and the task, then I6. */
+static _Noreturn void drain_hung(sl_stream_t *s, uint64_t seq) {
+  uint64_t done = atomic_load(&s->completed);
+  uint64_t running = atomic_load(&s->running_seq);
+  sl_task_fn fn = atomic_load(&s->running_fn);
+  char detail[256];
+  snprintf(detail, sizeof detail,
+           "stream %s did not reach seq %llu within %.1f s (drain watchdog): "
+           "completed %llu, stuck on task seq %llu (fn %p)",
+           s->name, (unsigned long long)seq,
+           (double)sl__drain_deadline_ns() / 1e9, (unsigned long long)done,
+           (unsigned long long)(running ? running : done + 1),
+           running ? (void *)fn : NULL);
+  sl__device_fatal(s->dev, "a drain", detail);
 }
 
 _Noreturn void sl__device_fatal(sl_device_t *dev, const char *what,
@@ -76,12 +179,14 @@ _Noreturn void sl__device_fatal(sl_device_t *dev, const char *what,
   fprintf(stderr,
           "sluice: FATAL device error on %s during %s: %s; exiting with code "
           "%d so that a supervisor can restart the process (I6)\n",
-          dev ? dev->name : "?", what, detail ? detail : "", SL_EXIT_DEVICE_FATAL);
+          dev ? dev->name : "?", what, detail ? detail : "",
+          SL_EXIT_DEVICE_FATAL);
   fflush(stderr);
   _exit(SL_EXIT_DEVICE_FATAL);
 }
 
-/* ---- streams ---------------------------------------------------------------- */
+/* ---- streams ----------------------------------------------------------------
+ */
 
 static void registry_add(sl_device_t *dev, sl_stream_t *s) {
   pthread_mutex_lock(&dev->streams_mu);
@@ -126,7 +231,9 @@ fail_init:
   return st;
 }
 
-void sl__stream_ref(sl_stream_t *s) { atomic_fetch_add(&s->refs, 1); }
+void sl__stream_ref(sl_stream_t *s) {
+  atomic_fetch_add(&s->refs, 1);
+}
 
 void sl__stream_unref(sl_stream_t *s) {
   if (atomic_fetch_sub(&s->refs, 1) == 1) {
@@ -165,9 +272,15 @@ void sl_stream_destroy(sl_stream_t *s) {
   stream_free(s);
 }
 
-sl_device_t *sl_stream_device(const sl_stream_t *s) { return s->dev; }
-const char *sl_stream_name(const sl_stream_t *s) { return s->name; }
-uint32_t sl_stream_id(const sl_stream_t *s) { return s->id; }
+sl_device_t *sl_stream_device(const sl_stream_t *s) {
+  return s->dev;
+}
+const char *sl_stream_name(const sl_stream_t *s) {
+  return s->name;
+}
+uint32_t sl_stream_id(const sl_stream_t *s) {
+  return s->id;
+}
 
 void *sl_stream_native(const sl_stream_t *s) {
   /* CUDA: s->backend points at a struct whose first member is the
@@ -178,7 +291,9 @@ void *sl_stream_native(const sl_stream_t *s) {
 sl_stream_t *sl_device_default_stream(sl_device_t *dev) {
   return dev->default_stream;
 }
-sl_stream_t *sl_generation_stream(sl_device_t *dev) { return dev->gen_stream; }
+sl_stream_t *sl_generation_stream(sl_device_t *dev) {
+  return dev->gen_stream;
+}
 
 static int device_slot(const sl_device_t *dev) {
   return dev->kind == SL_DEVICE_CPU ? 0 : 1 + dev->index;
@@ -200,7 +315,9 @@ static void tls_destructor(void *unused) {
             n);
 }
 
-static void make_key(void) { pthread_key_create(&g_rt.tls_key, tls_destructor); }
+static void make_key(void) {
+  pthread_key_create(&g_rt.tls_key, tls_destructor);
+}
 
 sl_stream_t *sl_thread_stream(sl_device_t *dev) {
   int slot = device_slot(dev);
@@ -225,11 +342,12 @@ void sl_clear_thread_streams(void) {
   pthread_setspecific(g_rt.tls_key, NULL);
 }
 
-/* ---- submission -------------------------------------------------------------- */
+/* ---- submission
+ * -------------------------------------------------------------- */
 
 sl_status sl_stream_submit(sl_stream_t *s, sl_task_fn fn, const void *arg,
-                           size_t arg_size, sl_buf_t *const *bufs,
-                           size_t nbufs, uint64_t *seq_out) {
+                           size_t arg_size, sl_buf_t *const *bufs, size_t nbufs,
+                           uint64_t *seq_out) {
   if (!s || !fn || (nbufs && !bufs) || (arg_size && !arg))
     return SL_ERR_INVALID_ARG;
   size_t bufs_bytes, total;
@@ -294,17 +412,36 @@ static sl_status take_error(sl_stream_t *s, const char *what) {
   return (sl_status)e;
 }
 
+/* Blocks until seq has completed on s, under the drain watchdog. Leaves the
+ * stream's error in place. */
+static sl_status wait_done(sl_stream_t *s, uint64_t seq) {
+  if (atomic_load_explicit(&s->completed, memory_order_acquire) >= seq)
+    return SL_OK;
+  sl_status st = s->dev->ops->wait(s, seq, deadline_from_now());
+  if (st == SL_ERR_TIMEOUT)
+    drain_hung(s, seq);
+  if (st == SL_ERR_DEVICE_FATAL)
+    sl__device_fatal(s->dev, "stream wait", s->name);
+  return st;
+}
+
 sl_status sl_stream_wait_seq(sl_stream_t *s, uint64_t seq) {
   if (seq > atomic_load(&s->submitted))
     return SL_ERR_INVALID_ARG;
-  if (atomic_load_explicit(&s->completed, memory_order_acquire) < seq) {
-    sl_status st = s->dev->ops->wait(s, seq);
-    if (st == SL_ERR_DEVICE_FATAL)
-      sl__device_fatal(s->dev, "stream wait", s->name);
-    if (st != SL_OK)
-      return st;
-  }
+  sl_status st = wait_done(s, seq);
+  if (st != SL_OK)
+    return st;
   return take_error(s, "stream wait");
+}
+
+sl_status sl__stream_drain_keep_error(sl_stream_t *s) {
+  sl_status st = wait_done(s, atomic_load(&s->submitted));
+  if (st != SL_OK)
+    return st;
+  int e = atomic_load(&s->error);
+  if (e == SL_ERR_DEVICE_FATAL)
+    sl__device_fatal(s->dev, "a drain", s->name);
+  return (sl_status)e;
 }
 
 sl_status sl_stream_sync(sl_stream_t *s) {
@@ -328,7 +465,8 @@ bool sl_stream_done(sl_stream_t *s, uint64_t seq) {
   return atomic_load_explicit(&s->completed, memory_order_acquire) >= seq;
 }
 
-/* ---- events ----------------------------------------------------------------- */
+/* ---- events -----------------------------------------------------------------
+ */
 
 sl_status sl_event_record(sl_stream_t *s, sl_event *out) {
   if (!s || !out)
@@ -350,7 +488,8 @@ bool sl_event_done(sl_event ev) {
   return ev.stream == NULL || sl_stream_done(ev.stream, ev.seq);
 }
 
-/* ---- devices ------------------------------------------------------------------ */
+/* ---- devices
+ * ------------------------------------------------------------------ */
 
 static sl_status device_open(sl_device_kind kind, int index,
                              const sl__backend_ops *ops, sl_device_t **out) {
@@ -437,8 +576,12 @@ bool sl_cuda_available(void) {
   return sl_device_get(SL_DEVICE_CUDA, 0, &d) == SL_OK;
 }
 
-sl_device_kind sl_device_kind_of(const sl_device_t *dev) { return dev->kind; }
-const char *sl_device_name(const sl_device_t *dev) { return dev->name; }
+sl_device_kind sl_device_kind_of(const sl_device_t *dev) {
+  return dev->kind;
+}
+const char *sl_device_name(const sl_device_t *dev) {
+  return dev->name;
+}
 
 int sl_device_stream_count(sl_device_t *dev) {
   pthread_mutex_lock(&dev->streams_mu);
@@ -483,5 +626,7 @@ void sl_rt_shutdown(void) {
 }
 
 #ifndef SLUICE_HAVE_CUDA
-const sl__backend_ops *sl__cuda_backend(void) { return NULL; }
+const sl__backend_ops *sl__cuda_backend(void) {
+  return NULL;
+}
 #endif

@@ -23,11 +23,11 @@ void sl__srv_metrics_init(sl_srv_metrics *m) {
 }
 
 void sl__srv_metrics_destroy(sl_srv_metrics *m) {
+  sl_unreleased_fini(&m->unreleased);
   pthread_mutex_destroy(&m->mu);
 }
 
-static void observe(uint64_t *counts, const double *bounds, int n,
-                    double v) {
+static void observe(uint64_t *counts, const double *bounds, int n, double v) {
   for (int i = 0; i < n; i++)
     if (v <= bounds[i])
       counts[i]++;
@@ -110,8 +110,9 @@ static void prom_hist(sl_sbuf *o, const char *name, const char *help,
 void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *o) {
   snapshot sn;
   take(s, &sn);
-  sl__sbuf_addf(o, "# HELP sluice_info The served model.\n"
-                   "# TYPE sluice_info gauge\nsluice_info{model=\"%s\"} 1\n",
+  sl__sbuf_addf(o,
+                "# HELP sluice_info The served model.\n"
+                "# TYPE sluice_info gauge\nsluice_info{model=\"%s\"} 1\n",
                 s->model_name);
   prom(o, "sluice_http_requests_total", "counter", "HTTP requests received.",
        (double)sn.m.http_requests);
@@ -134,9 +135,9 @@ void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *o) {
        (double)sn.m.cached_tokens);
   prom(o, "sluice_generated_tokens_total", "counter", "Generated tokens.",
        (double)sn.m.generated_tokens);
-  prom_hist(o, "sluice_ttft_seconds", "Time to first token.",
-            sn.m.ttft_counts, sl__srv_ttft_bounds, SL_SRV_TTFT_BUCKETS,
-            sn.m.ttft_sum, sn.m.ttft_n);
+  prom_hist(o, "sluice_ttft_seconds", "Time to first token.", sn.m.ttft_counts,
+            sl__srv_ttft_bounds, SL_SRV_TTFT_BUCKETS, sn.m.ttft_sum,
+            sn.m.ttft_n);
   prom_hist(o, "sluice_tpot_seconds", "Time per output token after the first.",
             sn.m.tpot_counts, sl__srv_tpot_bounds, SL_SRV_TPOT_BUCKETS,
             sn.m.tpot_sum, sn.m.tpot_n);
@@ -186,19 +187,18 @@ json_t *sl__srv_stats_json(sl_server_t *s) {
   if (!o)
     return NULL;
   json_object_set_new(o, "model", json_string(s->model_name));
-  json_object_set_new(
-      o, "uptime_s",
-      json_real((double)(sl_now_ns() - s->t_start_ns) / 1e9));
+  json_object_set_new(o, "uptime_s",
+                      json_real((double)(sl_now_ns() - s->t_start_ns) / 1e9));
   json_object_set_new(
       o, "requests",
       json_pack("{s:I,s:I,s:I,s:i}", "http", (json_int_t)sn.m.http_requests,
                 "total", (json_int_t)sn.m.requests, "failed",
                 (json_int_t)sn.m.requests_failed, "in_flight", sn.in_flight));
-  json_object_set_new(
-      o, "tokens",
-      json_pack("{s:I,s:I,s:I}", "prompt", (json_int_t)sn.m.prompt_tokens,
-                "cached", (json_int_t)sn.m.cached_tokens, "generated",
-                (json_int_t)sn.m.generated_tokens));
+  json_object_set_new(o, "tokens",
+                      json_pack("{s:I,s:I,s:I}", "prompt",
+                                (json_int_t)sn.m.prompt_tokens, "cached",
+                                (json_int_t)sn.m.cached_tokens, "generated",
+                                (json_int_t)sn.m.generated_tokens));
   json_object_set_new(
       o, "latency",
       json_pack("{s:I,s:f,s:I,s:f}", "ttft_count", (json_int_t)sn.m.ttft_n,
@@ -213,8 +213,7 @@ json_t *sl__srv_stats_json(sl_server_t *s) {
                 (json_int_t)sn.e.requests_total, "requests_failed",
                 (json_int_t)sn.e.requests_failed, "prompt_tokens_total",
                 (json_int_t)sn.e.prompt_tokens_total, "cached_tokens_total",
-                (json_int_t)sn.e.cached_tokens_total,
-                "generated_tokens_total",
+                (json_int_t)sn.e.cached_tokens_total, "generated_tokens_total",
                 (json_int_t)sn.e.generated_tokens_total, "kv_blocks_total",
                 sn.e.kv_blocks_total, "kv_blocks_used", sn.e.kv_blocks_used,
                 "kv_blocks_cached", sn.e.kv_blocks_cached, "steps",
@@ -225,9 +224,8 @@ json_t *sl__srv_stats_json(sl_server_t *s) {
                 (json_int_t)sn.a.active, "retiring", (json_int_t)sn.a.retiring,
                 "cache", (json_int_t)sn.a.cache, "peak", (json_int_t)sn.a.peak,
                 "reserved", (json_int_t)sn.a.reserved, "limit",
-                (json_int_t)sn.a.limit, "footprint",
-                (json_int_t)sn.footprint, "unreleased",
-                (json_int_t)sn.unreleased));
+                (json_int_t)sn.a.limit, "footprint", (json_int_t)sn.footprint,
+                "unreleased", (json_int_t)sn.unreleased));
   json_object_set_new(
       o, "clears",
       json_pack("{s:I,s:I,s:I,s:I,s:f,s:f}", "total", (json_int_t)sn.a.clears,

@@ -54,10 +54,10 @@ json_t *sl__ant_body(sl_srv_job *j, const char *model,
   json_t *text = sl__json_str_lossy(j->text ? j->text : "", j->text_len);
   return json_pack(
       "{s:s,s:s,s:s,s:s,s:[{s:s,s:o}],s:s,s:o,s:{s:i,s:i,s:i,s:i}}", "id",
-      j->id, "type", "message", "role", "assistant", "model", model,
-      "content", "type", "text", "text", text, "stop_reason", reason,
-      "stop_sequence", stop_seq ? json_string(stop_seq) : json_null(), "usage",
-      "input_tokens", j->prompt_tokens, "output_tokens", j->completion_tokens,
+      j->id, "type", "message", "role", "assistant", "model", model, "content",
+      "type", "text", "text", text, "stop_reason", reason, "stop_sequence",
+      stop_seq ? json_string(stop_seq) : json_null(), "usage", "input_tokens",
+      j->prompt_tokens, "output_tokens", j->completion_tokens,
       "cache_read_input_tokens", j->cached_tokens,
       "cache_creation_input_tokens", 0);
 }

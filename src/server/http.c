@@ -48,7 +48,8 @@ typedef struct conn {
   bool open; /* counted in the server's n_open until on_completed */
 } conn;
 
-/* ---- jobs ------------------------------------------------------------------- */
+/* ---- jobs -------------------------------------------------------------------
+ */
 
 static void job_unref(sl_srv_job *j) {
   if (atomic_fetch_sub(&j->refs, 1) != 1)
@@ -150,8 +151,7 @@ static void on_event(void *user, const sl_engine_event *ev) {
     if (ev->cached_tokens || !j->started)
       j->cached_tokens = ev->cached_tokens;
     j->completion_tokens = ev->completion_tokens;
-    snprintf(j->error_code, sizeof j->error_code, "%s",
-             ev->error_code ? ev->error_code : "");
+    j->reason = ev->reason;
     snprintf(j->error_msg, sizeof j->error_msg, "%s",
              ev->error_msg ? ev->error_msg : "");
     j->est_bytes = ev->est_bytes;
@@ -159,6 +159,7 @@ static void on_event(void *user, const sl_engine_event *ev) {
     if (j->oom && j->finish != SL_FINISH_ERROR) {
       j->finish = SL_FINISH_ERROR;
       j->error = SL_ERR_NOMEM;
+      j->reason = SL_REASON_OUT_OF_MEMORY;
     }
     break;
   }
@@ -174,25 +175,23 @@ static void on_event(void *user, const sl_engine_event *ev) {
 }
 
 void sl__srv_job_error(const sl_srv_job *j, sl_srv_error *e) {
-  const char *code = j->error_code[0] ? j->error_code : NULL;
-  bool client = code && strcmp(code, "prefill_memory_exceeded") == 0;
-  if (!code && j->error == SL_ERR_RANGE) {
-    code = "context_length_exceeded";
-    client = true;
-  }
-  sl__srv_error_set(e, client ? 400 : 500, code, NULL, "%s%s%s",
-                    j->error_msg[0] ? j->error_msg : "generation failed",
-                    j->error_msg[0] ? "" : ": ",
-                    j->error_msg[0] ? "" : sl_status_str(j->error));
+  /* one table (sluice/reason.h) gives the code and the HTTP status */
+  sl_reason reason =
+      j->reason != SL_REASON_NONE ? j->reason : sl_reason_of_status(j->error);
+  if (reason == SL_REASON_NONE)
+    reason = SL_REASON_INTERNAL;
+  const char *code = sl_reason_code(reason);
+  sl__srv_error_set(e, sl_reason_http(reason), code[0] ? code : NULL, NULL,
+                    "%s",
+                    j->error_msg[0] ? j->error_msg : sl_reason_message(reason));
   e->est_bytes = j->est_bytes;
   e->limit_bytes = j->limit_bytes;
-  if (client && code && !strcmp(code, "prefill_memory_exceeded") &&
+  if (reason == SL_REASON_PREFILL_MEMORY_EXCEEDED &&
       !strstr(e->message, "bytes"))
-    snprintf(e->message + strlen(e->message),
-             sizeof e->message - strlen(e->message),
-             " (estimated %llu bytes, limit %llu bytes)",
-             (unsigned long long)j->est_bytes,
-             (unsigned long long)j->limit_bytes);
+    snprintf(
+        e->message + strlen(e->message), sizeof e->message - strlen(e->message),
+        " (estimated %llu bytes, limit %llu bytes)",
+        (unsigned long long)j->est_bytes, (unsigned long long)j->limit_bytes);
 }
 
 /* True when the client closed its side of the socket. */
@@ -210,8 +209,10 @@ static void job_abort(sl_srv_job *j) {
   bool go = j->submitted && !j->done && !j->aborted;
   j->aborted = true;
   pthread_mutex_unlock(&j->mu);
-  if (go)
-    sl_engine_abort(j->srv->engine, j->engine_id);
+  if (go && sl_engine_abort(j->srv->engine, j->engine_id) != SL_OK)
+    SL_LOGW("server: out of memory recording an abort; request %llu runs "
+            "to its end",
+            (unsigned long long)j->engine_id);
 }
 
 /* Waits until the job is done (or, with !until_done, has started). Returns
@@ -237,13 +238,14 @@ static bool job_wait(sl_srv_job *j, bool until_done) {
   return true;
 }
 
-/* ---- responses ---------------------------------------------------------------- */
+/* ---- responses
+ * ---------------------------------------------------------------- */
 
 static enum MHD_Result send_bytes(struct MHD_Connection *c, unsigned status,
                                   const char *ctype, const char *data,
                                   size_t len, bool close) {
-  struct MHD_Response *r = MHD_create_response_from_buffer(
-      len, (void *)data, MHD_RESPMEM_MUST_COPY);
+  struct MHD_Response *r =
+      MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
   if (!r)
     return MHD_NO;
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
@@ -274,7 +276,8 @@ static enum MHD_Result send_error(struct MHD_Connection *c, sl_srv_family fam,
   return send_json(c, (unsigned)e->http, sl__srv_error_json(fam, e), close);
 }
 
-/* ---- streaming --------------------------------------------------------------- */
+/* ---- streaming
+ * --------------------------------------------------------------- */
 
 static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
   sl_srv_job *j = cls;
@@ -321,12 +324,15 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
   return MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
-static void sse_free(void *cls) { job_unref(cls); }
+static void sse_free(void *cls) {
+  job_unref(cls);
+}
 
-/* ---- generation routes ------------------------------------------------------- */
+/* ---- generation routes
+ * ------------------------------------------------------- */
 
-static enum MHD_Result handle_generate(sl_server_t *s,
-                                       struct MHD_Connection *c, conn *cn) {
+static enum MHD_Result handle_generate(sl_server_t *s, struct MHD_Connection *c,
+                                       conn *cn) {
   sl_srv_api api = cn->route == ROUTE_CHAT          ? SL_SRV_CHAT
                    : cn->route == ROUTE_COMPLETIONS ? SL_SRV_COMPLETIONS
                                                     : SL_SRV_MESSAGES;
@@ -348,8 +354,8 @@ static enum MHD_Result handle_generate(sl_server_t *s,
   if (sl__srv_parse(api, cn->body.p ? cn->body.p : "", cn->body.len, &lim,
                     &j->req, &err) != SL_OK)
     goto fail_respond;
-  if (sl__srv_prompt_ids(&j->req, s->tok, s->chat_template, &j->ids,
-                         &j->n_ids, &err) != SL_OK)
+  if (sl__srv_prompt_ids(&j->req, s->tok, s->chat_template, &j->ids, &j->n_ids,
+                         &err) != SL_OK)
     goto fail_respond;
   if (j->n_ids >= s->cfg.n_ctx) {
     sl__srv_error_set(&err, 400, "context_length_exceeded",
@@ -448,8 +454,7 @@ static enum MHD_Result handle_generate(sl_server_t *s,
     job_abort(j);
     return MHD_NO;
   }
-  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                          "text/event-stream");
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
   MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
   enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
   MHD_destroy_response(r);
@@ -460,7 +465,8 @@ fail_respond:
   return send_error(c, cn->fam, &err, false);
 }
 
-/* ---- routing ------------------------------------------------------------------ */
+/* ---- routing
+ * ------------------------------------------------------------------ */
 
 static enum route route_of(const char *url, const char *method, bool *post,
                            bool *bad_method) {
@@ -533,7 +539,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
     bool post = false, bad_method;
     cn->route = route_of(url, method, &post, &bad_method);
     cn->fam = strncmp(url, "/v1/messages", 12) == 0 ? SL_SRV_FAMILY_ANTHROPIC
-                                                      : SL_SRV_FAMILY_OPENAI;
+                                                    : SL_SRV_FAMILY_OPENAI;
     if (cn->route != ROUTE_HEALTH && !authorized(s, c)) {
       sl__srv_error_set(&err, 401, "invalid_api_key", NULL,
                         "invalid or missing API key");
@@ -565,8 +571,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
     return MHD_YES;
   }
   if (*upload_data_size) {
-    if (!cn->too_large && cn->body.len + *upload_data_size >
-                              s->cfg.max_body_bytes) {
+    if (!cn->too_large &&
+        cn->body.len + *upload_data_size > s->cfg.max_body_bytes) {
       cn->too_large = true; /* count, keep draining, answer at the end */
       sl__sbuf_free(&cn->body);
     }
@@ -595,10 +601,9 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
   pthread_mutex_unlock(&s->jobs_mu);
   switch (cn->route) {
   case ROUTE_HEALTH:
-    return send_json(c, stopping ? 503 : 200,
-                     json_pack("{s:s}", "status",
-                               stopping ? "shutting_down" : "ok"),
-                     false);
+    return send_json(
+        c, stopping ? 503 : 200,
+        json_pack("{s:s}", "status", stopping ? "shutting_down" : "ok"), false);
   case ROUTE_MODELS:
     return send_json(c, 200, sl__srv_models_json(s), false);
   case ROUTE_STATS:
@@ -606,10 +611,9 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
   case ROUTE_METRICS: {
     sl_sbuf b = {0};
     sl__srv_metrics_text(s, &b);
-    enum MHD_Result r =
-        b.oom ? MHD_NO
-              : send_bytes(c, 200, "text/plain; version=0.0.4", b.p, b.len,
-                           false);
+    enum MHD_Result r = b.oom ? MHD_NO
+                              : send_bytes(c, 200, "text/plain; version=0.0.4",
+                                           b.p, b.len, false);
     sl__sbuf_free(&b);
     return r;
   }
@@ -648,7 +652,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   *con_cls = NULL;
 }
 
-/* ---- lifecycle ------------------------------------------------------------------ */
+/* ---- lifecycle
+ * ------------------------------------------------------------------ */
 
 sl_server_config sl_server_config_defaults(void) {
   return (sl_server_config){.host = "127.0.0.1",
@@ -689,8 +694,8 @@ sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
   s->api_key = dup_or_null(cfg->api_key);
   s->model_name = sl_strdup(cfg->model_name);
   s->model_alias = dup_or_null(cfg->model_alias);
-  if (!s->host || !s->model_name || (cfg->api_key && cfg->api_key[0] &&
-                                     !s->api_key) ||
+  if (!s->host || !s->model_name ||
+      (cfg->api_key && cfg->api_key[0] && !s->api_key) ||
       (cfg->model_alias && cfg->model_alias[0] && !s->model_alias))
     goto fail_strings;
   s->cfg.host = s->host;
@@ -702,8 +707,7 @@ sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
     s->names[s->n_names++] = s->model_alias;
   s->names[s->n_names++] = "default";
   sl_str tmpl;
-  if (sl_gguf_get_str(sl_model_gguf(model), "tokenizer.chat_template",
-                      &tmpl)) {
+  if (sl_gguf_get_str(sl_model_gguf(model), "tokenizer.chat_template", &tmpl)) {
     if (!(s->chat_template = sl_malloc(tmpl.len + 1)))
       goto fail_strings;
     memcpy(s->chat_template, tmpl.ptr, tmpl.len);
@@ -768,7 +772,9 @@ fail_nomem:
   return SL_ERR_NOMEM;
 }
 
-int sl_server_port(const sl_server_t *s) { return s->port; }
+int sl_server_port(const sl_server_t *s) {
+  return s->port;
+}
 
 /* Waits until no job is live and every generation response has been
  * handed to its client (MHD's completion callback ran), or `ms` pass.
@@ -816,7 +822,7 @@ void sl_server_stop(sl_server_t *s) {
       }
       pthread_mutex_unlock(&s->jobs_mu);
       for (int i = 0; i < n; i++)
-        sl_engine_abort(s->engine, ids[i]);
+        (void)sl_engine_abort(s->engine, ids[i]); /* retried next pass */
       if (wait_jobs(s, 2000) == 0 || n == 0)
         break;
     }

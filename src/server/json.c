@@ -99,7 +99,9 @@ void sl__sbuf_add(sl_sbuf *b, const void *data, size_t n) {
   b->p[b->len] = 0;
 }
 
-void sl__sbuf_adds(sl_sbuf *b, const char *s) { sl__sbuf_add(b, s, strlen(s)); }
+void sl__sbuf_adds(sl_sbuf *b, const char *s) {
+  sl__sbuf_add(b, s, strlen(s));
+}
 
 void sl__sbuf_addf(sl_sbuf *b, const char *fmt, ...) {
   char small[512];
@@ -213,13 +215,15 @@ json_t *sl__srv_error_json(sl_srv_family fam, const sl_srv_error *e) {
     return json_pack("{s:s,s:{s:s,s:o}}", "type", "error", "error", "type",
                      anthropic_type(e->http), "message", msg);
   const char *type = e->http >= 500 ? "server_error" : "invalid_request_error";
-  json_t *err = json_pack("{s:o,s:s,s:o,s:o}", "message", msg, "type", type,
-                          "param",
-                          e->param[0] ? json_string(e->param) : json_null(),
-                          "code", e->code[0] ? json_string(e->code) : json_null());
+  json_t *err =
+      json_pack("{s:o,s:s,s:o,s:o}", "message", msg, "type", type, "param",
+                e->param[0] ? json_string(e->param) : json_null(), "code",
+                e->code[0] ? json_string(e->code) : json_null());
   if (err && (e->est_bytes || e->limit_bytes)) {
-    json_object_set_new(err, "estimated_bytes", json_integer((json_int_t)e->est_bytes));
-    json_object_set_new(err, "limit_bytes", json_integer((json_int_t)e->limit_bytes));
+    json_object_set_new(err, "estimated_bytes",
+                        json_integer((json_int_t)e->est_bytes));
+    json_object_set_new(err, "limit_bytes",
+                        json_integer((json_int_t)e->limit_bytes));
   }
   return err ? json_pack("{s:o}", "error", err) : NULL;
 }

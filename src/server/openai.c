@@ -63,8 +63,8 @@ static json_t *cmpl_logprobs(const sl_srv_job *j, int from, int to,
     json_array_append_new(tops, top);
     json_array_append_new(offs, json_integer((json_int_t)t->text_off));
   }
-  return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs",
-                   lps, "top_logprobs", tops, "text_offset", offs);
+  return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps,
+                   "top_logprobs", tops, "text_offset", offs);
 }
 
 static json_t *usage_json(const sl_srv_job *j) {
@@ -84,7 +84,7 @@ json_t *sl__oai_body(sl_srv_job *j, const char *model,
       for (int i = 0; content && i < j->n_toks; i++)
         if (j->toks[i].id >= 0)
           json_array_append_new(
-            content, chat_lp_entry(&j->toks[i], tok, j->req.top_logprobs));
+              content, chat_lp_entry(&j->toks[i], tok, j->req.top_logprobs));
       json_decref(lp);
       lp = json_pack("{s:o}", "content", content);
     } else {
@@ -104,17 +104,16 @@ json_t *sl__oai_body(sl_srv_job *j, const char *model,
   return json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", j->id, "object",
                    j->req.api == SL_SRV_CHAT ? "chat.completion"
                                              : "text_completion",
-                   "created", (json_int_t)j->created, "model", model,
-                   "choices", choice, "usage", usage_json(j));
+                   "created", (json_int_t)j->created, "model", model, "choices",
+                   choice, "usage", usage_json(j));
 }
 
 /* {id, object, created, model, choices: [choice]} (+ usage: null). */
 static void emit_chunk(sl_srv_job *j, const char *model, json_t *choice) {
-  json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", j->id, "object",
-                        j->req.api == SL_SRV_CHAT ? "chat.completion.chunk"
-                                                  : "text_completion",
-                        "created", (json_int_t)j->created, "model", model,
-                        "choices", choice);
+  json_t *c = json_pack(
+      "{s:s,s:s,s:I,s:s,s:[o]}", "id", j->id, "object",
+      j->req.api == SL_SRV_CHAT ? "chat.completion.chunk" : "text_completion",
+      "created", (json_int_t)j->created, "model", model, "choices", choice);
   if (c && j->req.include_usage)
     json_object_set_new(c, "usage", json_null());
   sl__sbuf_adds(&j->out, "data: ");
@@ -180,12 +179,11 @@ bool sl__oai_stream(sl_srv_job *j, const char *model,
                    json_pack("{s:s,s:i,s:n,s:s}", "text", "", "index", 0,
                              "logprobs", "finish_reason", fin));
       if (j->req.include_usage) {
-        json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", j->id,
-                              "object",
-                              chat ? "chat.completion.chunk"
-                                   : "text_completion",
-                              "created", (json_int_t)j->created, "model",
-                              model, "choices", "usage", usage_json(j));
+        json_t *c =
+            json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", j->id, "object",
+                      chat ? "chat.completion.chunk" : "text_completion",
+                      "created", (json_int_t)j->created, "model", model,
+                      "choices", "usage", usage_json(j));
         sl__sbuf_adds(&j->out, "data: ");
         sl__sbuf_add_json(&j->out, c);
         sl__sbuf_adds(&j->out, "\n\n");

@@ -18,7 +18,7 @@
   } while (0)
 #define UNSUPPORTED(param, ...)                                                \
   do {                                                                         \
-    sl__srv_error_set(err, 400, "unsupported_parameter", (param),             \
+    sl__srv_error_set(err, 400, "unsupported_parameter", (param),              \
                       __VA_ARGS__);                                            \
     st = SL_ERR_UNSUPPORTED;                                                   \
     goto fail;                                                                 \
@@ -44,8 +44,8 @@ static int opt_num(json_t *o, const char *key, double lo, double hi,
   if (!v)
     return 0;
   if (!json_is_number(v)) {
-    sl__srv_error_set(err, 400, "invalid_type", key,
-                      "'%s' must be a number", key);
+    sl__srv_error_set(err, 400, "invalid_type", key, "'%s' must be a number",
+                      key);
     return -1;
   }
   double d = json_number_value(v);
@@ -64,8 +64,8 @@ static int opt_int(json_t *o, const char *key, long long lo, long long hi,
   if (!v)
     return 0;
   if (!json_is_integer(v)) {
-    sl__srv_error_set(err, 400, "invalid_type", key,
-                      "'%s' must be an integer", key);
+    sl__srv_error_set(err, 400, "invalid_type", key, "'%s' must be an integer",
+                      key);
     return -1;
   }
   long long x = json_integer_value(v);
@@ -83,8 +83,8 @@ static int opt_bool(json_t *o, const char *key, bool *out, sl_srv_error *err) {
   if (!v)
     return 0;
   if (!json_is_boolean(v)) {
-    sl__srv_error_set(err, 400, "invalid_type", key,
-                      "'%s' must be a boolean", key);
+    sl__srv_error_set(err, 400, "invalid_type", key, "'%s' must be a boolean",
+                      key);
     return -1;
   }
   *out = json_is_true(v);
@@ -397,8 +397,10 @@ static sl_status parse_chat(json_t *root, const sl_srv_limits *lim,
       rs = "system";
     if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") &&
         strcmp(rs, "tool"))
-      BAD(400, "invalid_value", param, "'%s.role' '%s' is not one of system, "
-          "developer, user, assistant, tool", param, json_string_value(role));
+      BAD(400, "invalid_value", param,
+          "'%s.role' '%s' is not one of system, "
+          "developer, user, assistant, tool",
+          param, json_string_value(role));
     snprintf(param, sizeof param, "messages[%zu].content", i);
     text.len = 0;
     if (content_text(json_object_get(m, "content"), param,
@@ -501,7 +503,8 @@ static sl_status parse_completions(json_t *root, const sl_srv_limits *lim,
         json_integer_value(t) > INT32_MAX) {
       sl__srv_error_set(err, 400, "invalid_type", "prompt",
                         "'prompt[%zu]' must be a token id (a non-negative "
-                        "integer)", i);
+                        "integer)",
+                        i);
       return SL_ERR_FORMAT;
     }
     r->prompt_ids[i] = (int32_t)json_integer_value(t);
@@ -552,8 +555,8 @@ static sl_status parse_messages(json_t *root, const sl_srv_limits *lim,
       goto fail;
     }
   }
-  int sr = parse_stop(member(root, "stop_sequences"), "stop_sequences", true,
-                      r, err);
+  int sr = parse_stop(member(root, "stop_sequences"), "stop_sequences", true, r,
+                      err);
   if (sr == -2) {
     st = SL_ERR_NOMEM;
     goto fail;
@@ -587,15 +590,14 @@ static sl_status parse_messages(json_t *root, const sl_srv_limits *lim,
     if (!json_is_object(m))
       BAD(400, "invalid_type", param, "%s: must be an object", param);
     json_t *role = json_object_get(m, "role");
-    if (!json_is_string(role) ||
-        (strcmp(json_string_value(role), "user") &&
-         strcmp(json_string_value(role), "assistant")))
-      BAD(400, "invalid_value", param,
-          "%s.role: must be 'user' or 'assistant'", param);
+    if (!json_is_string(role) || (strcmp(json_string_value(role), "user") &&
+                                  strcmp(json_string_value(role), "assistant")))
+      BAD(400, "invalid_value", param, "%s.role: must be 'user' or 'assistant'",
+          param);
     snprintf(param, sizeof param, "messages.%zu.content", i);
     text.len = 0;
-    if (content_text(json_object_get(m, "content"), param, false, &text,
-                     err) < 0)
+    if (content_text(json_object_get(m, "content"), param, false, &text, err) <
+        0)
       goto fail_format;
     if (text.oom || !push_msg(r->messages, json_string_value(role), &text))
       NOMEM();
@@ -623,10 +625,13 @@ sl_status sl__srv_parse(sl_srv_api api, const char *body, size_t len,
     BAD(400, "invalid_utf8", NULL, "the request body is not valid UTF-8");
   json_error_t je;
   root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+  if (!root && json_error_code(&je) == json_error_out_of_memory)
+    BAD(503, "out_of_memory", NULL,
+        "the server ran out of memory reading the request; retry later");
   if (!root)
     BAD(400, "invalid_json", NULL,
-        "the request body is not valid JSON: %s (line %d, column %d)",
-        je.text, je.line, je.column);
+        "the request body is not valid JSON: %s (line %d, column %d)", je.text,
+        je.line, je.column);
   if (!json_is_object(root))
     BAD(400, "invalid_json", NULL, "the request body must be a JSON object");
   json_t *model = json_object_get(root, "model");

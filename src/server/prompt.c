@@ -30,7 +30,8 @@ sl_status sl__srv_prompt_ids(const sl_srv_request *r, const sl_tokenizer_t *tok,
       if ((size_t)r->prompt_ids[i] >= nv) {
         sl__srv_error_set(err, 400, "invalid_value", "prompt",
                           "token id %d at prompt[%d] is outside the "
-                          "vocabulary (%zu)", r->prompt_ids[i], i, nv);
+                          "vocabulary (%zu)",
+                          r->prompt_ids[i], i, nv);
         return SL_ERR_RANGE;
       }
     int32_t *c = sl_calloc((size_t)r->n_prompt_ids, sizeof *c);
@@ -59,9 +60,9 @@ sl_status sl__srv_prompt_ids(const sl_srv_request *r, const sl_tokenizer_t *tok,
       return SL_ERR_UNSUPPORTED;
     }
     char terr[256] = "";
-    sl_status st = sl_chat_template_render(chat_template, r->messages, true,
-                                           bos, eos, NULL, &rendered,
-                                           &text_len, terr, sizeof terr);
+    sl_status st =
+        sl_chat_template_render(chat_template, r->messages, true, bos, eos,
+                                NULL, &rendered, &text_len, terr, sizeof terr);
     if (st == SL_ERR_NOMEM)
       goto fail_nomem;
     if (st != SL_OK) {
@@ -79,8 +80,8 @@ sl_status sl__srv_prompt_ids(const sl_srv_request *r, const sl_tokenizer_t *tok,
   }
   size_t nn = 0;
   int32_t *out = NULL;
-  sl_status st = sl_tokenizer_encode(tok, text, text_len, add_bos, true, &out,
-                                     &nn);
+  sl_status st =
+      sl_tokenizer_encode(tok, text, text_len, add_bos, true, &out, &nn);
   sl_free(rendered);
   if (st == SL_ERR_NOMEM)
     goto fail_nomem;

@@ -65,9 +65,9 @@ typedef enum sl_srv_family {
 
 /* An API error: HTTP status, and the fields of the error body. */
 typedef struct sl_srv_error {
-  int http;           /* 400, 401, 404, 405, 413, 500, 503 */
-  char code[48];      /* OpenAI error.code ("" = null) */
-  char param[64];     /* OpenAI error.param ("" = null) */
+  int http;       /* 400, 401, 404, 405, 413, 500, 503 */
+  char code[48];  /* OpenAI error.code ("" = null) */
+  char param[64]; /* OpenAI error.param ("" = null) */
   char message[512];
   uint64_t est_bytes, limit_bytes; /* memory-guard refusals (0: absent) */
 } sl_srv_error;
@@ -102,9 +102,9 @@ typedef struct sl_srv_limits {
  * sl__srv_request_free. */
 typedef struct sl_srv_request {
   sl_srv_api api;
-  char *model;        /* as the client wrote it */
-  sl_jv *messages;    /* chat / messages: list of {role, content} */
-  char *prompt;       /* completions, text form (NUL-terminated) */
+  char *model;     /* as the client wrote it */
+  sl_jv *messages; /* chat / messages: list of {role, content} */
+  char *prompt;    /* completions, text form (NUL-terminated) */
   size_t prompt_len;
   int32_t *prompt_ids; /* completions, token form */
   int n_prompt_ids;
@@ -113,7 +113,7 @@ typedef struct sl_srv_request {
   bool logprobs;      /* chat: logprobs; completions: logprobs != null */
   int top_logprobs;   /* number of alternatives per token */
   bool max_tokens_set;
-  sl_gen_params gen;  /* gen.stop points into stops[] */
+  sl_gen_params gen; /* gen.stop points into stops[] */
   char *stops[SL_MAX_STOP];
 } sl_srv_request;
 
@@ -140,7 +140,8 @@ sl_status sl__srv_prompt_ids(const sl_srv_request *r, const sl_tokenizer_t *tok,
                              const char *chat_template, int32_t **ids, int *n,
                              sl_srv_error *err);
 
-/* ---- the running request (http.c owns its lifecycle) ---------------------- */
+/* ---- the running request (http.c owns its lifecycle) ----------------------
+ */
 
 typedef struct sl_srv_tok {
   int32_t id;
@@ -163,9 +164,9 @@ struct sl_srv_job {
   int n_ids;
   uint64_t engine_id;
   bool submitted;
-  char id[48];     /* "chatcmpl-...", "cmpl-...", "msg_..." */
+  char id[48]; /* "chatcmpl-...", "cmpl-...", "msg_..." */
   long long created;
-  int fd;          /* the client's socket, to notice a hang-up */
+  int fd; /* the client's socket, to notice a hang-up */
 
   /* filled by the engine callback, under mu */
   char *text;
@@ -176,17 +177,17 @@ struct sl_srv_job {
   int prompt_tokens, cached_tokens, completion_tokens;
   sl_finish finish;
   sl_status error;
-  char error_code[64];
+  sl_reason reason; /* sluice/reason.h */
   char error_msg[256];
   uint64_t est_bytes, limit_bytes;
   uint64_t t_submit, t_first, t_done;
 
   /* the consumer's (HTTP thread's) state */
-  int phase;        /* streaming state machine, per API */
-  int sent_toks;    /* token records already streamed */
-  bool aborted;     /* we asked the engine to abort */
-  bool accounted;   /* metrics recorded */
-  sl_sbuf out;      /* bytes produced and not yet handed to MHD */
+  int phase;      /* streaming state machine, per API */
+  int sent_toks;  /* token records already streamed */
+  bool aborted;   /* we asked the engine to abort */
+  bool accounted; /* metrics recorded */
+  sl_sbuf out;    /* bytes produced and not yet handed to MHD */
   size_t out_off;
 };
 
@@ -213,16 +214,17 @@ json_t *sl__ant_body(sl_srv_job *j, const char *model,
 bool sl__ant_stream(sl_srv_job *j, const char *model,
                     const sl_tokenizer_t *tok);
 
-/* ---- server state ---------------------------------------------------------- */
+/* ---- server state ----------------------------------------------------------
+ */
 
 #define SL_SRV_TTFT_BUCKETS 12
 #define SL_SRV_TPOT_BUCKETS 11
 
 typedef struct sl_srv_metrics {
   pthread_mutex_t mu;
-  uint64_t http_requests;        /* every HTTP request */
-  uint64_t requests;             /* generation requests */
-  uint64_t requests_failed;      /* answered with an error */
+  uint64_t http_requests;   /* every HTTP request */
+  uint64_t requests;        /* generation requests */
+  uint64_t requests_failed; /* answered with an error */
   uint64_t prompt_tokens, cached_tokens, generated_tokens;
   uint64_t ttft_counts[SL_SRV_TTFT_BUCKETS]; /* cumulative at output */
   double ttft_sum;
@@ -240,21 +242,21 @@ struct sl_server {
   sl_engine_t *engine;
   const sl_model_t *model;
   const sl_tokenizer_t *tok;
-  sl_server_config cfg;     /* strings below are owned copies */
+  sl_server_config cfg; /* strings below are owned copies */
   char *host, *api_key, *model_name, *model_alias;
-  const char *names[3];     /* accepted model ids */
+  const char *names[3]; /* accepted model ids */
   int n_names;
-  char *chat_template;      /* NULL: the model has none */
+  char *chat_template; /* NULL: the model has none */
   struct MHD_Daemon *mhd;
   int port;
   uint64_t t_start_ns;
 
   pthread_mutex_t jobs_mu;
   pthread_cond_t jobs_cv;
-  sl_srv_job *jobs;         /* live jobs (submitted, not yet released) */
+  sl_srv_job *jobs; /* live jobs (submitted, not yet released) */
   int n_jobs;
-  int n_open;               /* generation requests whose response MHD has
-                             * not yet reported complete (delivered/failed) */
+  int n_open; /* generation requests whose response MHD has
+               * not yet reported complete (delivered/failed) */
   bool stopping;
 
   sl_srv_metrics m;

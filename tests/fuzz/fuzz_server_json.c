@@ -29,8 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                   : sl_jv_len(r.messages) == 0)
       abort();
     if (r.gen.max_tokens < 0 || r.gen.max_tokens > lim.n_ctx ||
-        r.gen.n_stop > SL_MAX_STOP ||
-        r.gen.top_logprobs > SL_MAX_TOP_LOGPROBS)
+        r.gen.n_stop > SL_MAX_STOP || r.gen.top_logprobs > SL_MAX_TOP_LOGPROBS)
       abort();
     for (int i = 0; i < r.gen.n_stop; i++)
       if (!r.gen.stop[i] || !r.gen.stop[i][0])

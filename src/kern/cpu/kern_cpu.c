@@ -93,14 +93,19 @@ static void init_once(void) {
   merge(&g_tables[SL_KERN_ISA_AVX512], &g_tables[SL_KERN_ISA_AVX2],
         &sl__kern_cpu_avx512_ops);
   int isa = SL_KERN_ISA_AVX512;
-  const char *env = getenv("SLUICE_CPU_ISA");
+  /* SLUICE_ISA=scalar|avx2|avx512 caps the kernel path (SLUICE_CPU_ISA is
+   * the older name); a level the CPU lacks falls back to the best it has,
+   * and sl_kern_cpu_isa() says which one runs */
+  const char *env = getenv("SLUICE_ISA");
+  if (!env || !*env)
+    env = getenv("SLUICE_CPU_ISA");
   if (env && *env) {
     if (strcmp(env, "scalar") == 0)
       isa = SL_KERN_ISA_SCALAR;
     else if (strcmp(env, "avx2") == 0)
       isa = SL_KERN_ISA_AVX2;
     else if (strcmp(env, "avx512") != 0)
-      SL_LOGW("SLUICE_CPU_ISA=%s not understood (scalar|avx2|avx512)", env);
+      SL_LOGW("SLUICE_ISA=%s not understood (scalar|avx2|avx512)", env);
   }
   while (isa > 0 && !sl_kern_cpu_isa_supported((sl_kern_isa)isa))
     isa--;
@@ -134,7 +139,8 @@ sl_status sl_kern_cpu_set_isa(sl_kern_isa isa) {
   return SL_OK;
 }
 
-/* ---- types ---------------------------------------------------------------- */
+/* ---- types ----------------------------------------------------------------
+ */
 
 bool sl_kern_type_block(sl_ggml_type t, int64_t *block_elems,
                         size_t *block_bytes) {
@@ -269,7 +275,8 @@ sl_status sl_kern_vec_dot(sl_ggml_type wt, int64_t n, const void *w_row,
   return SL_OK;
 }
 
-/* ---- small ops ------------------------------------------------------------ */
+/* ---- small ops ------------------------------------------------------------
+ */
 
 void sl_kern_rmsnorm(float *out, const float *x, const float *w, int64_t n,
                      float eps) {
@@ -311,8 +318,7 @@ void sl_kern_softmax(float *x, int64_t n) {
   sl__kern_cpu_ops_get()->softmax(x, n);
 }
 
-void sl_kern_swiglu(float *out, const float *gate, const float *up,
-                    int64_t n) {
+void sl_kern_swiglu(float *out, const float *gate, const float *up, int64_t n) {
   if (n > 0)
     sl__kern_cpu_ops_get()->swiglu(out, gate, up, n);
 }
@@ -334,8 +340,8 @@ sl_status sl_kern_attn_f16_paged(float *out, const float *q,
                                  int64_t kv_stride, float scale, bool single,
                                  float *scratch) {
   if (!out || !q || !kb || !vb || !scratch || head_dim < 1 ||
-      head_dim > SL_KERN_ATTN_MAX_HEAD_DIM || len < 1 ||
-      kv_stride < head_dim || block_shift < 0 || block_shift > 62)
+      head_dim > SL_KERN_ATTN_MAX_HEAD_DIM || len < 1 || kv_stride < head_dim ||
+      block_shift < 0 || block_shift > 62)
     return SL_ERR_INVALID_ARG;
   int64_t nb = ((len - 1) >> block_shift) + 1;
   for (int64_t i = 0; i < nb; i++)

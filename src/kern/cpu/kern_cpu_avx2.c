@@ -10,14 +10,15 @@
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
 
-#define INL static inline __attribute__((always_inline))
+#define INL    static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 4")
 
 #include "simd_avx2.h"
 
-/* ---- dots ------------------------------------------------------------------ */
+/* ---- dots ------------------------------------------------------------------
+ */
 
-#define XB(type, t, i) (((const type *)((const char *)x + (size_t)(t) * xs))[i])
+#define XB(type, t, i) (((const type *)((const char *)x + (size_t)(t)*xs))[i])
 
 INL void dot_f32_nt(int64_t n, const void *w, const void *x, size_t xs,
                     float *y, size_t ys, const int NT) {
@@ -49,7 +50,8 @@ SL__NT_DISPATCH(dot_f32)
                      float *y, size_t ys, const int NT) {                      \
     const uint16_t *a = w;                                                     \
     __m256 acc[SL__NT_MAX], acc2[SL__NT_MAX];                                  \
-    UNROLL for (int t = 0; t < NT; t++) acc[t] = acc2[t] = _mm256_setzero_ps(); \
+    UNROLL for (int t = 0; t < NT; t++) acc[t] = acc2[t] =                     \
+        _mm256_setzero_ps();                                                   \
     int64_t i = 0;                                                             \
     for (; i + 16 <= n; i += 16) {                                             \
       __m256 w0 = widen(_mm_loadu_si128((const __m128i *)(a + i)));            \
@@ -163,13 +165,15 @@ INL void dot_kmin_nt(int64_t n, const void *w, const void *x, size_t xs,
     const uint8_t *qs = five ? ((const sl__block_q5_K *)blk)->qs : hdr->qs;
     __m256i hv = _mm256_setzero_si256();
     if (five)
-      hv = _mm256_loadu_si256((const __m256i *)((const sl__block_q5_K *)blk)->qh);
+      hv = _mm256_loadu_si256(
+          (const __m256i *)((const sl__block_q5_K *)blk)->qh);
     uint8_t sc[8], mn[8];
     for (int j = 0; j < 8; j++)
       sl__scale_min_k4(j, hdr->scales, &sc[j], &mn[j]);
     /* mins, each twice: pairs with bsums[2j], bsums[2j+1] */
-    __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(
-        _mm_loadl_epi64((const __m128i *)mn), _mm_loadl_epi64((const __m128i *)mn)));
+    __m256i mins16 = _mm256_cvtepu8_epi16(
+        _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)mn),
+                          _mm_loadl_epi64((const __m128i *)mn)));
     float d = _cvtsh_ss(hdr->d), dmin = _cvtsh_ss(hdr->dmin);
     __m256i sumi[SL__NT_MAX];
     UNROLL for (int t = 0; t < NT; t++) sumi[t] = _mm256_setzero_si256();
@@ -180,10 +184,12 @@ INL void dot_kmin_nt(int64_t n, const void *w, const void *x, size_t xs,
       if (five) {
         __m256i bl = _mm256_set1_epi8((char)(1 << (2 * j)));
         __m256i bh = _mm256_set1_epi8((char)(2 << (2 * j)));
-        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(
-                                     _mm256_and_si256(hv, bl), bl), b16));
-        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(
-                                     _mm256_and_si256(hv, bh), bh), b16));
+        lo = _mm256_or_si256(
+            lo, _mm256_and_si256(
+                    _mm256_cmpeq_epi8(_mm256_and_si256(hv, bl), bl), b16));
+        hi = _mm256_or_si256(
+            hi, _mm256_and_si256(
+                    _mm256_cmpeq_epi8(_mm256_and_si256(hv, bh), bh), b16));
       }
       __m256i sl = _mm256_set1_epi16(sc[2 * j]);
       __m256i sh = _mm256_set1_epi16(sc[2 * j + 1]);
@@ -254,11 +260,10 @@ INL void dot_q6_K_nt(int64_t n, const void *w, const void *x, size_t xs,
                                      _mm_set1_epi16(sc[2 * k]));
         UNROLL for (int t = 0; t < NT; t++) {
           const sl__block_q8_K *xb = &XB(sl__block_q8_K, t, i);
-          __m256i xv = _mm256_loadu_si256(
-              (const __m256i *)(xb->qs + 128 * h + 32 * k));
+          __m256i xv =
+              _mm256_loadu_si256((const __m256i *)(xb->qs + 128 * h + 32 * k));
           sumi[t] = _mm256_add_epi32(
-              sumi[t],
-              _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], xv), s));
+              sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], xv), s));
         }
       }
     }
@@ -267,8 +272,9 @@ INL void dot_q6_K_nt(int64_t n, const void *w, const void *x, size_t xs,
       const sl__block_q8_K *xb = &XB(sl__block_q8_K, t, i);
       __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
       __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[t], off)),
-                               _mm256_set1_ps(d * xb->d), acc[t]);
+      acc[t] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[t], off)),
+                          _mm256_set1_ps(d * xb->d), acc[t]);
     }
   }
   UNROLL for (int t = 0; t < NT; t++) y[(size_t)t * ys] = hsum_ps(acc[t]);
@@ -281,8 +287,8 @@ static void dq_f16(const void *src, float *dst, int64_t n) {
   const uint16_t *s = src;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dst + i,
-                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+    _mm256_storeu_ps(
+        dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
   for (; i < n; i++)
     dst[i] = _cvtsh_ss(s[i]);
 }
@@ -334,7 +340,8 @@ static void dq_q8_0(const void *src, float *dst, int64_t n) {
                 _mm256_set1_ps(_cvtsh_ss(b[i].d)), _mm256_setzero_ps());
 }
 
-/* ---- activation quantization ---------------------------------------------- */
+/* ---- activation quantization ----------------------------------------------
+ */
 
 /* Quantizes 32 floats times id into 32 int8 (round half to even, as ggml's
  * x86 quantizers); returns them and stores their sum in *sum. */
@@ -342,8 +349,8 @@ INL __m256i quant32(const float *x, __m256 id, int *sum) {
   __m256i v[4];
   for (int k = 0; k < 4; k++) {
     __m256 f = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), id);
-    v[k] = _mm256_cvtps_epi32(_mm256_round_ps(
-        f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    v[k] = _mm256_cvtps_epi32(
+        _mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   __m256i s01 = _mm256_packs_epi32(v[0], v[1]);
   __m256i s23 = _mm256_packs_epi32(v[2], v[3]);
@@ -371,7 +378,8 @@ static void qa_q8_0(const float *x, void *dst, int64_t n) {
     float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
     int sum;
     b[i].d = sl__f32_to_f16(d);
-    _mm256_storeu_si256((__m256i *)b[i].qs, quant32(x, _mm256_set1_ps(id), &sum));
+    _mm256_storeu_si256((__m256i *)b[i].qs,
+                        quant32(x, _mm256_set1_ps(id), &sum));
   }
 }
 
@@ -381,13 +389,15 @@ static void qa_q8_1(const float *x, void *dst, int64_t n) {
     float amax = amax32(x);
     float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
     int sum;
-    _mm256_storeu_si256((__m256i *)b[i].qs, quant32(x, _mm256_set1_ps(id), &sum));
+    _mm256_storeu_si256((__m256i *)b[i].qs,
+                        quant32(x, _mm256_set1_ps(id), &sum));
     b[i].d = sl__f32_to_f16(d);
     b[i].s = sl__f32_to_f16((float)sum * d);
   }
 }
 
-/* ---- small ops ------------------------------------------------------------ */
+/* ---- small ops ------------------------------------------------------------
+ */
 
 /* As the scalar one (and ggml): squares in float, summed in double. */
 static void rmsnorm(float *out, const float *x, const float *w, int64_t n,
@@ -440,8 +450,10 @@ static void rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
     } else {
       for (; i + 4 <= half; i += 4) {
         __m128 c4 = _mm_loadu_ps(cs + i), s4 = _mm_loadu_ps(sn + i);
-        __m256 c = _mm256_set_m128(_mm_unpackhi_ps(c4, c4), _mm_unpacklo_ps(c4, c4));
-        __m256 s = _mm256_set_m128(_mm_unpackhi_ps(s4, s4), _mm_unpacklo_ps(s4, s4));
+        __m256 c =
+            _mm256_set_m128(_mm_unpackhi_ps(c4, c4), _mm_unpacklo_ps(c4, c4));
+        __m256 s =
+            _mm256_set_m128(_mm_unpackhi_ps(s4, s4), _mm_unpacklo_ps(s4, s4));
         __m256 xv = _mm256_loadu_ps(v + 2 * i);
         __m256 sw = _mm256_permute_ps(xv, 0xB1); /* swap pairs */
         /* even: fma(x0, c, -(x1 s)); odd: fma(x0, s, x1 c), as ggml */
@@ -501,8 +513,8 @@ static void swiglu(float *out, const float *g, const float *u, int64_t n) {
 static void add(float *out, const float *a, const float *b, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(a + i),
-                                            _mm256_loadu_ps(b + i)));
+    _mm256_storeu_ps(
+        out + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
   for (; i < n; i++)
     out[i] = a[i] + b[i];
 }
@@ -510,9 +522,9 @@ static void add(float *out, const float *a, const float *b, int64_t n) {
 static void f32_to_f16(uint16_t *dst, const float *src, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128((__m128i *)(dst + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i),
-                                     _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(
+        (__m128i *)(dst + i),
+        _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
   for (; i < n; i++)
     dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
 }
@@ -544,9 +556,8 @@ INL __m128 dot_f16_4x8(const __m256 *q16, const uint16_t *kp, int64_t n32) {
 
 /* See the scalar attn_f16: the same arithmetic and summation orders. */
 static void attn_f16(float *out, const float *q, const uint16_t *const *kb,
-                     const uint16_t *const *vb, int bs, int64_t hd,
-                     int64_t len, int64_t stride, float scale, bool single,
-                     float *sc) {
+                     const uint16_t *const *vb, int bs, int64_t hd, int64_t len,
+                     int64_t stride, float scale, bool single, float *sc) {
   const int64_t bm = ((int64_t)1 << bs) - 1;
 #define KROW(p) (kb[(p) >> bs] + ((p)&bm) * stride)
 #define VROW(p) (vb[(p) >> bs] + ((p)&bm) * stride)
@@ -597,7 +608,8 @@ static void attn_f16(float *out, const float *q, const uint16_t *const *kb,
         __m128 t[4];
         UNROLL for (int j = 0; j < 4; j++) t[j] =
             dot_f16_4x8(q16, KROW(p + j), n32);
-        __m128 h = _mm_hadd_ps(_mm_hadd_ps(t[0], t[1]), _mm_hadd_ps(t[2], t[3]));
+        __m128 h =
+            _mm_hadd_ps(_mm_hadd_ps(t[0], t[1]), _mm_hadd_ps(t[2], t[3]));
         _mm_storeu_ps(sc + p, _mm_mul_ps(h, sv));
       }
     }
@@ -629,8 +641,9 @@ static void attn_f16(float *out, const float *q, const uint16_t *const *kb,
       e = exp256(_mm256_sub_ps(_mm256_loadu_ps(sc + p), m));
       if (p + 8 > len) {
         /* lane j keeps its value when j < len - p */
-        __m256i idx = _mm256_sub_epi32(_mm256_set1_epi32((int)(len - p)),
-                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        __m256i idx =
+            _mm256_sub_epi32(_mm256_set1_epi32((int)(len - p)),
+                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         e = _mm256_and_ps(e, _mm256_castsi256_ps(_mm256_cmpgt_epi32(
                                  idx, _mm256_setzero_si256())));
       }
@@ -640,10 +653,9 @@ static void attn_f16(float *out, const float *q, const uint16_t *const *kb,
   }
   const __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
   for (p = 0; p < lpad; p += 8)
-    _mm256_storeu_ps(sc + p,
-                     _mm256_cvtph_ps(_mm256_cvtps_ph(
-                         _mm256_mul_ps(_mm256_loadu_ps(sc + p), inv),
-                         _MM_FROUND_TO_NEAREST_INT)));
+    _mm256_storeu_ps(sc + p, _mm256_cvtph_ps(_mm256_cvtps_ph(
+                                 _mm256_mul_ps(_mm256_loadu_ps(sc + p), inv),
+                                 _MM_FROUND_TO_NEAREST_INT)));
   /* out[i] = sum_p a_p v_p[i], 8 outputs at a time, each summed as ggml sums
    * a row of its transposed V: position p in lane p % 8 (gemm) or register
    * (p % 32) / 8, lane p % 8 (gemv), then its reduction. */
@@ -658,9 +670,9 @@ static void attn_f16(float *out, const float *q, const uint16_t *const *kb,
       if (bs >= 3) /* eight aligned positions share a block: one row base */
         for (; p + 8 <= len; p += 8) {
           const uint16_t *v0 = VROW(p) + i;
-          _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
-            l[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + p + j),
-                                   load_h8(v0 + j * stride, w), l[j]);
+          _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) l[j] =
+              _mm256_fmadd_ps(_mm256_broadcast_ss(sc + p + j),
+                              load_h8(v0 + j * stride, w), l[j]);
         }
       for (; p < len; p++)
         l[p & 7] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + p),
@@ -679,9 +691,9 @@ static void attn_f16(float *out, const float *q, const uint16_t *const *kb,
         for (int64_t p0 = g; p0 < len; p0 += 32) {
           if (bs >= 3 && p0 + 8 <= len) {
             const uint16_t *v0 = VROW(p0) + i;
-            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
-              a8[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + p0 + j),
-                                      load_h8(v0 + j * stride, w), a8[j]);
+            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) a8[j] =
+                _mm256_fmadd_ps(_mm256_broadcast_ss(sc + p0 + j),
+                                load_h8(v0 + j * stride, w), a8[j]);
           } else {
             for (int j = 0; j < 8 && p0 + j < len; j++)
               a8[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + p0 + j),

@@ -11,10 +11,10 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 #include <immintrin.h>
 
-#define INL static inline __attribute__((always_inline))
+#define INL    static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 4")
 
-#define XT(t) ((const char *)x + (size_t)(t) * xs)
+#define XT(t) ((const char *)x + (size_t)(t)*xs)
 
 /* Float weights, 16 per step; widen() turns 16 weights at w + i into f32. */
 #define SL__DOT_FLOAT(name, elem, load16, scalar_cvt)                          \
@@ -39,7 +39,9 @@
   }                                                                            \
   SL__NT_DISPATCH(name)
 
-INL __m512 load_f32(const float *p) { return _mm512_loadu_ps(p); }
+INL __m512 load_f32(const float *p) {
+  return _mm512_loadu_ps(p);
+}
 INL __m512 load_f16(const uint16_t *p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
@@ -47,7 +49,9 @@ INL __m512 load_bf16(const uint16_t *p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(
       _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
 }
-INL float id_f32(float f) { return f; }
+INL float id_f32(float f) {
+  return f;
+}
 
 SL__DOT_FLOAT(dot_f32, float, load_f32, id_f32)
 SL__DOT_FLOAT(dot_f16, uint16_t, load_f16, _cvtsh_ss)
@@ -56,8 +60,8 @@ SL__DOT_FLOAT(dot_bf16, uint16_t, load_bf16, sl__bf16_to_f32)
 static void add(float *out, const float *a, const float *b, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_loadu_ps(a + i),
-                                            _mm512_loadu_ps(b + i)));
+    _mm512_storeu_ps(
+        out + i, _mm512_add_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
   if (i < n) {
     __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
     _mm512_mask_storeu_ps(out + i, m,

@@ -16,20 +16,19 @@
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
 
-#define INL static inline __attribute__((always_inline))
+#define INL    static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 4")
 
 #include "simd_avx2.h"
 
-#define XQ(type, t, i) (((const type *)((const char *)x + (size_t)(t) * xs))[i])
+#define XQ(type, t, i) (((const type *)((const char *)x + (size_t)(t)*xs))[i])
 
 /* One tile: rows a0 and a1 (a1 == a0 when !two) by NT tokens. ws0/ws1: the
  * rows' scales as floats, [block][2] (d, then m for Q4_1). */
 INL void tile_q4_1(int64_t nb, const sl__block_q4_1 *a0,
-                   const sl__block_q4_1 *a1, const float *ws0,
-                   const float *ws1, const void *x, size_t xs,
-                   const float *xd, const float *xsum, int64_t ld, float *y,
-                   size_t ys, int two, const int NT) {
+                   const sl__block_q4_1 *a1, const float *ws0, const float *ws1,
+                   const void *x, size_t xs, const float *xd, const float *xsum,
+                   int64_t ld, float *y, size_t ys, int two, const int NT) {
   __m256 acc0[SL__NT_MAX], acc1[SL__NT_MAX];
   __m128 sm0 = _mm_setzero_ps(), sm1 = _mm_setzero_ps();
   UNROLL for (int t = 0; t < NT; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
@@ -74,7 +73,7 @@ INL void tile_q4_1(int64_t nb, const sl__block_q4_1 *a0,
         _mm256_setzero_ps();                                                   \
     for (int64_t i = 0; i < nb; i++) {                                         \
       __m256i q0 = load_q(a0[i].qs), q1 = load_q(a1[i].qs);                    \
-      __m256i aq0 = _mm256_sign_epi8(q0, q0), aq1 = _mm256_sign_epi8(q1, q1); \
+      __m256i aq0 = _mm256_sign_epi8(q0, q0), aq1 = _mm256_sign_epi8(q1, q1);  \
       __m256 d0 = _mm256_broadcast_ss(ws0 + 2 * i);                            \
       __m256 d1 = _mm256_broadcast_ss(ws1 + 2 * i);                            \
       UNROLL for (int t = 0; t < NT; t++) {                                    \

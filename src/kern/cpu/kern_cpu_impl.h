@@ -10,7 +10,7 @@
 
 #include "sluice/kern_cpu.h"
 
-#define SL__QK 32    /* elements per Q4_0 / Q4_1 / Q8_0 / Q8_1 block */
+#define SL__QK   32  /* elements per Q4_0 / Q4_1 / Q8_0 / Q8_1 block */
 #define SL__QK_K 256 /* elements per K-quant super-block */
 
 /* ggml block layouts (must match ggml byte for byte). */
@@ -51,7 +51,7 @@ typedef struct {
   float d;
   int8_t qs[SL__QK_K];
   int16_t bsums[SL__QK_K / 16]; /* sums of qs in groups of 16 */
-} sl__block_q8_K; /* 292 B */
+} sl__block_q8_K;               /* 292 B */
 
 _Static_assert(sizeof(sl__block_q4_0) == 18, "q4_0");
 _Static_assert(sizeof(sl__block_q4_1) == 20, "q4_1");
@@ -62,7 +62,8 @@ _Static_assert(sizeof(sl__block_q5_K) == 176, "q5_K");
 _Static_assert(sizeof(sl__block_q6_K) == 210, "q6_K");
 _Static_assert(sizeof(sl__block_q8_K) == 292, "q8_K");
 
-/* ---- scalar f16 / bf16 ---------------------------------------------------- */
+/* ---- scalar f16 / bf16 ----------------------------------------------------
+ */
 
 static inline float sl__bits_f32(uint32_t u) {
   float f;
@@ -109,7 +110,8 @@ static inline float sl__bf16_to_f32(uint16_t h) {
   return sl__bits_f32((uint32_t)h << 16);
 }
 
-/* ggml's get_scale_min_k4: the j-th 6-bit scale and min of a Q4_K/Q5_K block. */
+/* ggml's get_scale_min_k4: the j-th 6-bit scale and min of a Q4_K/Q5_K block.
+ */
 static inline void sl__scale_min_k4(int j, const uint8_t *q, uint8_t *sc,
                                     uint8_t *m) {
   if (j < 4) {
@@ -121,7 +123,8 @@ static inline void sl__scale_min_k4(int j, const uint8_t *q, uint8_t *sc,
   }
 }
 
-/* ---- the op table --------------------------------------------------------- */
+/* ---- the op table ---------------------------------------------------------
+ */
 
 #define SL__NTYPES 31 /* indexable by sl_ggml_type up to BF16 = 30 */
 #define SL__NT_MAX 4  /* tokens per dot tile */

@@ -61,8 +61,8 @@ static void dot_task(void *p, int ith, int nth) {
   const int64_t rows = j->W->rows, cols = j->W->cols;
   const char *w = j->W->data;
   for (;;) {
-    int64_t r0 = atomic_fetch_add_explicit(&j->next, j->chunk,
-                                           memory_order_relaxed);
+    int64_t r0 =
+        atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
     if (r0 >= rows)
       return;
     int64_t r1 = r0 + j->chunk < rows ? r0 + j->chunk : rows;
@@ -73,8 +73,8 @@ static void dot_task(void *p, int ith, int nth) {
       continue;
     }
     for (int64_t t = 0; t < j->n_tokens; t += SL__NT_MAX) {
-      int nt = j->n_tokens - t < SL__NT_MAX ? (int)(j->n_tokens - t)
-                                            : SL__NT_MAX;
+      int nt =
+          j->n_tokens - t < SL__NT_MAX ? (int)(j->n_tokens - t) : SL__NT_MAX;
       const char *xq = (const char *)j->xq + t * j->xq_row_bytes;
       float *y = j->Y + t * rows;
       for (int64_t r = r0; r < r1; r++)
@@ -123,8 +123,9 @@ sl_status sl_kern_matmul(sl_kern_pool_t *pool, const sl_kern_weight *W,
   /* a gemm takes two or more tokens (for one, converting the weight scales
    * first is a second pass over the rows that the dot does not need), Q8_0
    * or Q8_1 activations, and rows whose weight scales fit its stack buffer */
-  if (job.gemm && (n_tokens < 2 || (act != SL_GGML_Q8_0 && act != SL_GGML_Q8_1) ||
-                   2 * nb > SL__GEMM_WSC_MAX))
+  if (job.gemm &&
+      (n_tokens < 2 || (act != SL_GGML_Q8_0 && act != SL_GGML_Q8_1) ||
+       2 * nb > SL__GEMM_WSC_MAX))
     job.gemm = NULL;
   /* gemm: the scales after the quantized rows, 64-byte aligned */
   size_t xoff = 0, sbytes = 0;

@@ -29,9 +29,9 @@ struct sl_kern_pool {
 
   void (*fn)(void *ctx, int ith, int nth);
   void *ctx;
-  _Atomic unsigned gen;  /* bumped to publish a job */
-  _Atomic int pending;   /* workers still running the current job */
-  _Atomic int sleepers;  /* workers blocked in cond_wait */
+  _Atomic unsigned gen; /* bumped to publish a job */
+  _Atomic int pending;  /* workers still running the current job */
+  _Atomic int sleepers; /* workers blocked in cond_wait */
   _Atomic bool stop;
   pthread_mutex_t mu;
   pthread_cond_t cv;

@@ -2,7 +2,8 @@
  * against these. Compiled for generic x86-64 (and any other target). */
 #include "kern_cpu_impl.h"
 
-/* ---- dequantization ------------------------------------------------------- */
+/* ---- dequantization -------------------------------------------------------
+ */
 
 static void dq_f32(const void *src, float *dst, int64_t n) {
   memcpy(dst, src, (size_t)n * sizeof(float));
@@ -196,7 +197,8 @@ static void qa_q8_K(const float *x, void *dst, int64_t n) {
   }
 }
 
-/* ---- dots ----------------------------------------------------------------- */
+/* ---- dots -----------------------------------------------------------------
+ */
 
 static float dot1_f32(int64_t n, const void *w, const float *x) {
   const float *a = w;
@@ -243,8 +245,8 @@ static float dot1_q4_1(int64_t n, const void *w, const void *xv) {
   for (int64_t i = 0; i < n / SL__QK; i++) {
     int sumi = 0;
     for (int j = 0; j < 16; j++)
-      sumi += (a[i].qs[j] & 0xF) * x[i].qs[j] +
-              (a[i].qs[j] >> 4) * x[i].qs[j + 16];
+      sumi +=
+          (a[i].qs[j] & 0xF) * x[i].qs[j] + (a[i].qs[j] >> 4) * x[i].qs[j + 16];
     s += sl__f16_to_f32(a[i].d) * sl__f16_to_f32(x[i].d) * (float)sumi +
          sl__f16_to_f32(a[i].m) * sl__f16_to_f32(x[i].s);
   }
@@ -351,7 +353,8 @@ static float dot1_q6_K(int64_t n, const void *w, const void *xv) {
   static void name(int64_t n, const void *w, const void *x, size_t xs,         \
                    float *y, size_t ys, int nt) {                              \
     for (int t = 0; t < nt; t++)                                               \
-      y[(size_t)t * ys] = dot1(n, w, (const void *)((const char *)x + t * xs));  \
+      y[(size_t)t * ys] =                                                      \
+          dot1(n, w, (const void *)((const char *)x + t * xs));                \
   }
 SL__DOT_WRAP(dot_f32, dot1_f32)
 SL__DOT_WRAP(dot_f16, dot1_f16)
@@ -363,7 +366,8 @@ SL__DOT_WRAP(dot_q4_K, dot1_q4_K)
 SL__DOT_WRAP(dot_q5_K, dot1_q5_K)
 SL__DOT_WRAP(dot_q6_K, dot1_q6_K)
 
-/* ---- small ops ------------------------------------------------------------ */
+/* ---- small ops ------------------------------------------------------------
+ */
 
 /* As ggml: squares in float summed in double, the mean and the scale in
  * float. */
@@ -457,9 +461,8 @@ static float osum(const float *prod, int64_t n, bool gemm) {
 }
 
 static void attn_f16(float *out, const float *q, const uint16_t *const *kb,
-                     const uint16_t *const *vb, int bs, int64_t hd,
-                     int64_t len, int64_t stride, float scale, bool single,
-                     float *sc) {
+                     const uint16_t *const *vb, int bs, int64_t hd, int64_t len,
+                     int64_t stride, float scale, bool single, float *sc) {
   const int64_t bm = ((int64_t)1 << bs) - 1;
 #define KROW(p) (kb[(p) >> bs] + ((p)&bm) * stride)
 #define VROW(p) (vb[(p) >> bs] + ((p)&bm) * stride)

@@ -18,8 +18,8 @@ static inline __attribute__((always_inline)) float hmax_ps(__m256 v) {
 }
 
 static inline __attribute__((always_inline)) int hsum_i32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v),
-                            _mm256_extracti128_si256(v, 1));
+  __m128i s =
+      _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
   return _mm_cvtsi128_si32(s);
@@ -34,8 +34,8 @@ static inline __attribute__((always_inline)) __m256i dot_us8(__m256i a,
 
 /* The 32 4-bit quants of a Q4_0 / Q4_1 block as bytes 0..15: low nibbles
  * (elements 0..15) in the low half, high nibbles (16..31) in the high. */
-static inline __attribute__((always_inline)) __m256i unpack_q4(
-    const uint8_t *qs) {
+static inline __attribute__((always_inline)) __m256i
+unpack_q4(const uint8_t *qs) {
   __m128i raw = _mm_loadu_si128((const __m128i *)qs);
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
                           _mm256_set1_epi8(0x0F));
@@ -51,8 +51,9 @@ static inline __attribute__((always_inline)) __m256 widen_bf16(__m128i h) {
 static inline __attribute__((always_inline)) __m256 exp256(__m256 x) {
   x = _mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f));
   x = _mm256_max_ps(x, _mm256_set1_ps(-87.3365447504019f));
-  __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 fx =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
   r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
   __m256 y = _mm256_set1_ps(1.9875691500e-4f);

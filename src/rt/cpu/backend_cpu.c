@@ -1,9 +1,11 @@
 /* CPU backend: a stream is a worker thread that runs its tasks in order.
  * Device memory is 64-byte-aligned host memory. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rt/rt_impl.h"
@@ -44,7 +46,10 @@ static void *worker_main(void *arg) {
     if (debug)
       sl__alloc_check_task_bufs(t);
     uint64_t seq = t->ctx.seq;
+    atomic_store(&s->running_fn, t->fn); /* for the drain watchdog */
+    atomic_store(&s->running_seq, seq);
     sl__task_run(t);
+    atomic_store(&s->running_seq, 0);
     sl_free(t);
 
     pthread_mutex_lock(&cs->mu);
@@ -56,7 +61,9 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-static sl_status cpu_device_open(sl_device_t *dev) { return SL_OK; }
+static sl_status cpu_device_open(sl_device_t *dev) {
+  return SL_OK;
+}
 static void cpu_device_close(sl_device_t *dev) {}
 
 static sl_status cpu_stream_init(sl_stream_t *s) {
@@ -65,7 +72,11 @@ static sl_status cpu_stream_init(sl_stream_t *s) {
     return SL_ERR_NOMEM;
   pthread_mutex_init(&cs->mu, NULL);
   pthread_cond_init(&cs->cv_work, NULL);
-  pthread_cond_init(&cs->cv_done, NULL);
+  pthread_condattr_t ca; /* timed waits on the sl_now_ns clock */
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&cs->cv_done, &ca);
+  pthread_condattr_destroy(&ca);
   s->backend = cs;
   if (pthread_create(&cs->thread, NULL, worker_main, s) != 0) {
     pthread_cond_destroy(&cs->cv_done);
@@ -109,18 +120,30 @@ static sl_status cpu_submit(sl_stream_t *s, sl__task *t) {
   return SL_OK;
 }
 
-static sl_status cpu_wait(sl_stream_t *s, uint64_t seq) {
+static sl_status cpu_wait(sl_stream_t *s, uint64_t seq, uint64_t deadline) {
   cpu_stream *cs = s->backend;
   const sl__task *cur = sl__task_current();
   SL_ASSERT_MSG(!cur || cur->ctx.stream != s,
                 "a task waited on its own stream (deadlock)");
+  struct timespec ts = {(time_t)(deadline / 1000000000ull),
+                        (long)(deadline % 1000000000ull)};
+  sl_status st = SL_OK;
   pthread_mutex_lock(&cs->mu);
   cs->waiters++;
-  while (atomic_load_explicit(&s->completed, memory_order_acquire) < seq)
-    pthread_cond_wait(&cs->cv_done, &cs->mu);
+  while (atomic_load_explicit(&s->completed, memory_order_acquire) < seq) {
+    if (deadline == UINT64_MAX) {
+      pthread_cond_wait(&cs->cv_done, &cs->mu);
+    } else if (pthread_cond_timedwait(&cs->cv_done, &cs->mu, &ts) ==
+                   ETIMEDOUT &&
+               atomic_load_explicit(&s->completed, memory_order_acquire) <
+                   seq) {
+      st = SL_ERR_TIMEOUT;
+      break;
+    }
+  }
   cs->waiters--;
   pthread_mutex_unlock(&cs->mu);
-  return SL_OK;
+  return st;
 }
 
 static void cpu_poll(sl_stream_t *s) {} /* `completed` is always current */
@@ -135,7 +158,7 @@ static sl_status wait_task(const sl_task_ctx *ctx, void *arg) {
    * destroyed meanwhile was drained first, so it reads as done */
   sl_status st = SL_OK;
   if (!sl_stream_done(w->ev.stream, w->ev.seq))
-    st = w->ev.stream->dev->ops->wait(w->ev.stream, w->ev.seq);
+    st = w->ev.stream->dev->ops->wait(w->ev.stream, w->ev.seq, UINT64_MAX);
   sl__stream_unref(w->ev.stream); /* taken in cpu_wait_event */
   return st;
 }
@@ -143,16 +166,11 @@ static sl_status wait_task(const sl_task_ctx *ctx, void *arg) {
 static sl_status cpu_wait_event(sl_stream_t *waiter, sl_event ev) {
   wait_arg w = {ev};
   sl__stream_ref(ev.stream);
-  sl_status st = sl_stream_submit(waiter, wait_task, &w, sizeof w, NULL, 0,
-                                  NULL);
+  sl_status st =
+      sl_stream_submit(waiter, wait_task, &w, sizeof w, NULL, 0, NULL);
   if (st != SL_OK)
     sl__stream_unref(ev.stream);
   return st;
-}
-
-static sl_status cpu_probe(const sl_task_ctx *ctx, void *arg) {
-  sl__probe_stamp(*(sl__clear_probe **)arg);
-  return SL_OK;
 }
 
 static sl_status cpu_copy(const sl_task_ctx *ctx, void *dst, const void *src,
@@ -168,7 +186,9 @@ static void *cpu_mem_alloc(sl_device_t *dev, size_t n) {
   return p;
 }
 
-static void cpu_mem_free(sl_device_t *dev, void *p, size_t n) { free(p); }
+static void cpu_mem_free(sl_device_t *dev, void *p, size_t n) {
+  free(p);
+}
 
 static void cpu_poison(sl_device_t *dev, void *p, size_t n) {
   memset(p, POISON_BYTE, n);
@@ -207,7 +227,6 @@ const sl__backend_ops sl__cpu_backend = {
     .wait = cpu_wait,
     .poll = cpu_poll,
     .wait_event = cpu_wait_event,
-    .probe_fn = cpu_probe,
     .copy = cpu_copy,
     .mem_alloc = cpu_mem_alloc,
     .mem_free = cpu_mem_free,

@@ -19,14 +19,14 @@
  * (submit_mu -> allocator mutex -> cuda_stream.mu), and nothing that blocks
  * on the device is called under it.
  *
- * The in-flight probe. A probe is a host function on the native stream. A
- * host function may not take a lock that a thread holds across a CUDA call
- * that waits for the device: cudaFree (the allocator frees under its mutex)
- * waits for all queued work, host functions included. So the host function
- * only hands the probe to the device's resolver thread, which calls
- * sl__probe_stamp (that takes the allocator mutex). wait() waits for the
- * resolver to catch up, so that a sync that ran past a probe sees it
- * resolved.
+ * The evidence of work in flight at a clear submits nothing: poll publishes
+ * completion through sl__stream_set_completed, which stamps the clear's
+ * completion watch (memsync.c). cudaFree runs outside the allocator's mutex
+ * (alloc.c returns memory after the lock is dropped), so one engine's clear
+ * never stalls another engine's allocations behind the device.
+ *
+ * The drain watchdog (I6): wait() polls the event with a backoff up to the
+ * caller's deadline instead of blocking in cudaEventSynchronize.
  *
  * Fatal errors (I6): a sticky CUDA error (the context is unusable) met in a
  * submit, a poll or a wait ends the process through sl__device_fatal.
@@ -35,11 +35,12 @@
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "rt/cuda/cuda_hooks.h"
 #include "rt/rt_impl.h"
 
-#define POISON_BYTE 0xA5
+#define POISON_BYTE  0xA5
 #define POISON_CHUNK (1u << 20)
 
 /* One recorded event: the end of task `seq`. */
@@ -61,20 +62,8 @@ typedef struct cuda_stream {
   ev_node *pool;        /* free nodes, each with its event */
 } cuda_stream;
 
-/* A probe handed from a host function to the resolver thread. */
-typedef struct probe_msg {
-  sl__clear_probe *p;
-  struct probe_msg *next;
-} probe_msg;
-
 typedef struct cuda_device {
   cudaStream_t util; /* private non-blocking stream for debug poisoning */
-  pthread_t resolver;
-  pthread_mutex_t mu; /* guards the probe queue and the counters */
-  pthread_cond_t cv_work, cv_done;
-  probe_msg *head, *tail;
-  uint64_t pushed, resolved;
-  bool stop;
 } cuda_device;
 
 static _Atomic(sl__cuda_stream_fini_fn) g_stream_fini_hook;
@@ -83,7 +72,8 @@ void sl__cuda_set_stream_fini_hook(sl__cuda_stream_fini_fn fn) {
   atomic_store(&g_stream_fini_hook, fn);
 }
 
-/* ---- errors ------------------------------------------------------------------- */
+/* ---- errors
+ * ------------------------------------------------------------------- */
 
 /* True for errors after which the CUDA context cannot be used again. */
 static bool is_sticky(cudaError_t e) {
@@ -131,59 +121,8 @@ static void use_device(const sl_device_t *dev) {
     (void)cudaSetDevice(dev->index);
 }
 
-/* ---- the probe resolver -------------------------------------------------------- */
-
-static void *resolver_main(void *arg) {
-  cuda_device *cd = arg;
-  pthread_setname_np(pthread_self(), "sl-cuda-probe");
-  pthread_mutex_lock(&cd->mu);
-  for (;;) {
-    while (!cd->head && !cd->stop)
-      pthread_cond_wait(&cd->cv_work, &cd->mu);
-    if (!cd->head)
-      break; /* stop, and the queue is empty */
-    probe_msg *m = cd->head;
-    cd->head = m->next;
-    if (!cd->head)
-      cd->tail = NULL;
-    pthread_mutex_unlock(&cd->mu);
-    sl__probe_stamp(m->p); /* may take the allocator mutex */
-    sl_free(m);
-    pthread_mutex_lock(&cd->mu);
-    cd->resolved++;
-    pthread_cond_broadcast(&cd->cv_done);
-  }
-  pthread_mutex_unlock(&cd->mu);
-  return NULL;
-}
-
-/* Host function (CUDA's callback thread; no CUDA calls allowed here). */
-static void probe_host_fn(void *arg) {
-  probe_msg *m = arg;
-  cuda_device *cd = m->p->dev->backend;
-  pthread_mutex_lock(&cd->mu);
-  m->next = NULL;
-  if (cd->tail)
-    cd->tail->next = m;
-  else
-    cd->head = m;
-  cd->tail = m;
-  cd->pushed++;
-  pthread_cond_signal(&cd->cv_work);
-  pthread_mutex_unlock(&cd->mu);
-}
-
-/* Blocks until every probe handed over so far has been resolved. Must not be
- * called with the allocator mutex held. */
-static void resolver_flush(cuda_device *cd) {
-  pthread_mutex_lock(&cd->mu);
-  uint64_t target = cd->pushed;
-  while (cd->resolved < target)
-    pthread_cond_wait(&cd->cv_done, &cd->mu);
-  pthread_mutex_unlock(&cd->mu);
-}
-
-/* ---- devices ------------------------------------------------------------------- */
+/* ---- devices
+ * ------------------------------------------------------------------- */
 
 static sl_status cuda_device_open(sl_device_t *dev) {
   int count = 0;
@@ -213,20 +152,8 @@ static sl_status cuda_device_open(sl_device_t *dev) {
     st = fail(dev, e, "device open");
     goto fail_util;
   }
-  pthread_mutex_init(&cd->mu, NULL);
-  pthread_cond_init(&cd->cv_work, NULL);
-  pthread_cond_init(&cd->cv_done, NULL);
-  if (pthread_create(&cd->resolver, NULL, resolver_main, cd) != 0) {
-    st = SL_ERR_THREAD;
-    goto fail_thread;
-  }
   dev->backend = cd;
   return SL_OK;
-fail_thread:
-  pthread_cond_destroy(&cd->cv_done);
-  pthread_cond_destroy(&cd->cv_work);
-  pthread_mutex_destroy(&cd->mu);
-  cudaStreamDestroy(cd->util);
 fail_util:
   sl_free(cd);
   return st;
@@ -236,21 +163,14 @@ static void cuda_device_close(sl_device_t *dev) {
   cuda_device *cd = dev->backend;
   if (!cd)
     return;
-  pthread_mutex_lock(&cd->mu);
-  cd->stop = true;
-  pthread_cond_signal(&cd->cv_work);
-  pthread_mutex_unlock(&cd->mu);
-  pthread_join(cd->resolver, NULL);
-  pthread_cond_destroy(&cd->cv_done);
-  pthread_cond_destroy(&cd->cv_work);
-  pthread_mutex_destroy(&cd->mu);
   use_device(dev);
   cudaStreamDestroy(cd->util);
   sl_free(cd);
   dev->backend = NULL;
 }
 
-/* ---- streams ------------------------------------------------------------------- */
+/* ---- streams
+ * ------------------------------------------------------------------- */
 
 static sl_status cuda_stream_init(sl_stream_t *s) {
   cuda_stream *cs = sl_calloc(1, sizeof *cs);
@@ -260,8 +180,8 @@ static sl_status cuda_stream_init(sl_stream_t *s) {
     cs->native = cudaStreamLegacy;
   } else {
     use_device(s->dev);
-    cudaError_t e = cudaStreamCreateWithFlags(&cs->native,
-                                              cudaStreamNonBlocking);
+    cudaError_t e =
+        cudaStreamCreateWithFlags(&cs->native, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
       sl_status st = fail(s->dev, e, "stream create");
       sl_free(cs);
@@ -286,9 +206,8 @@ static void free_nodes(ev_node *n) {
 static void cuda_stream_fini(sl_stream_t *s) {
   cuda_stream *cs = s->backend;
   use_device(s->dev);
-  /* drained already; be sure, host functions (probes) included */
+  /* drained already; be sure */
   (void)cudaStreamSynchronize(cs->native);
-  resolver_flush(s->dev->backend);
   sl__cuda_stream_fini_fn hook = atomic_load(&g_stream_fini_hook);
   if (hook)
     hook(s->dev->index, (void *)cs->native);
@@ -399,7 +318,25 @@ static void cuda_poll(sl_stream_t *s) {
   }
 }
 
-static sl_status cuda_wait(sl_stream_t *s, uint64_t seq) {
+/* Waits for `ev` until `deadline` (sl_now_ns clock; UINT64_MAX: forever):
+ * spins briefly, then sleeps with a backoff up to 1 ms. */
+static cudaError_t event_wait(cudaEvent_t ev, uint64_t deadline) {
+  if (deadline == UINT64_MAX)
+    return cudaEventSynchronize(ev);
+  unsigned sleep_us = 0;
+  for (;;) {
+    cudaError_t e = cudaEventQuery(ev);
+    if (e != cudaErrorNotReady)
+      return e;
+    if (sl_now_ns() >= deadline)
+      return cudaErrorNotReady;
+    if (sleep_us)
+      usleep(sleep_us);
+    sleep_us = sleep_us ? (sleep_us < 1000 ? sleep_us * 2 : 1000) : 1;
+  }
+}
+
+static sl_status cuda_wait(sl_stream_t *s, uint64_t seq, uint64_t deadline) {
   cuda_stream *cs = s->backend;
   sl_device_t *dev = s->dev;
   pthread_mutex_lock(&cs->mu);
@@ -412,7 +349,7 @@ static sl_status cuda_wait(sl_stream_t *s, uint64_t seq) {
   cudaError_t e;
   if (n) {
     /* the event of the first task at or after seq: completes no earlier */
-    e = cudaEventSynchronize(n->ev);
+    e = event_wait(n->ev, deadline);
     pthread_mutex_lock(&cs->mu);
     if (--n->refs == 0 && n->popped)
       node_put_locked(cs, n);
@@ -426,11 +363,11 @@ static sl_status cuda_wait(sl_stream_t *s, uint64_t seq) {
     if (e == cudaSuccess)
       sl__stream_set_completed(s, seq);
   }
+  if (e == cudaErrorNotReady)
+    return SL_ERR_TIMEOUT; /* the drain watchdog (stream.c) reports it */
   if (e != cudaSuccess)
     return fail(dev, e, "stream wait");
   cuda_poll(s);
-  /* a probe this wait ran past is resolved before we return */
-  resolver_flush(dev->backend);
   return SL_OK;
 }
 
@@ -456,21 +393,6 @@ static sl_status cuda_wait_event(sl_stream_t *waiter, sl_event ev) {
   return SL_OK;
 }
 
-static sl_status cuda_probe(const sl_task_ctx *ctx, void *arg) {
-  probe_msg *m = sl_malloc(sizeof *m);
-  if (!m)
-    return SL_ERR_NOMEM;
-  m->p = *(sl__clear_probe **)arg;
-  m->next = NULL;
-  cudaError_t e = cudaLaunchHostFunc((cudaStream_t)ctx->native, probe_host_fn,
-                                     m);
-  if (e != cudaSuccess) {
-    sl_free(m);
-    return fail(ctx->stream->dev, e, "probe launch");
-  }
-  return SL_OK;
-}
-
 static sl_status cuda_copy(const sl_task_ctx *ctx, void *dst, const void *src,
                            size_t n, bool to_device) {
   cudaError_t e = cudaMemcpyAsync(
@@ -481,7 +403,8 @@ static sl_status cuda_copy(const sl_task_ctx *ctx, void *dst, const void *src,
   return SL_OK;
 }
 
-/* ---- memory -------------------------------------------------------------------- */
+/* ---- memory
+ * -------------------------------------------------------------------- */
 
 static void *cuda_mem_alloc(sl_device_t *dev, size_t n) {
   use_device(dev);
@@ -564,7 +487,6 @@ static const sl__backend_ops cuda_ops = {
     .wait = cuda_wait,
     .poll = cuda_poll,
     .wait_event = cuda_wait_event,
-    .probe_fn = cuda_probe,
     .copy = cuda_copy,
     .mem_alloc = cuda_mem_alloc,
     .mem_free = cuda_mem_free,
@@ -573,4 +495,6 @@ static const sl__backend_ops cuda_ops = {
     .footprint = cuda_footprint,
 };
 
-const sl__backend_ops *sl__cuda_backend(void) { return &cuda_ops; }
+const sl__backend_ops *sl__cuda_backend(void) {
+  return &cuda_ops;
+}

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Mutation check: applies one documented break at a time to a copy of the
+tree and shows that the named test fails for each (a mutant "killed").
+A surviving mutant means a test that cannot fail: the script exits 1.
+
+Each mutant lives in tools/mutants/NN-name.txt:
+
+    # break: what the mutant breaks (one line)
+    # file: src/rt/memsync.c
+    # test: ctest regex of the test(s) that must fail
+    @@@ old
+    exact text, which must occur exactly once in the file
+    @@@ new
+    its replacement
+    @@@ end
+
+A mutant whose `old` text is not found exactly once is reported as stale
+and fails the run, so the list cannot rot silently as the code changes.
+
+Usage: tools/mutants.py [--keep] [--jobs N] [NAME_SUBSTRING ...]
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def parse(path):
+    text = open(path, encoding="utf-8").read()
+    meta = dict(re.findall(r"^# (\w+): (.*)$", text, re.M))
+    m = re.search(r"^@@@ old\n(.*?)^@@@ new\n(.*?)^@@@ end", text, re.M | re.S)
+    if not m or not all(k in meta for k in ("break", "file", "test")):
+        sys.exit(f"mutants: {path}: malformed")
+    return dict(name=os.path.basename(path)[:-4], old=m.group(1),
+                new=m.group(2), **meta)
+
+
+def run(cmd, cwd, timeout=None, env=None):
+    return subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout, env=env)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--keep", action="store_true", help="keep the copy")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--timeout", type=int, default=180,
+                    help="seconds per test run of one mutant")
+    ap.add_argument("only", nargs="*")
+    a = ap.parse_args()
+    files = sorted(f for f in os.listdir(os.path.join(HERE, "mutants"))
+                   if f.endswith(".txt"))
+    muts = [parse(os.path.join(HERE, "mutants", f)) for f in files]
+    if a.only:
+        muts = [m for m in muts if any(o in m["name"] for o in a.only)]
+    work = tempfile.mkdtemp(prefix="sluice-mutants-")
+    src = os.path.join(work, "src")
+    listed = run(["git", "ls-files", "-co", "--exclude-standard"], ROOT).stdout
+    for rel in listed.splitlines():
+        if not os.path.isfile(os.path.join(ROOT, rel)):
+            continue
+        dst = os.path.join(src, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copy2(os.path.join(ROOT, rel), dst)
+    if os.path.isdir(os.path.join(ROOT, "models")):
+        os.symlink(os.path.join(ROOT, "models"), os.path.join(src, "models"))
+    bld = os.path.join(work, "build")
+    r = run(["cmake", "-S", src, "-B", bld, "-G", "Ninja",
+             "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DSLUICE_CUDA=OFF"], work)
+    if r.returncode:
+        sys.exit("mutants: configure failed\n" + r.stdout)
+    targets = sorted({t for m in muts
+                      for t in re.findall(r"test_\w+", m["test"])})
+    t0 = time.time()
+    r = run(["cmake", "--build", bld, "-j", str(a.jobs), "--target"] + targets,
+            work)
+    if r.returncode:
+        sys.exit("mutants: the unmutated build failed\n" + r.stdout[-4000:])
+    # the unmutated tests must pass, or a "kill" proves nothing
+    for m in muts:
+        r = run(["ctest", "--test-dir", bld, "-R", m["test"],
+                 "--timeout", str(a.timeout)], work)
+        if r.returncode or "No tests were found" in r.stdout:
+            sys.exit(f"mutants: {m['test']} fails (or is missing) without any "
+                     "mutant\n" + r.stdout[-4000:])
+    print(f"mutants: baseline built and green in {time.time() - t0:.0f} s")
+    survived, stale = [], []
+    for m in muts:
+        path = os.path.join(src, m["file"])
+        orig = open(path, encoding="utf-8").read()
+        if orig.count(m["old"]) != 1:
+            stale.append(m["name"])
+            print(f"STALE    {m['name']}: the text to break occurs "
+                  f"{orig.count(m['old'])} times in {m['file']}")
+            continue
+        open(path, "w", encoding="utf-8").write(orig.replace(m["old"], m["new"]))
+        t1 = time.time()
+        try:
+            b = run(["cmake", "--build", bld, "-j", str(a.jobs), "--target"] +
+                    re.findall(r"test_\w+", m["test"]), work)
+            if b.returncode:  # proves nothing: the mutant must be fixed
+                verdict, detail = "BROKEN", "(does not build)"
+            else:
+                try:
+                    r = run(["ctest", "--test-dir", bld, "-R", m["test"],
+                             "--timeout", str(a.timeout)], work,
+                            timeout=a.timeout * 4)
+                    failed = re.findall(r"\d+ - (\S+) \(", r.stdout)
+                    if r.returncode:
+                        verdict, detail = "KILLED", "by " + ", ".join(failed)
+                    else:
+                        verdict, detail = "SURVIVED", ""
+                except subprocess.TimeoutExpired:
+                    verdict, detail = "KILLED", "(timed out)"
+        finally:
+            open(path, "w", encoding="utf-8").write(orig)
+            os.utime(path)
+        if verdict == "SURVIVED":
+            survived.append(m["name"])
+        if verdict == "BROKEN":
+            stale.append(m["name"])
+        print(f"{verdict:8} {m['name']}: {m['break']} [{detail}] "
+              f"{time.time() - t1:.0f} s", flush=True)
+    if not a.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    n = len(muts)
+    print(f"mutants: {n - len(survived) - len(stale)} of {n} killed, "
+          f"{len(survived)} survived, {len(stale)} stale or broken")
+    return 1 if survived or stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
