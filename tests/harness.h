@@ -16,8 +16,11 @@
 #ifndef SLUICE_TEST_HARNESS_H
 #define SLUICE_TEST_HARNESS_H
 
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,9 +125,29 @@ static inline int sl_test_spawn_child(const char *name, int *wstatus, char *err,
     close(fd);
     return -1;
   }
-  waitpid(pid, wstatus, 0);
+  /* a child that hangs is killed after SL_TEST_CHILD_TIMEOUT_S (120 s):
+   * death tests must never hang the suite or leave a process behind */
+  const char *tv = getenv("SL_TEST_CHILD_TIMEOUT_S");
+  int limit_ms = (tv && atoi(tv) > 0 ? atoi(tv) : 120) * 1000;
+  bool timed_out = false;
+  for (int waited = 0;; waited += 10) {
+    pid_t w = waitpid(pid, wstatus, WNOHANG);
+    if (w == pid || (w < 0 && errno != EINTR))
+      break;
+    if (waited >= limit_ms) {
+      kill(pid, SIGKILL);
+      waitpid(pid, wstatus, 0);
+      timed_out = true;
+      break;
+    }
+    usleep(10000);
+  }
   ssize_t got = pread(fd, err, errcap - 1, 0);
   err[got > 0 ? got : 0] = 0;
+  if (timed_out)
+    snprintf(err + strlen(err), errcap - strlen(err),
+             "\n[harness: the child hung and was killed after %d s]\n",
+             limit_ms / 1000);
   close(fd);
   return 0;
 }

@@ -110,9 +110,11 @@ def main():
                 verdict, detail = "BROKEN", "(does not build)"
             else:
                 try:
+                    # a hung death-test child is killed after 20 s
+                    env = dict(os.environ, SL_TEST_CHILD_TIMEOUT_S="20")
                     r = run(["ctest", "--test-dir", bld, "-R", m["test"],
                              "--timeout", str(a.timeout)], work,
-                            timeout=a.timeout * 4)
+                            timeout=a.timeout * 4, env=env)
                     failed = re.findall(r"\d+ - (\S+) \(", r.stdout)
                     if r.returncode:
                         verdict, detail = "KILLED", "by " + ", ".join(failed)
