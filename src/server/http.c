@@ -174,26 +174,6 @@ static void on_event(void *user, const sl_engine_event *ev) {
   }
 }
 
-void sl__srv_job_error(const sl_srv_job *j, sl_srv_error *e) {
-  /* one table (sluice/reason.h) gives the code and the HTTP status */
-  sl_reason reason =
-      j->reason != SL_REASON_NONE ? j->reason : sl_reason_of_status(j->error);
-  if (reason == SL_REASON_NONE)
-    reason = SL_REASON_INTERNAL;
-  const char *code = sl_reason_code(reason);
-  sl__srv_error_set(e, sl_reason_http(reason), code[0] ? code : NULL, NULL,
-                    "%s",
-                    j->error_msg[0] ? j->error_msg : sl_reason_message(reason));
-  e->est_bytes = j->est_bytes;
-  e->limit_bytes = j->limit_bytes;
-  if (reason == SL_REASON_PREFILL_MEMORY_EXCEEDED &&
-      !strstr(e->message, "bytes"))
-    snprintf(
-        e->message + strlen(e->message), sizeof e->message - strlen(e->message),
-        " (estimated %llu bytes, limit %llu bytes)",
-        (unsigned long long)j->est_bytes, (unsigned long long)j->limit_bytes);
-}
-
 /* True when the client closed its side of the socket. */
 static bool client_gone(int fd) {
   if (fd < 0)
@@ -384,8 +364,9 @@ static enum MHD_Result handle_generate(sl_server_t *s, struct MHD_Connection *c,
   pthread_mutex_lock(&s->jobs_mu);
   if (s->stopping) {
     pthread_mutex_unlock(&s->jobs_mu);
-    sl__srv_error_set(&err, 503, "shutting_down", NULL,
-                      "the server is shutting down");
+    sl__srv_error_set(&err, sl_reason_http(SL_REASON_SHUTTING_DOWN),
+                      sl_reason_code(SL_REASON_SHUTTING_DOWN), NULL, "%s",
+                      sl_reason_message(SL_REASON_SHUTTING_DOWN));
     goto fail_respond;
   }
   j->next = s->jobs;
