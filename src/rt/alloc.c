@@ -268,13 +268,17 @@ static void defer_free(sl_device_t *dev, void *ptr, size_t bytes) {
 
 void sl__alloc_flush_frees(sl_device_t *dev) {
   sl__allocator *a = &dev->alloc;
+  bool freed = false;
   for (;;) {
     pthread_mutex_lock(&a->mu);
     size_t n = a->n_to_free;
     if (!n) {
       pthread_mutex_unlock(&a->mu);
+      if (freed && dev->ops->mem_trim)
+        dev->ops->mem_trim(dev);
       return;
     }
+    freed = true;
     void *ptr = a->to_free[n - 1].ptr;
     size_t bytes = a->to_free[n - 1].bytes;
     a->n_to_free--;

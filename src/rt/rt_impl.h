@@ -98,6 +98,9 @@ typedef struct sl__backend_ops {
                     size_t n, bool to_device);
   void *(*mem_alloc)(sl_device_t *dev, size_t n);
   void (*mem_free)(sl_device_t *dev, void *p, size_t n);
+  /* Optional: after a batch of mem_free calls, returns freed memory to the
+   * system (CUDA: the stream-ordered pool is trimmed). */
+  void (*mem_trim)(sl_device_t *dev);
   /* Debug mode: fill / check the poison pattern (synchronous). */
   void (*poison)(sl_device_t *dev, void *p, size_t n);
   bool (*poison_intact)(sl_device_t *dev, const void *p, size_t n);

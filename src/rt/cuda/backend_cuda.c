@@ -64,6 +64,8 @@ typedef struct cuda_stream {
 
 typedef struct cuda_device {
   cudaStream_t util; /* private non-blocking stream for debug poisoning */
+  cudaStream_t mem;  /* stream-ordered allocation and release */
+  cudaMemPool_t pool;
 } cuda_device;
 
 static _Atomic(sl__cuda_stream_fini_fn) g_stream_fini_hook;
@@ -152,6 +154,14 @@ static sl_status cuda_device_open(sl_device_t *dev) {
     st = fail(dev, e, "device open");
     goto fail_util;
   }
+  e = cudaStreamCreateWithFlags(&cd->mem, cudaStreamNonBlocking);
+  if (e == cudaSuccess)
+    e = cudaDeviceGetDefaultMemPool(&cd->pool, dev->index);
+  if (e != cudaSuccess) {
+    st = fail(dev, e, "device open (memory pool)");
+    cudaStreamDestroy(cd->util);
+    goto fail_util;
+  }
   dev->backend = cd;
   return SL_OK;
 fail_util:
@@ -164,6 +174,8 @@ static void cuda_device_close(sl_device_t *dev) {
   if (!cd)
     return;
   use_device(dev);
+  cudaStreamSynchronize(cd->mem);
+  cudaStreamDestroy(cd->mem);
   cudaStreamDestroy(cd->util);
   sl_free(cd);
   dev->backend = NULL;
@@ -406,13 +418,22 @@ static sl_status cuda_copy(const sl_task_ctx *ctx, void *dst, const void *src,
 /* ---- memory
  * -------------------------------------------------------------------- */
 
+/* Memory is stream-ordered (cudaMallocAsync / cudaFreeAsync on the device's
+ * private `mem` stream): cudaFree waits for the whole device and holds the
+ * driver while it does, so one engine's clear would stall every other
+ * engine's allocations behind unrelated work. The allocator frees only
+ * buffers whose every use has completed (I1, I2), so no cross-stream order
+ * is needed for a free; an allocation is complete before it is returned. */
 static void *cuda_mem_alloc(sl_device_t *dev, size_t n) {
+  cuda_device *cd = dev->backend;
   use_device(dev);
   void *p = NULL;
-  cudaError_t e = cudaMalloc(&p, n);
+  cudaError_t e = cudaMallocAsync(&p, n, cd->mem);
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(cd->mem);
   if (e != cudaSuccess) {
     if (is_sticky(e))
-      fail(dev, e, "cudaMalloc");
+      fail(dev, e, "cudaMallocAsync");
     (void)cudaGetLastError(); /* out of memory: the allocator reports it */
     return NULL;
   }
@@ -420,10 +441,23 @@ static void *cuda_mem_alloc(sl_device_t *dev, size_t n) {
 }
 
 static void cuda_mem_free(sl_device_t *dev, void *p, size_t n) {
+  cuda_device *cd = dev->backend;
   use_device(dev);
-  cudaError_t e = cudaFree(p);
+  cudaError_t e = cudaFreeAsync(p, cd->mem);
   if (e != cudaSuccess)
-    fail(dev, e, "cudaFree");
+    fail(dev, e, "cudaFreeAsync");
+}
+
+/* After a batch of frees: give the pool's unused memory back to the driver
+ * (a clear returns memory, I2), waiting only for the `mem` stream. */
+static void cuda_mem_trim(sl_device_t *dev) {
+  cuda_device *cd = dev->backend;
+  use_device(dev);
+  cudaError_t e = cudaStreamSynchronize(cd->mem);
+  if (e == cudaSuccess)
+    e = cudaMemPoolTrimTo(cd->pool, 0);
+  if (e != cudaSuccess)
+    fail(dev, e, "memory pool trim");
 }
 
 static void cuda_poison(sl_device_t *dev, void *p, size_t n) {
@@ -490,6 +524,7 @@ static const sl__backend_ops cuda_ops = {
     .copy = cuda_copy,
     .mem_alloc = cuda_mem_alloc,
     .mem_free = cuda_mem_free,
+    .mem_trim = cuda_mem_trim,
     .poison = cuda_poison,
     .poison_intact = cuda_poison_intact,
     .footprint = cuda_footprint,
