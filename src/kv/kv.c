@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kv/kv_impl.h"
+#include "kv_impl.h"
 #include "sluice/util.h"
 
 enum { BLK_FREE = 0, BLK_USED = 1, BLK_CACHED = 2 };

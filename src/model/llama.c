@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model/llama_impl.h"
+#include "llama_impl.h"
 #include "sluice/alloc.h"
 #include "sluice/kern_cpu.h"
 #include "sluice/model.h"

@@ -11,7 +11,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "model/llama_impl.h"
+#include "llama_impl.h"
 #include "sluice/alloc.h"
 #include "sluice/kern_cpu.h"
 #include "sluice/util.h"

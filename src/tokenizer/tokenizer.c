@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/tokenizer_impl.h"
+#include "tokenizer_impl.h"
 #include "sluice/util.h"
 
 int32_t sl__tok_lookup(const sl_tokenizer_t *t, const char *s, size_t len) {

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model/tokenizer_impl.h"
+#include "tokenizer_impl.h"
 #include "sluice/heap.h"
 #include "sluice/util.h"
 

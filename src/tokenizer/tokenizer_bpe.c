@@ -3,7 +3,7 @@
  * A binary heap with lazy invalidation keeps long words O(n log n). */
 #include <string.h>
 
-#include "model/tokenizer_impl.h"
+#include "tokenizer_impl.h"
 #include "sluice/heap.h"
 #include "sluice/util.h"
 

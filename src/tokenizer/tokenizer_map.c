@@ -2,7 +2,7 @@
  * map with open addressing (linear probing) and an arena for the keys. */
 #include <string.h>
 
-#include "model/tokenizer_impl.h"
+#include "tokenizer_impl.h"
 #include "sluice/util.h"
 
 sl_status sl__ivec_push(sl__ivec *a, int32_t x) {

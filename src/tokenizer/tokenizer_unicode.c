@@ -5,7 +5,7 @@
  * 15.1 assigned, so they agree with llama.cpp's generated tables (15.1). */
 #include <utf8proc.h>
 
-#include "model/tokenizer_impl.h"
+#include "tokenizer_impl.h"
 #include "sluice/util.h"
 
 static bool is_white_space(uint32_t c) {

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/tokenizer_impl.h"
+#include "tokenizer_impl.h"
 #include "sluice/util.h"
 
 #define ERR(...)                                                               \

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/jinja_impl.h"
+#include "jinja_impl.h"
 #include "sluice/util.h"
 
 _Noreturn void sl__jfail_undef(sl__jrender *r, int line, const sl_jv *v) {

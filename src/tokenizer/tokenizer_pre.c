@@ -19,7 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model/tokenizer_impl.h"
+#include "tokenizer_impl.h"
 #include "sluice/util.h"
 
 typedef enum step_kind {
