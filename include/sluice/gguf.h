@@ -66,11 +66,11 @@ typedef struct sl_gguf_value {
 typedef struct sl_gguf_tensor {
   sl_str name;
   uint32_t n_dims;
-  uint64_t ne[4];    /* ne[0] is the innermost (contiguous) dimension */
+  uint64_t ne[4]; /* ne[0] is the innermost (contiguous) dimension */
   sl_ggml_type type;
-  uint64_t offset;   /* from the start of the data section */
+  uint64_t offset; /* from the start of the data section */
   uint64_t nbytes;
-  const void *data;  /* view into the mapping */
+  const void *data; /* view into the mapping */
 } sl_gguf_tensor;
 
 /* Opens and validates `path`. Stores the status in *st when `st` is not NULL
@@ -129,8 +129,23 @@ bool sl_gguf_arr_elem(const sl_gguf_value *v, uint64_t i, sl_gguf_value *out);
  * Lookups by name use a hash index built at open. */
 int64_t sl_gguf_n_tensors(const sl_gguf_t *g);
 const sl_gguf_tensor *sl_gguf_tensor_at(const sl_gguf_t *g, int64_t i);
-const sl_gguf_tensor *sl_gguf_find_tensor(const sl_gguf_t *g,
-                                          const char *name);
+const sl_gguf_tensor *sl_gguf_find_tensor(const sl_gguf_t *g, const char *name);
+
+/* Bytes sampled at each end of a tensor's data by sl_gguf_fingerprint. */
+#define SL_GGUF_FP_SAMPLE 4096
+
+/* The weights' identity, for the prefix cache's key (DESIGN.md): XXH3-128
+ * over, in order,
+ *   - the file size (8 bytes, little-endian),
+ *   - the header and metadata, bytes [0, data_offset) of the file: every key,
+ *     value and tensor description (names, shapes, types, offsets),
+ *   - for each tensor in file order, its data when nbytes <= 2 *
+ *     SL_GGUF_FP_SAMPLE, else its first and its last SL_GGUF_FP_SAMPLE bytes.
+ * Bytes in the middle of a large tensor are not read: two files that differ
+ * only there get the same fingerprint (a stated sample, so that loading reads
+ * at most 8 KiB per tensor). Writes 16 bytes to `out` (XXH128_canonical:
+ * high half first, big-endian). Pure; any thread. */
+void sl_gguf_fingerprint(const sl_gguf_t *g, uint8_t out[16]);
 
 /* Block size (elements) and bytes per block of a ggml type that may appear in
  * a model file (sl_ggml_type_traits_of, in_files); false for a type sluice

@@ -15,6 +15,7 @@
 
 #include "sluice/alloc.h"
 #include "sluice/gguf.h"
+#include "sluice/kv.h"
 #include "sluice/rt.h"
 #include "sluice/status.h"
 
@@ -27,18 +28,18 @@ typedef enum sl_arch {
 typedef struct sl_model_hparams {
   sl_arch arch;
   int64_t n_vocab;
-  int64_t n_embd;    /* model width */
+  int64_t n_embd; /* model width */
   int64_t n_layer;
   int64_t n_head;
   int64_t n_head_kv;
-  int64_t head_dim;  /* per head, for q and k and v */
-  int64_t n_rot;     /* rotated dims per head */
+  int64_t head_dim; /* per head, for q and k and v */
+  int64_t n_rot;    /* rotated dims per head */
   int64_t n_ff;
   int64_t n_ctx_train;
   float rope_base;
-  float rope_scale;  /* multiplier on positions (1 / linear factor) */
+  float rope_scale; /* multiplier on positions (1 / linear factor) */
   float rms_eps;
-  int rope_mode;     /* sl_kern_rope_mode */
+  int rope_mode; /* sl_kern_rope_mode */
   bool tied_embeddings;
 } sl_model_hparams;
 
@@ -54,6 +55,10 @@ void sl_model_free(sl_model_t *m);
 
 const sl_model_hparams *sl_model_hparams_of(const sl_model_t *m);
 const sl_gguf_t *sl_model_gguf(const sl_model_t *m);
+/* The weights' identity: 16 bytes, sl_gguf_fingerprint of the file (its
+ * size, metadata and a stated sample of each tensor), computed at load. Lives
+ * as long as `m`. */
+const uint8_t *sl_model_fingerprint(const sl_model_t *m);
 /* Bytes of weight data the forward pass reads per token (all layers). */
 uint64_t sl_model_weight_bytes(const sl_model_t *m);
 const char *sl_arch_name(sl_arch a);
@@ -75,22 +80,13 @@ void sl_ctx_truncate(sl_ctx_t *c, int n);
  * result. Writes logits of the last token to `logits` (n_vocab floats), or,
  * when `all_logits` is true, of every token (n × n_vocab) — either may be
  * NULL. SL_ERR_RANGE when the cache would overflow. */
-sl_status sl_ctx_eval(sl_ctx_t *c, const int32_t *tokens, int n,
-                      float *logits, bool all_logits);
+sl_status sl_ctx_eval(sl_ctx_t *c, const int32_t *tokens, int n, float *logits,
+                      bool all_logits);
 
 /* ---- batched forward over the paged KV cache (the engine's path) ---- */
 
-/* Where a paged KV cache lives, as the forward pass sees it: one buffer
- * holding K then V, each (n_layer, n_blocks, block_tokens, kv_dim) f16, with
- * block_tokens a power of two. The kv layer (sl_kv_view_of) and sl_ctx make
- * these; the model layer only reads and writes the memory. */
-typedef struct sl_kv_view {
-  sl_buf_t *buf;
-  int n_layer;
-  int n_blocks;
-  int block_tokens;
-  int kv_dim;
-} sl_kv_view;
+/* sl_kv_view (where a paged KV cache lives, as the forward pass sees it) and
+ * its layout arithmetic: sluice/kv.h. */
 
 /* One sequence's slice of a batch: its tokens are tokens[first, first+n) of
  * the batch, at positions pos0.. of the sequence. Its KV lives in the pool
@@ -127,8 +123,7 @@ void sl_batch_ctx_free(sl_batch_ctx_t *c);
  * Blocks must hold a power of two of tokens. Activations
  * come from the runtime allocator per call, so a memory limit surfaces as
  * SL_ERR_MEMORY_LIMIT (nothing is written to the KV cache then). */
-sl_status sl_batch_ctx_run(sl_batch_ctx_t *c, const sl_batch *b,
-                           float *logits);
+sl_status sl_batch_ctx_run(sl_batch_ctx_t *c, const sl_batch *b, float *logits);
 
 /* Bytes of activations a batch of n_tokens needs (the memory guard). */
 uint64_t sl_batch_activation_bytes(const sl_model_t *m, int n_tokens);

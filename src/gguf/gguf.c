@@ -26,6 +26,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
 #include "sluice/gguf.h"
 #include "sluice/util.h"
 
@@ -543,8 +546,7 @@ static bool tensor_nbytes(parser *ps, const sl_ggml_type_traits *d,
                    (unsigned long long)ne[0], (unsigned long long)ne[1],
                    (unsigned long long)ne[2], (unsigned long long)ne[3]);
   uint64_t n = 0;
-  if (__builtin_mul_overflow(nel / d->blck_size, (uint64_t)d->type_size,
-                             &n))
+  if (__builtin_mul_overflow(nel / d->blck_size, (uint64_t)d->type_size, &n))
     return failf(ps, SL_ERR_FORMAT, "byte size overflows");
   *out = n;
   return true;
@@ -768,6 +770,30 @@ uint32_t sl_gguf_alignment(const sl_gguf_t *g) {
 size_t sl_gguf_file_size(const sl_gguf_t *g) {
   return g->size;
 }
+void sl_gguf_fingerprint(const sl_gguf_t *g, uint8_t out[16]) {
+  XXH3_state_t s;
+  XXH3_128bits_reset(&s);
+  uint8_t size_le[8];
+  for (int i = 0; i < 8; i++)
+    size_le[i] = (uint8_t)((uint64_t)g->size >> (8 * i));
+  XXH3_128bits_update(&s, size_le, sizeof size_le);
+  XXH3_128bits_update(&s, g->base, g->data_offset);
+  for (int64_t i = 0; i < g->n_tensors; i++) {
+    const sl_gguf_tensor *t = &g->tensors[i];
+    const uint8_t *d = t->data;
+    if (t->nbytes <= 2 * SL_GGUF_FP_SAMPLE) {
+      XXH3_128bits_update(&s, d, (size_t)t->nbytes);
+    } else {
+      XXH3_128bits_update(&s, d, SL_GGUF_FP_SAMPLE);
+      XXH3_128bits_update(&s, d + t->nbytes - SL_GGUF_FP_SAMPLE,
+                          SL_GGUF_FP_SAMPLE);
+    }
+  }
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&s));
+  memcpy(out, c.digest, 16);
+}
+
 size_t sl_gguf_data_offset(const sl_gguf_t *g) {
   return g->data_offset;
 }

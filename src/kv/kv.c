@@ -601,8 +601,20 @@ done:
   return ok;
 }
 
+uint64_t sl_kv_fingerprint(const uint8_t model_fp[16], int block_tokens) {
+  static const char layout[] = "sluice kv: f16, K then V, (layer, block, "
+                               "block_tokens, kv_dim)";
+  int32_t t = block_tokens;
+  XXH3_state_t s;
+  XXH3_64bits_reset(&s);
+  XXH3_64bits_update(&s, model_fp, 16);
+  XXH3_64bits_update(&s, layout, sizeof layout);
+  XXH3_64bits_update(&s, &t, sizeof t);
+  return XXH3_64bits_digest(&s);
+}
+
 sl_kv_view sl_kv_view_of(const sl_kv_pool_t *p) {
-  sl_kv_view v = {p->buf, p->cfg.n_layer, p->cfg.n_blocks,
-                  p->cfg.block_tokens, p->cfg.kv_dim};
+  sl_kv_view v = {p->buf, p->cfg.n_layer, p->cfg.n_blocks, p->cfg.block_tokens,
+                  p->cfg.kv_dim};
   return v;
 }

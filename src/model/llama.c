@@ -42,7 +42,8 @@ const char *sl_arch_name(sl_arch a) {
   return "?";
 }
 
-/* ---- loading ---------------------------------------------------------------- */
+/* ---- loading ----------------------------------------------------------------
+ */
 
 typedef struct loader {
   sl_model_t *m;
@@ -81,12 +82,12 @@ static bool matrix(loader *L, sl_kern_weight *w, const char *name, int layer,
   if (!t)
     return false;
   if (t->n_dims != 2 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows)
-    return fail(L, SL_ERR_FORMAT, "tensor '%s' has the wrong shape (layer %lld)",
-                name, layer);
+    return fail(L, SL_ERR_FORMAT,
+                "tensor '%s' has the wrong shape (layer %lld)", name, layer);
   size_t rb;
   if (sl_kern_row_bytes(t->type, cols, &rb) != SL_OK)
-    return fail(L, SL_ERR_UNSUPPORTED,
-                "tensor '%s': unsupported type %lld", name, (long long)t->type);
+    return fail(L, SL_ERR_UNSUPPORTED, "tensor '%s': unsupported type %lld",
+                name, (long long)t->type);
   w->type = t->type;
   w->rows = rows;
   w->cols = cols;
@@ -102,8 +103,8 @@ static const float *vector(loader *L, const char *name, int layer, int64_t n,
   if (!t)
     return NULL;
   if (t->type != SL_GGML_F32 || t->n_dims != 1 || (int64_t)t->ne[0] != n) {
-    fail(L, SL_ERR_UNSUPPORTED, "tensor '%s' must be an f32 vector (layer %lld)",
-         name, layer);
+    fail(L, SL_ERR_UNSUPPORTED,
+         "tensor '%s' must be an f32 vector (layer %lld)", name, layer);
     return NULL;
   }
   L->m->weight_bytes += t->nbytes;
@@ -187,13 +188,14 @@ static bool load_hparams(loader *L) {
   if (get_f(L, arch, "rope.scaling.factor", &factor) && factor > 0) {
     if (sl_gguf_get_str(m->g, key, &stype) && !sl_str_eq(stype, "linear") &&
         !sl_str_eq(stype, "none"))
-      return fail(L, SL_ERR_UNSUPPORTED, "rope scaling '%s' is not supported%.0lld",
-                  "yarn/longrope", 0);
+      return fail(L, SL_ERR_UNSUPPORTED,
+                  "rope scaling '%s' is not supported%.0lld", "yarn/longrope",
+                  0);
     if (!sl_gguf_get_str(m->g, key, &stype) || sl_str_eq(stype, "linear"))
       hp->rope_scale = 1.0f / factor;
   }
-  hp->rope_mode = hp->arch == SL_ARCH_LLAMA ? SL_KERN_ROPE_NORM
-                                            : SL_KERN_ROPE_NEOX;
+  hp->rope_mode =
+      hp->arch == SL_ARCH_LLAMA ? SL_KERN_ROPE_NORM : SL_KERN_ROPE_NEOX;
   return true;
 }
 
@@ -205,8 +207,8 @@ static bool load_tensors(loader *L) {
   if (!m->tok_embd)
     return false;
   if (m->tok_embd->n_dims != 2 || (int64_t)m->tok_embd->ne[0] != d)
-    return fail(L, SL_ERR_FORMAT, "token_embd.weight has the wrong shape%s%.0lld",
-                "", 0);
+    return fail(L, SL_ERR_FORMAT,
+                "token_embd.weight has the wrong shape%s%.0lld", "", 0);
   hp->n_vocab = (int64_t)m->tok_embd->ne[1];
   m->weight_bytes += m->tok_embd->nbytes;
   m->output_norm = vector(L, "output_norm.weight", -1, d, false);
@@ -215,8 +217,8 @@ static bool load_tensors(loader *L) {
       return false;
   } else {
     hp->tied_embeddings = true;
-    m->output = (sl_kern_weight){m->tok_embd->type, hp->n_vocab, d,
-                                 m->tok_embd->data};
+    m->output =
+        (sl_kern_weight){m->tok_embd->type, hp->n_vocab, d, m->tok_embd->data};
   }
   m->layers = sl_calloc((size_t)hp->n_layer, sizeof *m->layers);
   if (!m->layers)
@@ -263,6 +265,7 @@ sl_model_t *sl_model_load(const char *path, sl_status *st, char *err,
     *st = L.st;
     goto fail_bind;
   }
+  sl_gguf_fingerprint(m->g, m->fingerprint);
   *st = SL_OK;
   return m;
 fail_bind:
@@ -284,10 +287,18 @@ void sl_model_free(sl_model_t *m) {
 const sl_model_hparams *sl_model_hparams_of(const sl_model_t *m) {
   return &m->hp;
 }
-const sl_gguf_t *sl_model_gguf(const sl_model_t *m) { return m->g; }
-uint64_t sl_model_weight_bytes(const sl_model_t *m) { return m->weight_bytes; }
+const sl_gguf_t *sl_model_gguf(const sl_model_t *m) {
+  return m->g;
+}
+const uint8_t *sl_model_fingerprint(const sl_model_t *m) {
+  return m->fingerprint;
+}
+uint64_t sl_model_weight_bytes(const sl_model_t *m) {
+  return m->weight_bytes;
+}
 
-/* ---- context ---------------------------------------------------------------- */
+/* ---- context ----------------------------------------------------------------
+ */
 
 sl_status sl_ctx_create(sl_model_t *m, sl_stream_t *stream, int n_ctx,
                         int n_threads, sl_ctx_t **out) {
@@ -305,8 +316,7 @@ sl_status sl_ctx_create(sl_model_t *m, sl_stream_t *stream, int n_ctx,
   int nb = (n_ctx + CTX_BLOCK - 1) / CTX_BLOCK;
   c->kv = (sl_kv_view){NULL, (int)hp->n_layer, nb, CTX_BLOCK,
                        (int)(hp->n_head_kv * hp->head_dim)};
-  size_t bytes = 2 * 2 * (size_t)hp->n_layer * (size_t)nb * CTX_BLOCK *
-                 (size_t)c->kv.kv_dim;
+  size_t bytes = sl_kv_view_bytes(&c->kv);
   sl_status st = SL_ERR_NOMEM;
   c->table = sl_malloc(sizeof(int32_t) * (size_t)nb);
   if (!c->table)
@@ -315,8 +325,7 @@ sl_status sl_ctx_create(sl_model_t *m, sl_stream_t *stream, int n_ctx,
     c->table[i] = i;
   if ((st = sl_buf_alloc(stream, bytes, &c->kv.buf)) != SL_OK)
     goto fail_kv;
-  if ((st = sl_batch_ctx_create(m, &c->kv, stream, n_threads, &c->bc)) !=
-      SL_OK)
+  if ((st = sl_batch_ctx_create(m, &c->kv, stream, n_threads, &c->bc)) != SL_OK)
     goto fail_bc;
   *out = c;
   return SL_OK;
@@ -338,14 +347,17 @@ void sl_ctx_free(sl_ctx_t *c) {
   sl_free(c);
 }
 
-int sl_ctx_n_past(const sl_ctx_t *c) { return c->n_past; }
+int sl_ctx_n_past(const sl_ctx_t *c) {
+  return c->n_past;
+}
 
 void sl_ctx_truncate(sl_ctx_t *c, int n) {
   if (n >= 0 && n < c->n_past)
     c->n_past = n;
 }
 
-/* ---- the forward pass ------------------------------------------------------- */
+/* ---- the forward pass -------------------------------------------------------
+ */
 
 sl_status sl__llama_embed(const sl_model_t *m, int32_t tok, float *out) {
   size_t erb;
@@ -356,8 +368,8 @@ sl_status sl__llama_embed(const sl_model_t *m, int32_t tok, float *out) {
   return sl_kern_dequant_row(m->tok_embd->type, row, out, m->hp.n_embd);
 }
 
-sl_status sl__llama_qk_prep(const sl_model_t *m, const sl__layer_w *w,
-                            float *q, float *k, float *v, int64_t pos) {
+sl_status sl__llama_qk_prep(const sl_model_t *m, const sl__layer_w *w, float *q,
+                            float *k, float *v, int64_t pos) {
   const sl_model_hparams *hp = &m->hp;
   int64_t hd = hp->head_dim, qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
   if (w->bq) {
@@ -401,10 +413,10 @@ sl_status sl_ctx_eval(sl_ctx_t *c, const int32_t *tokens, int n, float *logits,
                         logits && (last || all_logits),
                         logits && all_logits};
     sl_batch b = {tokens + done, chunk, &seq, 1};
-    float *out = !logits ? NULL
+    float *out = !logits      ? NULL
                  : all_logits ? logits + (size_t)done * (size_t)nv
-                 : last ? logits
-                        : NULL;
+                 : last       ? logits
+                              : NULL;
     st = sl_batch_ctx_run(c->bc, &b, out);
     if (st == SL_OK) {
       c->n_past += chunk;

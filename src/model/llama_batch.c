@@ -23,24 +23,13 @@ struct sl_batch_ctx {
   sl_kern_pool_t *pool;
 };
 
-/* Element offset of (layer, block) in the K half; the V half follows. */
-static size_t kv_off(const sl_kv_view *v, int layer, int block) {
-  return ((size_t)layer * (size_t)v->n_blocks + (size_t)block) *
-         (size_t)v->block_tokens * (size_t)v->kv_dim;
-}
-
-static size_t kv_half(const sl_kv_view *v) {
-  return (size_t)v->n_layer * (size_t)v->n_blocks * (size_t)v->block_tokens *
-         (size_t)v->kv_dim;
-}
-
 sl_status sl_batch_ctx_create(sl_model_t *m, const sl_kv_view *kv,
                               sl_stream_t *stream, int n_threads,
                               sl_batch_ctx_t **out) {
   if (!m || !kv || !stream || !out)
     return SL_ERR_INVALID_ARG;
   const sl_kv_view *kc = kv;
-  if (!kv->buf || sl_buf_size(kv->buf) < 2 * kv_half(kv) * 2 ||
+  if (!kv->buf || sl_buf_size(kv->buf) < sl_kv_view_bytes(kv) ||
       kc->n_layer != m->hp.n_layer ||
       kc->kv_dim != m->hp.n_head_kv * m->hp.head_dim ||
       (kc->block_tokens & (kc->block_tokens - 1)) != 0)
@@ -73,7 +62,9 @@ typedef struct act_layout {
   size_t x, xn, q, k, v, att, g, u, total;
 } act_layout;
 
-static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
+static size_t up16(size_t n) {
+  return (n + 15) & ~(size_t)15;
+}
 
 static act_layout layout_for(const sl_model_hparams *hp, size_t n) {
   size_t d = (size_t)hp->n_embd, qd = (size_t)(hp->n_head * hp->head_dim),
@@ -103,16 +94,16 @@ typedef struct run_arg {
   sl_batch_ctx_t *c;
   const sl_batch *b;
   float *logits;
-  sl_buf_t *act; /* activations */
-  size_t max_len; /* the longest sequence in the batch, in positions */
+  sl_buf_t *act;    /* activations */
+  size_t max_len;   /* the longest sequence in the batch, in positions */
   int total_blocks; /* block pointers over all sequences */
 } run_arg;
 
 typedef struct attn_job {
   const sl_model_hparams *hp;
   const sl_batch *b;
-  const float *q; /* (n_tokens, qd) */
-  float *out;     /* (n_tokens, qd) */
+  const float *q;                        /* (n_tokens, qd) */
+  float *out;                            /* (n_tokens, qd) */
   const uint16_t *const *kb, *const *vb; /* per sequence: its blocks' K / V
                                             rows for this layer */
   const int *blk_off; /* (n_seqs) index of each sequence's first pointer */
@@ -167,8 +158,8 @@ static void attn_worker(void *p, int ith, int nth) {
           built = kvh;
         }
         sl_status st = sl_kern_attn_f16_paged(
-            j->out + tok * qd + h * hd, j->q + tok * qd + h * hd, kh, vh,
-            j->bs, hd, len, kvd, scale, q->n == 1, sc);
+            j->out + tok * qd + h * hd, j->q + tok * qd + h * hd, kh, vh, j->bs,
+            hd, len, kvd, scale, q->n == 1, sc);
         if (st != SL_OK)
           atomic_store(&j->err, (int)st);
       }
@@ -191,7 +182,7 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
   float *x = act + L.x, *xn = act + L.xn, *q = act + L.q, *k = act + L.k,
         *v = act + L.v, *att = act + L.att, *g = act + L.g, *u = act + L.u;
   uint16_t *kvmem = sl_buf_ptr(c->kv.buf);
-  size_t vhalf = kv_half(&c->kv);
+  size_t vhalf = sl_kv_view_half_elems(&c->kv);
   int nth = sl_kern_pool_n_threads(c->pool);
   size_t scratch_per = (a->max_len + 31) & ~(size_t)31;
   /* scratch: attention rows per thread, then the block pointer tables */
@@ -238,9 +229,10 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
         if (st != SL_OK)
           break;
         int blk = sq->block_table[pos / T], slot = (int)(pos % T);
-        uint16_t *kd = kvmem + kv_off(&c->kv, (int)l, blk) +
+        uint16_t *kd = kvmem + sl_kv_view_k_offset(&c->kv, (int)l, blk) +
                        (size_t)slot * (size_t)kvd;
-        uint16_t *vd = kvmem + vhalf + kv_off(&c->kv, (int)l, blk) +
+        uint16_t *vd = kvmem + vhalf +
+                       sl_kv_view_k_offset(&c->kv, (int)l, blk) +
                        (size_t)slot * (size_t)kvd;
         sl_kern_f32_to_f16(kd, k + t * kvd, kvd);
         sl_kern_f32_to_f16(vd, v + t * kvd, kvd);
@@ -253,13 +245,15 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
       int nblk = (sq->pos0 + sq->n + T - 1) / T;
       blk_off[s] = o;
       for (int bi = 0; bi < nblk; bi++, o++) {
-        kb[o] = kvmem + kv_off(&c->kv, (int)l, sq->block_table[bi]);
-        vb[o] = kvmem + vhalf + kv_off(&c->kv, (int)l, sq->block_table[bi]);
+        kb[o] =
+            kvmem + sl_kv_view_k_offset(&c->kv, (int)l, sq->block_table[bi]);
+        vb[o] = kvmem + vhalf +
+                sl_kv_view_k_offset(&c->kv, (int)l, sq->block_table[bi]);
       }
     }
-    attn_job aj = {hp,      b,           q,     att,        kb,   vb, blk_off,
-                   bs,      scratch,     scratch_per, heads, max_blocks,
-                   attn_cost, 0};
+    attn_job aj = {hp,    b,          q,         att,     kb,
+                   vb,    blk_off,    bs,        scratch, scratch_per,
+                   heads, max_blocks, attn_cost, 0};
     sl_kern_pool_run(c->pool, attn_worker, &aj);
     if ((st = (sl_status)atomic_load(&aj.err)) != SL_OK)
       break;
@@ -285,8 +279,8 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
       int from = sq->all_logits ? 0 : sq->want_logits ? sq->n - 1 : sq->n;
       for (int t = from; t < sq->n; t++, cnt++)
         sl_kern_rmsnorm(xn + (size_t)cnt * (size_t)d,
-                        x + (size_t)(sq->first + t) * (size_t)d,
-                        m->output_norm, d, hp->rms_eps);
+                        x + (size_t)(sq->first + t) * (size_t)d, m->output_norm,
+                        d, hp->rms_eps);
     }
     if (cnt)
       st = sl_kern_matmul(c->pool, &m->output, xn, a->logits, cnt);

@@ -8,11 +8,11 @@
 #include "sluice/model.h"
 
 typedef struct sl__layer_w {
-  sl_kern_weight wq, wk, wv, wo;      /* (n_head*hd, d) (n_kv*hd, d) ... */
+  sl_kern_weight wq, wk, wv, wo;       /* (n_head*hd, d) (n_kv*hd, d) ... */
   sl_kern_weight w_gate, w_up, w_down; /* (n_ff, d) (n_ff, d) (d, n_ff) */
-  const float *attn_norm, *ffn_norm;  /* (d) */
-  const float *bq, *bk, *bv;          /* qwen2: (n_head*hd) (n_kv*hd) ... */
-  const float *q_norm, *k_norm;       /* qwen3: (hd) */
+  const float *attn_norm, *ffn_norm;   /* (d) */
+  const float *bq, *bk, *bv;           /* qwen2: (n_head*hd) (n_kv*hd) ... */
+  const float *q_norm, *k_norm;        /* qwen3: (hd) */
 } sl__layer_w;
 
 struct sl_model {
@@ -21,8 +21,9 @@ struct sl_model {
   const sl_gguf_tensor *tok_embd; /* (n_vocab, d) */
   sl_kern_weight output;          /* (n_vocab, d), tied or not */
   const float *output_norm;       /* (d) */
-  sl__layer_w *layers;                /* (n_layer) */
+  sl__layer_w *layers;            /* (n_layer) */
   uint64_t weight_bytes;
+  uint8_t fingerprint[16]; /* sl_gguf_fingerprint of the file */
 };
 
 /* Dequantizes token `tok`'s embedding row into out (n_embd). */
@@ -31,7 +32,7 @@ sl_status sl__llama_embed(const sl_model_t *m, int32_t tok, float *out);
 /* One token's q (n_head*hd), k and v (n_kv*hd) after the projections: adds
  * the biases (qwen2), applies q/k RMSNorm (qwen3) and rotates q and k at
  * position `pos`, in place. */
-sl_status sl__llama_qk_prep(const sl_model_t *m, const sl__layer_w *w,
-                            float *q, float *k, float *v, int64_t pos);
+sl_status sl__llama_qk_prep(const sl_model_t *m, const sl__layer_w *w, float *q,
+                            float *k, float *v, int64_t pos);
 
 #endif
