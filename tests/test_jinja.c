@@ -17,7 +17,8 @@ static sl_status g_st;
  * leaving the status in g_st and the message in g_err. */
 static char *render(const char *src, const sl_jv *ctx) {
   g_err[0] = 0;
-  sl_jinja_template_t *t = sl_jinja_compile(src, strlen(src), g_err, sizeof g_err);
+  sl_jinja_template_t *t =
+      sl_jinja_compile(src, strlen(src), g_err, sizeof g_err);
   if (!t) {
     g_st = SL_ERR_FORMAT;
     return NULL;
@@ -37,16 +38,17 @@ static char *render(const char *src, const sl_jv *ctx) {
 #define EXPECT(src, ctx, want)                                                 \
   do {                                                                         \
     char *o_ = render((src), (ctx));                                           \
-    CHECK_MSG(o_ && strcmp(o_, (want)) == 0, "%s\n  got  [%s]\n  want [%s]\n  err %s", \
-              (src), o_ ? o_ : "(null)", (want), g_err);                       \
+    CHECK_MSG(o_ &&strcmp(o_, (want)) == 0,                                    \
+              "%s\n  got  [%s]\n  want [%s]\n  err %s", (src),                 \
+              o_ ? o_ : "(null)", (want), g_err);                              \
     sl_free(o_);                                                               \
   } while (0)
 
 #define EXPECT_ERR(src, ctx, status, needle)                                   \
   do {                                                                         \
     char *o_ = render((src), (ctx));                                           \
-    CHECK_MSG(!o_ && g_st == (status) && strstr(g_err, (needle)),             \
-              "%s\n  got [%s] status %d err [%s], want status %d with [%s]",    \
+    CHECK_MSG(!o_ && g_st == (status) && strstr(g_err, (needle)),              \
+              "%s\n  got [%s] status %d err [%s], want status %d with [%s]",   \
               (src), o_ ? o_ : "(null)", g_st, g_err, (status), (needle));     \
     sl_free(o_);                                                               \
   } while (0)
@@ -104,8 +106,8 @@ static void test_values(void) {
 
 static void test_expressions(void) {
   sl_jv *c = make_ctx();
-  EXPECT("{{ 1 + 2 * 3 }}|{{ 7 // 2 }}|{{ -7 // 2 }}|{{ -7 % 3 }}|{{ 10 / 4 }}", c,
-         "7|3|-4|2|2.5");
+  EXPECT("{{ 1 + 2 * 3 }}|{{ 7 // 2 }}|{{ -7 // 2 }}|{{ -7 % 3 }}|{{ 10 / 4 }}",
+         c, "7|3|-4|2|2.5");
   EXPECT("{{ 0.1 + 0.2 }} {{ 1e20 }} {{ 2.0 }} {{ 1/3 }}", c,
          "0.30000000000000004 1e+20 2.0 0.3333333333333333");
   EXPECT("{{ name ~ '-' ~ n }} {{ 'a' + 'b' }} {{ 'ab' * 2 }}", c,
@@ -117,13 +119,16 @@ static void test_expressions(void) {
   EXPECT("[{{ missing }}][{{ d.zzz }}][{{ xs[10] }}]", c, "[][][]");
   EXPECT("{{ 2 in xs }} {{ 'a' in d }} {{ 'lu' in name }} {{ 9 not in xs }}", c,
          "True True True True");
-  EXPECT("{{ 'y' if flag else 'n' }} {{ 'y' if nothing else 'n' }} {{ n > 2 and n < 4 }}",
+  EXPECT("{{ 'y' if flag else 'n' }} {{ 'y' if nothing else 'n' }} {{ n > 2 "
+         "and n < 4 }}",
          c, "y n True");
-  EXPECT("{{ nothing or 'dflt' }} {{ not xs }} {{ 1 == 1.0 }} {{ 'b' > 'a' }}", c,
-         "dflt False True True");
-  EXPECT("{{ 1 < 2 < 3 }} {{ 3 < 2 < 4 }} {{ (1 == 1) != (2 == 3) }} {{ xs.0 }}", c,
-         "True False True 1");
-  EXPECT("{{ 'tab\\there' }}|{{ \"q\\\"\" }}|{{ '\\u00e9' }}", c, "tab\there|q\"|\xc3\xa9");
+  EXPECT("{{ nothing or 'dflt' }} {{ not xs }} {{ 1 == 1.0 }} {{ 'b' > 'a' }}",
+         c, "dflt False True True");
+  EXPECT(
+      "{{ 1 < 2 < 3 }} {{ 3 < 2 < 4 }} {{ (1 == 1) != (2 == 3) }} {{ xs.0 }}",
+      c, "True False True 1");
+  EXPECT("{{ 'tab\\there' }}|{{ \"q\\\"\" }}|{{ '\\u00e9' }}", c,
+         "tab\there|q\"|\xc3\xa9");
   EXPECT("{{ 'héllo'[1] }} {{ 'héllo' | length }} {{ 'héllo'[::-1] }}", c,
          "\xc3\xa9 5 oll\xc3\xa9h");
   sl_jv_free(c);
@@ -131,62 +136,83 @@ static void test_expressions(void) {
 
 static void test_filters_and_methods(void) {
   sl_jv *c = make_ctx();
-  EXPECT("{{ '  x  ' | trim }}|{{ name | upper }}|{{ xs | join('-') }}|{{ xs | length }}",
+  EXPECT("{{ '  x  ' | trim }}|{{ name | upper }}|{{ xs | join('-') }}|{{ xs | "
+         "length }}",
          c, "x|SLUICE|1-2-3|3");
-  EXPECT("{{ xs | first }}{{ xs | last }} {{ missing | default('d') }} {{ '' | d('e', true) }}",
+  EXPECT("{{ xs | first }}{{ xs | last }} {{ missing | default('d') }} {{ '' | "
+         "d('e', true) }}",
          c, "13 d e");
   EXPECT("{{ d | tojson }} {{ d | tojson(indent=2) }}", c,
          "{\"a\": 1, \"b\": \"two\"} {\n  \"a\": 1,\n  \"b\": \"two\"\n}");
-  EXPECT("{{ [3, 1, 2] | sort | list }} {{ [1, 1, 2] | unique | list }} {{ xs | reverse | list }}",
+  EXPECT("{{ [3, 1, 2] | sort | list }} {{ [1, 1, 2] | unique | list }} {{ xs "
+         "| reverse | list }}",
          c, "[1, 2, 3] [1, 2] [3, 2, 1]");
-  EXPECT("{{ '5' | int + 1 }} {{ '2.5' | float }} {{ 2.5 | round }} {{ -3 | abs }} {{ 3 | string }}",
+  EXPECT("{{ '5' | int + 1 }} {{ '2.5' | float }} {{ 2.5 | round }} {{ -3 | "
+         "abs }} {{ 3 | string }}",
          c, "6 2.5 2.0 3 3");
-  EXPECT("{{ d | items | list }} {% for k, v in d.items() %}{{ k }}{{ v }}{% endfor %}",
+  EXPECT("{{ d | items | list }} {% for k, v in d.items() %}{{ k }}{{ v }}{% "
+         "endfor %}",
          c, "[('a', 1), ('b', 'two')] a1btwo");
-  EXPECT("{{ 'a,b'.split(',') }} {{ 'xhix'.strip('x') }} {{ 'abc'.startswith('ab') }} "
-         "{{ 'abc'.endswith('x') }} {{ 'Ab'.lower() }} {{ 'a-b'.replace('-', '+') }}",
+  EXPECT("{{ 'a,b'.split(',') }} {{ 'xhix'.strip('x') }} {{ "
+         "'abc'.startswith('ab') }} "
+         "{{ 'abc'.endswith('x') }} {{ 'Ab'.lower() }} {{ 'a-b'.replace('-', "
+         "'+') }}",
          c, "['a', 'b'] hi True False ab a+b");
-  EXPECT("{{ d.get('a') }} {{ d.get('z', 0) }} {{ d.keys() | list }} {{ d.values() | list }}",
+  EXPECT("{{ d.get('a') }} {{ d.get('z', 0) }} {{ d.keys() | list }} {{ "
+         "d.values() | list }}",
          c, "1 0 ['a', 'b'] [1, 'two']");
-  EXPECT("{{ '<&>' | e }} {{ 'hello world' | title }} {{ 'hELLO' | capitalize }}", c,
-         "&lt;&amp;&gt; Hello World Hello");
+  EXPECT(
+      "{{ '<&>' | e }} {{ 'hello world' | title }} {{ 'hELLO' | capitalize }}",
+      c, "&lt;&amp;&gt; Hello World Hello");
   sl_jv *ms = sl_jv_list();
   sl_jv_list_append(ms, msg("system", "s"));
   sl_jv_list_append(ms, msg("user", "u1"));
   sl_jv_list_append(ms, msg("user", "u2"));
   sl_jv_dict_set(c, "ms", ms);
-  EXPECT("{{ ms | selectattr('role', 'equalto', 'user') | map(attribute='content') | join(',') }}"
+  EXPECT("{{ ms | selectattr('role', 'equalto', 'user') | "
+         "map(attribute='content') | join(',') }}"
          " {{ ms | rejectattr('role', 'equalto', 'user') | list | length }}",
          c, "u1,u2 1");
-  EXPECT("{{ missing is defined }} {{ n is number }} {{ name is string }} {{ n is odd }} "
-         "{{ xs is iterable }} {{ d is mapping }} {{ nothing is none }} {{ n is not even }}",
+  EXPECT("{{ missing is defined }} {{ n is number }} {{ name is string }} {{ n "
+         "is odd }} "
+         "{{ xs is iterable }} {{ d is mapping }} {{ nothing is none }} {{ n "
+         "is not even }}",
          c, "False True True True True True True True");
   sl_jv_free(c);
 }
 
 static void test_control_flow(void) {
   sl_jv *c = make_ctx();
-  EXPECT("{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}{{ loop.last }}"
+  EXPECT("{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}{{ "
+         "loop.last }}"
          "{{ loop.length }}{{ loop.revindex }};{% endfor %}",
          c, "10TrueFalse33;21FalseFalse32;32FalseTrue31;");
   EXPECT("{% for x in [] %}a{% else %}empty{% endfor %}", c, "empty");
-  EXPECT("{% for x in xs if x != 2 %}{{ x }}/{{ loop.length }}{% endfor %}", c, "1/23/2");
-  EXPECT("{% for x in xs %}{% if x == 2 %}{% continue %}{% endif %}{{ x }}{% endfor %}", c,
-         "13");
-  EXPECT("{% for x in xs %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% endfor %}", c,
-         "1");
-  EXPECT("{% if n == 1 %}one{% elif n == 3 %}three{% else %}other{% endif %}", c, "three");
-  EXPECT("{% set x = 1 %}{% for i in xs %}{% set x = i %}{% endfor %}{{ x }}", c, "1");
-  EXPECT("{% set ns = namespace(x=1) %}{% for i in xs %}{% set ns.x = ns.x + i %}"
-         "{% endfor %}{{ ns.x }}",
-         c, "7");
-  EXPECT("{% macro m(a, b='B') %}<{{ a }}{{ b }}>{% endmacro %}{{ m(1) }}{{ m(2, b=3) }}",
+  EXPECT("{% for x in xs if x != 2 %}{{ x }}/{{ loop.length }}{% endfor %}", c,
+         "1/23/2");
+  EXPECT("{% for x in xs %}{% if x == 2 %}{% continue %}{% endif %}{{ x }}{% "
+         "endfor %}",
+         c, "13");
+  EXPECT("{% for x in xs %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% "
+         "endfor %}",
+         c, "1");
+  EXPECT("{% if n == 1 %}one{% elif n == 3 %}three{% else %}other{% endif %}",
+         c, "three");
+  EXPECT("{% set x = 1 %}{% for i in xs %}{% set x = i %}{% endfor %}{{ x }}",
+         c, "1");
+  EXPECT(
+      "{% set ns = namespace(x=1) %}{% for i in xs %}{% set ns.x = ns.x + i %}"
+      "{% endfor %}{{ ns.x }}",
+      c, "7");
+  EXPECT("{% macro m(a, b='B') %}<{{ a }}{{ b }}>{% endmacro %}{{ m(1) }}{{ "
+         "m(2, b=3) }}",
          c, "<1B><23>");
   EXPECT("{% set s %}x{{ n }}{% endset %}{{ s }}{{ s | length }}", c, "x32");
   EXPECT("{% generation %}kept{% endgeneration %}", c, "kept");
   EXPECT("{% for i in range(2, 8, 2) %}{{ i }}{% endfor %}", c, "246");
-  EXPECT_ERR("{% for m in messages[::-1] %}{{ m }}{% endfor %}", c, SL_ERR_FORMAT,
-             "'messages' is undefined"); /* as jinja2: slicing undefined fails */
+  EXPECT_ERR(
+      "{% for m in messages[::-1] %}{{ m }}{% endfor %}", c, SL_ERR_FORMAT,
+      "'messages' is undefined"); /* as jinja2: slicing undefined fails */
   EXPECT("{% for m in messages %}{{ m }}{% endfor %}", c, "");
   sl_jv_free(c);
 }
@@ -199,7 +225,8 @@ static void test_whitespace(void) {
   EXPECT("x\n{# c #}\ny", NULL, "x\ny");
   EXPECT("  {%+ if true %}k{% endif %}", NULL, "  k");
   EXPECT("{% raw %}{{ x }}{% endraw %}", NULL, "{{ x }}");
-  EXPECT("a\r\nb\n", NULL, "a\nb"); /* newline normalized, trailing one dropped */
+  EXPECT("a\r\nb\n", NULL,
+         "a\nb"); /* newline normalized, trailing one dropped */
   EXPECT("{{- '  a  ' -}}   {{ 'b' }}", NULL, "  a  b");
 }
 
@@ -225,7 +252,8 @@ static void test_errors(void) {
   sl_jinja_template_t *t = sl_jinja_compile("x", 1, NULL, 0);
   char *out = (char *)1;
   sl_jv *not_dict = sl_jv_list();
-  CHECK_EQ_INT(sl_jinja_render(t, not_dict, &out, NULL, NULL, 0), SL_ERR_INVALID_ARG);
+  CHECK_EQ_INT(sl_jinja_render(t, not_dict, &out, NULL, NULL, 0),
+               SL_ERR_INVALID_ARG);
   CHECK(out == NULL);
   sl_jv_free(not_dict);
   sl_jinja_free(t);
@@ -234,19 +262,22 @@ static void test_errors(void) {
 
 static void test_limits(void) {
   /* runaway loops, recursion and output are bounded, never hang or crash */
-  EXPECT_ERR("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+  EXPECT_ERR("{% for a in range(100000) %}{% for b in range(100000) %}{% "
+             "endfor %}{% endfor %}",
              NULL, SL_ERR_RANGE, "limit");
   {
-    const char *s = "{% for a in range(100) %}{% for b in range(100) %}{% endfor %}{% endfor %}";
+    const char *s = "{% for a in range(100) %}{% for b in range(100) %}{% "
+                    "endfor %}{% endfor %}";
     sl_jinja_limits few = {.max_steps = 5000};
     sl_jinja_template_t *t = sl_jinja_compile(s, strlen(s), NULL, 0);
     char *out = NULL, err[200];
-    CHECK_EQ_INT(sl_jinja_render_ex(t, NULL, &few, &out, NULL, err, sizeof err), SL_ERR_RANGE);
+    CHECK_EQ_INT(sl_jinja_render_ex(t, NULL, &few, &out, NULL, err, sizeof err),
+                 SL_ERR_RANGE);
     CHECK(strstr(err, "step limit") != NULL);
     sl_jinja_free(t);
   }
-  EXPECT_ERR("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", NULL, SL_ERR_RANGE,
-             "deeper");
+  EXPECT_ERR("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", NULL,
+             SL_ERR_RANGE, "deeper");
   EXPECT_ERR("{{ range(1000000) }}", NULL, SL_ERR_RANGE, "range");
   char deep[2100];
   memset(deep, '(', 1000);
@@ -264,20 +295,22 @@ static void test_limits(void) {
              "{{ ns.x == ns.y }}{{ ns.x < ns.y }}",
              NULL, SL_ERR_RANGE, "nested too deeply");
   sl_jinja_limits lim = {.max_output = 100};
-  sl_jinja_template_t *t =
-      sl_jinja_compile("{% for i in range(1000) %}xxxx{% endfor %}", 42, NULL, 0);
+  sl_jinja_template_t *t = sl_jinja_compile(
+      "{% for i in range(1000) %}xxxx{% endfor %}", 42, NULL, 0);
   CHECK(t != NULL);
   char *out = NULL, err[200];
   CHECK_EQ_INT(sl_jinja_render_ex(t, NULL, &lim, &out, NULL, err, sizeof err),
                SL_ERR_RANGE);
   CHECK(out == NULL && strstr(err, "output"));
   sl_jinja_limits lim2 = {.max_memory = 1 << 20};
-  sl_jinja_template_t *t2 = sl_jinja_compile(
-      "{% set ns = namespace(s='x') %}{% for i in range(30) %}{% set ns.s = ns.s ~ ns.s %}"
-      "{% endfor %}{{ ns.s | length }}",
-      strlen("{% set ns = namespace(s='x') %}{% for i in range(30) %}{% set ns.s = ns.s ~ ns.s %}"
-             "{% endfor %}{{ ns.s | length }}"),
-      NULL, 0);
+  sl_jinja_template_t *t2 =
+      sl_jinja_compile("{% set ns = namespace(s='x') %}{% for i in range(30) "
+                       "%}{% set ns.s = ns.s ~ ns.s %}"
+                       "{% endfor %}{{ ns.s | length }}",
+                       strlen("{% set ns = namespace(s='x') %}{% for i in "
+                              "range(30) %}{% set ns.s = ns.s ~ ns.s %}"
+                              "{% endfor %}{{ ns.s | length }}"),
+                       NULL, 0);
   CHECK(t2 != NULL);
   CHECK_EQ_INT(sl_jinja_render_ex(t2, NULL, &lim2, &out, NULL, err, sizeof err),
                SL_ERR_RANGE);
@@ -288,7 +321,8 @@ static void test_limits(void) {
 static char *read_fixture(const char *name) {
   const char *dir = getenv("SLUICE_SOURCE_DIR");
   char path[1024];
-  snprintf(path, sizeof path, "%s/tests/fixtures/templates/%s", dir ? dir : ".", name);
+  snprintf(path, sizeof path, "%s/tests/fixtures/templates/%s", dir ? dir : ".",
+           name);
   FILE *f = fopen(path, "rb");
   if (!f)
     return NULL;
@@ -301,7 +335,8 @@ static char *read_fixture(const char *name) {
 
 static void test_chat_smollm2(void) {
   char *tpl = read_fixture("smollm2.jinja");
-  CHECK_MSG(tpl != NULL, "fixture smollm2.jinja not found (SLUICE_SOURCE_DIR?)");
+  CHECK_MSG(tpl != NULL,
+            "fixture smollm2.jinja not found (SLUICE_SOURCE_DIR?)");
   if (!tpl)
     return;
   sl_jv *ms = sl_jv_list();
@@ -310,25 +345,29 @@ static void test_chat_smollm2(void) {
   sl_jv_list_append(ms, msg("user", "Bye"));
   char *out = NULL, err[256];
   size_t n = 0;
-  CHECK_OK(sl_chat_template_render(tpl, ms, true, "", "<|im_end|>", NULL, &out, &n, err,
-                                   sizeof err));
+  CHECK_OK(sl_chat_template_render(tpl, ms, true, "", "<|im_end|>", NULL, &out,
+                                   &n, err, sizeof err));
   const char *want =
-      "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
-      "Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
-      "Hello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n";
+      "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
+      "trained by "
+      "Hugging "
+      "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+      "Hello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>"
+      "assistant\n";
   CHECK_MSG(out && strcmp(out, want) == 0, "got [%s]", out ? out : err);
   CHECK_EQ_INT(n, strlen(want));
   sl_free(out);
   /* a syntax error is SL_ERR_FORMAT with a message */
-  CHECK_EQ_INT(sl_chat_template_render("{% if %}", ms, false, NULL, NULL, NULL, &out,
-                                       NULL, err, sizeof err),
+  CHECK_EQ_INT(sl_chat_template_render("{% if %}", ms, false, NULL, NULL, NULL,
+                                       &out, NULL, err, sizeof err),
                SL_ERR_FORMAT);
   CHECK(out == NULL && err[0]);
   /* extra variables */
   sl_jv *extra = sl_jv_dict();
   sl_jv_dict_set(extra, "enable_thinking", sl_jv_bool(false));
   CHECK_OK(sl_chat_template_render(
-      "{{ messages | length }}{{ enable_thinking }}{{ bos_token }}{{ add_generation_prompt }}",
+      "{{ messages | length }}{{ enable_thinking }}{{ bos_token }}{{ "
+      "add_generation_prompt }}",
       ms, false, "<s>", NULL, extra, &out, NULL, err, sizeof err));
   CHECK(out && strcmp(out, "3False<s>False") == 0);
   sl_free(out);
@@ -340,10 +379,11 @@ static void test_chat_smollm2(void) {
 /* Fails the Nth allocation for N = 1, 2, ... until a run succeeds: every
  * failure must be a clean SL_ERR_NOMEM, with nothing leaked. */
 static void test_alloc_failures(void) {
-  const char *src =
-      "{% set ns = namespace(n=0) %}{% macro m(x) %}[{{ x | upper }}]{% endmacro %}"
-      "{% for msg in messages %}{{ m(msg.content) }}{% set ns.n = ns.n + 1 %}{% endfor %}"
-      "{{ ns.n }}{{ messages | tojson }}";
+  const char *src = "{% set ns = namespace(n=0) %}{% macro m(x) %}[{{ x | "
+                    "upper }}]{% endmacro %}"
+                    "{% for msg in messages %}{{ m(msg.content) }}{% set ns.n "
+                    "= ns.n + 1 %}{% endfor %}"
+                    "{{ ns.n }}{{ messages | tojson }}";
   sl_jv *ms = sl_jv_list();
   sl_jv_list_append(ms, msg("user", "a"));
   sl_jv_list_append(ms, msg("assistant", "b"));
@@ -352,8 +392,8 @@ static void test_alloc_failures(void) {
   for (uint64_t n = 1; n < 2000; n++) {
     char *out = NULL, err[256];
     sl_malloc_fail_after(n);
-    sl_status st = sl_chat_template_render(src, ms, true, "", "", NULL, &out, NULL, err,
-                                           sizeof err);
+    sl_status st = sl_chat_template_render(src, ms, true, "", "", NULL, &out,
+                                           NULL, err, sizeof err);
     sl_malloc_fail_after(0);
     if (st == SL_OK) {
       CHECK(strcmp(out, "[A][B]2[{\"role\": \"user\", \"content\": \"a\"}, "
@@ -362,7 +402,8 @@ static void test_alloc_failures(void) {
       break;
     }
     failures++;
-    CHECK_MSG(st == SL_ERR_NOMEM, "n=%llu status %d err %s", (unsigned long long)n, st, err);
+    CHECK_MSG(st == SL_ERR_NOMEM, "n=%llu status %d err %s",
+              (unsigned long long)n, st, err);
     CHECK(out == NULL);
     CHECK_EQ_INT(sl_malloc_live_bytes(), base);
   }

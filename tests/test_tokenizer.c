@@ -13,7 +13,8 @@
 #include "sluice/tokenizer.h"
 #include "sluice/util.h"
 
-/* ---- a tiny GGUF writer --------------------------------------------------- */
+/* ---- a tiny GGUF writer ---------------------------------------------------
+ */
 
 typedef struct buf {
   unsigned char *p;
@@ -30,8 +31,12 @@ static void put(buf *b, const void *d, size_t n) {
   memcpy(b->p + b->n, d, n);
   b->n += n;
 }
-static void put_u32(buf *b, uint32_t v) { put(b, &v, 4); }
-static void put_u64(buf *b, uint64_t v) { put(b, &v, 8); }
+static void put_u32(buf *b, uint32_t v) {
+  put(b, &v, 4);
+}
+static void put_u64(buf *b, uint64_t v) {
+  put(b, &v, 8);
+}
 static void put_s(buf *b, const char *s) {
   put_u64(b, strlen(s));
   put(b, s, strlen(s));
@@ -109,12 +114,30 @@ static void byte_text(unsigned c, char *out) {
 
 /* A BPE vocabulary: 3 specials, 256 byte tokens, then merged tokens. */
 static const char *const k_bpe_merges[] = {
-    "l l",  "e l", "h e", "he ll", "hell o", "\xC4\xA0 w", "o r", "\xC4\xA0w or",
-    "1 2", "12 3", "\xC4\xA0 \xC4\xA0",
+    "l l",
+    "e l",
+    "h e",
+    "he ll",
+    "hell o",
+    "\xC4\xA0 w",
+    "o r",
+    "\xC4\xA0w or",
+    "1 2",
+    "12 3",
+    "\xC4\xA0 \xC4\xA0",
 };
 static const char *const k_bpe_extra[] = {
-    "ll", "el", "he", "hell", "hello", "\xC4\xA0w", "or", "\xC4\xA0wor",
-    "12", "123", "\xC4\xA0\xC4\xA0",
+    "ll",
+    "el",
+    "he",
+    "hell",
+    "hello",
+    "\xC4\xA0w",
+    "or",
+    "\xC4\xA0wor",
+    "12",
+    "123",
+    "\xC4\xA0\xC4\xA0",
 };
 #define N_MERGES (sizeof k_bpe_merges / sizeof k_bpe_merges[0])
 
@@ -179,10 +202,12 @@ static sl_tokenizer_t *load_mem(const unsigned char *f, size_t size,
 static int32_t id_of(const sl_tokenizer_t *t, const char *s) {
   return sl_tokenizer_find(t, s, strlen(s));
 }
-static int32_t byte_id(unsigned c) { return ID_BYTES + (int32_t)c; }
+static int32_t byte_id(unsigned c) {
+  return ID_BYTES + (int32_t)c;
+}
 
-static bool enc_eq(const sl_tokenizer_t *t, const char *s, size_t len,
-                   bool bos, bool special, const int32_t *want, size_t nw) {
+static bool enc_eq(const sl_tokenizer_t *t, const char *s, size_t len, bool bos,
+                   bool special, const int32_t *want, size_t nw) {
   int32_t *ids = NULL;
   size_t n = 0;
   if (sl_tokenizer_encode(t, s, len, bos, special, &ids, &n) != SL_OK)
@@ -203,7 +228,7 @@ static bool enc_eq(const sl_tokenizer_t *t, const char *s, size_t len,
 #define ENC(t, s, bos, sp, ...)                                                \
   do {                                                                         \
     const int32_t w_[] = {__VA_ARGS__};                                        \
-    CHECK_MSG(enc_eq(t, s, strlen(s), bos, sp, w_, sizeof w_ / 4), "%s", s);  \
+    CHECK_MSG(enc_eq(t, s, strlen(s), bos, sp, w_, sizeof w_ / 4), "%s", s);   \
   } while (0)
 
 static void test_bpe_basic(void) {
@@ -245,9 +270,9 @@ static void test_bpe_basic(void) {
       byte_id('s'));
   /* special tokens: parsed only with parse_special */
   ENC(t, "<|im_start|>he", false, true, ID_IMS, id_of(t, "he"));
-  ENC(t, "<|im_end|>", false, false, byte_id('<'), byte_id('|'),
-      byte_id('i'), byte_id('m'), byte_id('_'), byte_id('e'), byte_id('n'),
-      byte_id('d'), byte_id('|'), byte_id('>'));
+  ENC(t, "<|im_end|>", false, false, byte_id('<'), byte_id('|'), byte_id('i'),
+      byte_id('m'), byte_id('_'), byte_id('e'), byte_id('n'), byte_id('d'),
+      byte_id('|'), byte_id('>'));
   /* add_bos is a no-op for a model that does not ask for BOS */
   ENC(t, "he", true, false, id_of(t, "he"));
   /* invalid UTF-8 reads as U+FFFD (EF BF BD) */
@@ -273,8 +298,9 @@ static void test_bpe_basic(void) {
   CHECK_EQ_INT(pl, 12);
   CHECK_EQ_INT(sl_tokenizer_token_to_piece(t, 100000, true, pb, 3, &pl),
                SL_ERR_RANGE);
-  int32_t seq[] = {ID_IMS, id_of(t, "hello"), id_of(t, "\xC4\xA0wor"),
-                   byte_id('l'), byte_id('d'), byte_id(' '), byte_id('.')};
+  int32_t seq[] = {ID_IMS,       id_of(t, "hello"), id_of(t, "\xC4\xA0wor"),
+                   byte_id('l'), byte_id('d'),      byte_id(' '),
+                   byte_id('.')};
   char *out;
   size_t ol;
   CHECK_OK(sl_tokenizer_decode(t, seq, 7, false, true, &out, &ol));
@@ -336,8 +362,8 @@ static void test_bpe_pre_variants(void) {
     ENC(t, "1234", true, false, ID_EOT, id_of(t, "123"), byte_id('4'));
     ENC(t, "IT'S", false, false, byte_id('I'), byte_id('T'), byte_id('\''),
         byte_id('S'));
-    ENC(t, "a\n\n b", false, false, byte_id('a'), byte_id('\n'),
-        byte_id('\n'), byte_id(' '), byte_id('b'));
+    ENC(t, "a\n\n b", false, false, byte_id('a'), byte_id('\n'), byte_id('\n'),
+        byte_id(' '), byte_id('b'));
   }
   sl_tokenizer_free(t);
   free(f);
@@ -414,8 +440,8 @@ static void test_fault_injection(void) {
         int32_t *ids = NULL;
         size_t n = 0;
         sl_malloc_fail_after(j);
-        sl_status e = sl_tokenizer_encode(t, "hello 123 <|im_start|>", 22,
-                                          true, true, &ids, &n);
+        sl_status e = sl_tokenizer_encode(t, "hello 123 <|im_start|>", 22, true,
+                                          true, &ids, &n);
         sl_malloc_fail_after(0);
         CHECK(e == SL_OK || e == SL_ERR_NOMEM);
         sl_free(ids);
@@ -454,9 +480,17 @@ static void test_spm(void) {
     types[n] = 6;
     scores[n++] = 0;
   }
-  const char *pieces[] = {"\xE2\x96\x81", "h", "e", "l", "o",
-                          "\xE2\x96\x81h", "ll", "\xE2\x96\x81hello",
-                          "\xE2\x96\x81he", "\xE2\x96\x81hell", ""};
+  const char *pieces[] = {"\xE2\x96\x81",
+                          "h",
+                          "e",
+                          "l",
+                          "o",
+                          "\xE2\x96\x81h",
+                          "ll",
+                          "\xE2\x96\x81hello",
+                          "\xE2\x96\x81he",
+                          "\xE2\x96\x81hell",
+                          ""};
   const float psc[] = {-1, -2, -2, -2, -2, -3, -4, -5, -3.5f, -4.5f, -9};
   for (size_t i = 0; i < 11; i++) {
     toks[n] = pieces[i];
@@ -483,8 +517,8 @@ static void test_spm(void) {
     /* leading space added; "hello" merges fully */
     ENC(t, "hello", true, false, 1, hello);
     /* "é" has no piece: byte fallback */
-    ENC(t, "h\xC3\xA9", false, false, id_of(t, "\xE2\x96\x81h"),
-        3 + 0xC3, 3 + 0xA9);
+    ENC(t, "h\xC3\xA9", false, false, id_of(t, "\xE2\x96\x81h"), 3 + 0xC3,
+        3 + 0xA9);
     ENC(t, "hello hello", false, false, hello, hello);
     /* after a special token the prefix space comes back */
     ENC(t, "<s>hello", false, true, 1, hello);
@@ -503,7 +537,8 @@ static void test_spm(void) {
   free(f);
 }
 
-/* ---- the real model --------------------------------------------------------- */
+/* ---- the real model ---------------------------------------------------------
+ */
 
 static char g_model[4096];
 
@@ -571,8 +606,8 @@ static void test_real_model(void) {
       1792);
   ENC(t, "Hello world! <|im_start|>user", true, true, 19556, 905, 17, 216, 1,
       4093);
-  CHECK_OK(sl_tokenizer_encode(t, k_real_text, strlen(k_real_text), false,
-                               true, &g_real_ids, &g_real_n));
+  CHECK_OK(sl_tokenizer_encode(t, k_real_text, strlen(k_real_text), false, true,
+                               &g_real_ids, &g_real_n));
   CHECK(g_real_n > 10);
   pthread_t th[4];
   for (int i = 0; i < 4; i++)

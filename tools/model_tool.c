@@ -54,7 +54,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   int32_t *ids = sl_malloc(sizeof(int32_t) * (size_t)n_ctx);
-  float *logits = sl_malloc(sizeof(float) * (size_t)hp->n_vocab * (size_t)n_ctx);
+  float *logits =
+      sl_malloc(sizeof(float) * (size_t)hp->n_vocab * (size_t)n_ctx);
   int rc = 0, n;
   while (rc == 0 && (n = read_line_ids(stdin, ids, n_ctx)) >= 0) {
     if (n == 0)

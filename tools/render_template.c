@@ -20,13 +20,18 @@ static sl_jv *from_json(const json_t *j, int depth) {
   if (depth > 256)
     return NULL;
   switch (json_typeof(j)) {
-  case JSON_NULL: return sl_jv_null();
-  case JSON_TRUE: return sl_jv_bool(true);
-  case JSON_FALSE: return sl_jv_bool(false);
-  case JSON_INTEGER: return sl_jv_int((int64_t)json_integer_value(j));
-  case JSON_REAL: return sl_jv_float(json_real_value(j));
-  case JSON_STRING: return sl_jv_string_n(json_string_value(j),
-                                          json_string_length(j));
+  case JSON_NULL:
+    return sl_jv_null();
+  case JSON_TRUE:
+    return sl_jv_bool(true);
+  case JSON_FALSE:
+    return sl_jv_bool(false);
+  case JSON_INTEGER:
+    return sl_jv_int((int64_t)json_integer_value(j));
+  case JSON_REAL:
+    return sl_jv_float(json_real_value(j));
+  case JSON_STRING:
+    return sl_jv_string_n(json_string_value(j), json_string_length(j));
   case JSON_ARRAY: {
     sl_jv *l = sl_jv_list();
     size_t i;
@@ -88,11 +93,11 @@ int main(void) {
   }
   char err[1024], *out = NULL;
   size_t n = 0;
-  sl_status st = sl_chat_template_render(
-      json_string_value(tpl), messages, agp,
-      json_is_string(bos) ? json_string_value(bos) : "",
-      json_is_string(eos) ? json_string_value(eos) : "", extra, &out, &n, err,
-      sizeof err);
+  sl_status st =
+      sl_chat_template_render(json_string_value(tpl), messages, agp,
+                              json_is_string(bos) ? json_string_value(bos) : "",
+                              json_is_string(eos) ? json_string_value(eos) : "",
+                              extra, &out, &n, err, sizeof err);
   if (st != SL_OK) {
     fprintf(stderr, "template error (%s): %s\n", sl_status_name(st), err);
     rc = 1;

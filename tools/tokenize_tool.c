@@ -174,8 +174,7 @@ int main(int argc, char **argv) {
   st = sl_tokenizer_load(g, &t, err, sizeof err);
   sl_gguf_close(g);
   if (st != SL_OK) {
-    fprintf(stderr, "%s: tokenizer: %s (%s)\n", path, err,
-            sl_status_str(st));
+    fprintf(stderr, "%s: tokenizer: %s (%s)\n", path, err, sl_status_str(st));
     return 1;
   }
   if (info) {

@@ -78,16 +78,17 @@ const char *sl_jv_str(const sl_jv *v);
 /* Frees `v` and everything it holds. NULL is a no-op. */
 void sl_jv_free(sl_jv *v);
 
-/* ---- templates ------------------------------------------------------------ */
+/* ---- templates ------------------------------------------------------------
+ */
 
 typedef struct sl_jinja_template sl_jinja_template_t;
 
 /* Render limits; zero fields take the defaults shown. */
 typedef struct sl_jinja_limits {
-  size_t max_output;    /* bytes of output (default 64 MiB) */
-  size_t max_memory;    /* bytes of scratch memory per render (default 512 MiB) */
-  uint64_t max_steps;   /* statements + loop iterations + calls (default 1e7) */
-  unsigned max_depth;   /* nesting of macro calls and expressions (default 200) */
+  size_t max_output;  /* bytes of output (default 64 MiB) */
+  size_t max_memory;  /* bytes of scratch memory per render (default 512 MiB) */
+  uint64_t max_steps; /* statements + loop iterations + calls (default 1e7) */
+  unsigned max_depth; /* nesting of macro calls and expressions (default 200) */
 } sl_jinja_limits;
 
 /* Compiles `src` (`len` bytes; need not be NUL-terminated). Returns the
@@ -117,7 +118,8 @@ sl_status sl_jinja_render_ex(const sl_jinja_template_t *t, const sl_jv *ctx,
                              const sl_jinja_limits *lim, char **out,
                              size_t *out_len, char *err, size_t errcap);
 
-/* ---- chat templates -------------------------------------------------------- */
+/* ---- chat templates --------------------------------------------------------
+ */
 
 /* Compiles `template_src` and renders it with the variables HF sets up:
  * `messages` (borrowed list of dicts with at least role and content; other

@@ -54,8 +54,8 @@ typedef enum sl_vocab_kind {
  * SL_ERR_FORMAT (malformed arrays, e.g. wrong element types or lengths),
  * SL_ERR_NOMEM. On failure *out is NULL and, if `err` is not NULL, a message
  * of at most errcap bytes (NUL-terminated) is written there. */
-sl_status sl_tokenizer_load(const sl_gguf_t *g, sl_tokenizer_t **out,
-                            char *err, size_t errcap);
+sl_status sl_tokenizer_load(const sl_gguf_t *g, sl_tokenizer_t **out, char *err,
+                            size_t errcap);
 
 /* Frees a tokenizer; NULL is a no-op. */
 void sl_tokenizer_free(sl_tokenizer_t *t);

@@ -72,6 +72,8 @@ size_t sl_malloc_live_bytes(void);
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t sl_now_ns(void);
-static inline double sl_ns_to_ms(uint64_t ns) { return (double)ns / 1e6; }
+static inline double sl_ns_to_ms(uint64_t ns) {
+  return (double)ns / 1e6;
+}
 
 #endif

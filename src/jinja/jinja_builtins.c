@@ -1,7 +1,7 @@
-/* sluice — model: Jinja filters, and the generic views (len, iteration,
+/* sluice — jinja: Jinja filters, and the generic views (len, iteration,
  * attribute and item access) and methods of values, each matching jinja2
  * (3.x) and Python semantics. String methods live in jinja_str.c, tests and
- * global functions in jinja_globals.c.
+ * global functions in jinja_globals.c, the argument helpers in jinja_args.c.
  */
 #define _GNU_SOURCE /* memmem */
 #include <math.h>
@@ -11,101 +11,6 @@
 
 #include "jinja_impl.h"
 #include "sluice/util.h"
-
-_Noreturn void sl__jfail_undef(sl__jrender *r, int line, const sl_jv *v) {
-  if (v->u.undef_name)
-    sl__jfail(r, SL_ERR_FORMAT, line, "'%s' is undefined", v->u.undef_name);
-  sl__jfail(r, SL_ERR_FORMAT, line, "undefined value used");
-}
-
-/* ---- argument helpers ---------------------------------------------------- */
-
-/* The argument at position `idx` or named `name`, or NULL. */
-sl_jv *sl__jarg(const sl__jargs *a, size_t idx, const char *name) {
-  if (idx < a->npos)
-    return a->pos[idx];
-  for (size_t i = 0; i < a->nkw; i++)
-    if (name && !strcmp(a->kwn[i], name))
-      return a->kwv[i];
-  return NULL;
-}
-
-void sl__jcheck_args(sl__jrender *r, int line, const char *what,
-                       const sl__jargs *a, size_t maxpos,
-                       const char *const *names) {
-  if (a->npos > maxpos)
-    sl__jfail(r, SL_ERR_FORMAT, line, "%s takes at most %zu positional "
-              "argument(s)", what, maxpos);
-  for (size_t i = 0; i < a->nkw; i++) {
-    bool ok = false;
-    for (size_t k = 0; names && names[k]; k++)
-      if (!strcmp(names[k], a->kwn[i]))
-        ok = true;
-    if (!ok)
-      sl__jfail(r, SL_ERR_FORMAT, line, "%s got an unexpected keyword "
-                "argument '%s'", what, a->kwn[i]);
-  }
-}
-
-const sl_jv *sl__jneed_str(sl__jrender *r, int line, const char *what,
-                             const sl_jv *v) {
-  if (v->kind != SL_JV_STRING) {
-    if (v->kind == SL_JV_UNDEFINED)
-      sl__jfail_undef(r, line, v);
-    sl__jfail(r, SL_ERR_FORMAT, line, "%s expects a string, not '%s'", what,
-              sl__jv_kind_name(v));
-  }
-  return v;
-}
-
-int64_t sl__jneed_int(sl__jrender *r, int line, const char *what,
-                        const sl_jv *v) {
-  if (v->kind == SL_JV_INT)
-    return v->u.i;
-  if (v->kind == SL_JV_BOOL)
-    return v->u.b;
-  sl__jfail(r, SL_ERR_FORMAT, line, "%s expects an integer, not '%s'", what,
-            sl__jv_kind_name(v));
-}
-
-/* ---- generic views ------------------------------------------------------------ */
-
-int64_t sl__jv_length(sl__jrender *r, int line, const sl_jv *v) {
-  switch (v->kind) {
-  case SL_JV_STRING: return (int64_t)sl__utf8_count(v->u.s.p, v->u.s.n);
-  case SL_JV_LIST: return (int64_t)v->u.l.n;
-  case SL_JV_DICT: return (int64_t)v->u.d.n;
-  case SL_JV_UNDEFINED: return 0;
-  default:
-    sl__jfail(r, SL_ERR_FORMAT, line, "object of type '%s' has no len()",
-              sl__jv_kind_name(v));
-  }
-}
-
-sl_jv *sl__jv_iter_list(sl__jrender *r, int line, sl_jv *v) {
-  switch (v->kind) {
-  case SL_JV_LIST: return v;
-  case SL_JV_DICT: {
-    sl_jv *l = sl__jv_list(r, v->u.d.n);
-    for (size_t i = 0; i < v->u.d.n; i++)
-      sl__jv_list_push(r, l, v->u.d.k[i]);
-    return l;
-  }
-  case SL_JV_STRING: {
-    size_t n;
-    size_t *off = sl__utf8_offsets(r, v->u.s.p, v->u.s.n, &n);
-    sl_jv *l = sl__jv_list(r, n);
-    for (size_t i = 0; i < n; i++)
-      sl__jv_list_push(r, l, sl__jv_str(r, v->u.s.p + off[i],
-                                        off[i + 1] - off[i]));
-    return l;
-  }
-  case SL_JV_UNDEFINED: return sl__jv_list(r, 0);
-  default:
-    sl__jfail(r, SL_ERR_FORMAT, line, "'%s' object is not iterable",
-              sl__jv_kind_name(v));
-  }
-}
 
 static sl_jv *loop_attr(sl__jrender *r, const sl_jv *lp, const char *name) {
   size_t i = lp->u.loop.i, n = lp->u.loop.n;
@@ -180,7 +85,6 @@ sl_jv *sl__jv_getitem(sl__jrender *r, int line, sl_jv *obj, sl_jv *key) {
   return sl__jv_undef(r, NULL);
 }
 
-
 static sl_jv *pairs(sl__jrender *r, const sl_jv *d) {
   sl_jv *l = sl__jv_list(r, d->u.d.n);
   for (size_t i = 0; i < d->u.d.n; i++) {
@@ -193,8 +97,8 @@ static sl_jv *pairs(sl__jrender *r, const sl_jv *d) {
   return l;
 }
 
-sl_jv *sl__jinja_method(sl__jrender *r, int line, sl_jv *obj,
-                        const char *name, const sl__jargs *args) {
+sl_jv *sl__jinja_method(sl__jrender *r, int line, sl_jv *obj, const char *name,
+                        const sl__jargs *args) {
   if (obj->kind == SL_JV_STRING)
     return sl__jstr_method(r, line, obj, name, args);
   if (obj->kind == SL_JV_DICT) {
@@ -256,7 +160,8 @@ sl_jv *sl__jinja_method(sl__jrender *r, int line, sl_jv *obj,
   return NULL;
 }
 
-/* ---- sorting ---------------------------------------------------------------------- */
+/* ---- sorting
+ * ---------------------------------------------------------------------- */
 
 typedef struct sortkey {
   sl_jv *key, *item;
@@ -332,7 +237,8 @@ static sl_jv *sort_list(sl__jrender *r, int line, sl_jv *items, bool reverse,
   return l;
 }
 
-/* ---- filters ---------------------------------------------------------------------- */
+/* ---- filters
+ * ---------------------------------------------------------------------- */
 
 static sl_jv *join(sl__jrender *r, int line, sl_jv *seq, const sl_jv *sep,
                    const sl_jv *attribute) {
@@ -355,12 +261,23 @@ static sl_jv *html_escape(sl__jrender *r, const sl_jv *s) {
   for (size_t i = 0; i < s->u.s.n; i++) {
     const char *e = NULL;
     switch (s->u.s.p[i]) {
-    case '&': e = "&amp;"; break;
-    case '<': e = "&lt;"; break;
-    case '>': e = "&gt;"; break;
-    case '"': e = "&#34;"; break;
-    case '\'': e = "&#39;"; break;
-    default: continue;
+    case '&':
+      e = "&amp;";
+      break;
+    case '<':
+      e = "&lt;";
+      break;
+    case '>':
+      e = "&gt;";
+      break;
+    case '"':
+      e = "&#34;";
+      break;
+    case '\'':
+      e = "&#39;";
+      break;
+    default:
+      continue;
     }
     sl__jbuf_put(r, &b, s->u.s.p + run, i - run);
     sl__jbuf_puts(r, &b, e);
@@ -429,10 +346,8 @@ static sl_jv *to_list_of_pairs_sorted(sl__jrender *r, int line, sl_jv *d,
   sl_jv *by = sl__jarg(a, 1, "by");
   bool rev = sl__jopt_bool(sl__jarg(a, 2, "reverse"), false);
   sl_jv *l = pairs(r, d);
-  sl_jv *idx = sl__jv_int(r, by && by->kind == SL_JV_STRING &&
-                                     !strcmp(by->u.s.p, "value")
-                                 ? 1
-                                 : 0);
+  sl_jv *idx = sl__jv_int(
+      r, by && by->kind == SL_JV_STRING && !strcmp(by->u.s.p, "value") ? 1 : 0);
   return sort_list(r, line, l, rev, cs, idx);
 }
 
@@ -463,8 +378,8 @@ static sl_jv *filter_select(sl__jrender *r, int line, sl_jv *seq,
   return l;
 }
 
-static sl_jv *min_max(sl__jrender *r, int line, sl_jv *seq,
-                      const sl__jargs *a, bool want_max) {
+static sl_jv *min_max(sl__jrender *r, int line, sl_jv *seq, const sl__jargs *a,
+                      bool want_max) {
   sl_jv *items = sl__jv_iter_list(r, line, seq);
   bool cs = sl__jopt_bool(sl__jarg(a, 0, "case_sensitive"), false);
   sl_jv *attr = sl__jarg(a, 1, "attribute");
@@ -551,8 +466,8 @@ static sl_jv *tojson(sl__jrender *r, int line, sl_jv *v, const sl__jargs *a) {
     ksep = sl__jneed_str(r, line, "separators", seps->u.l.v[1])->u.s.p;
   }
   sl__jbuf b = {0};
-  sl__jv_write_json(r, line, &b, v, sl__jopt_bool(ea, false), indent, isep, ksep,
-                    sl__jopt_bool(sk, false), 0);
+  sl__jv_write_json(r, line, &b, v, sl__jopt_bool(ea, false), indent, isep,
+                    ksep, sl__jopt_bool(sk, false), 0);
   return sl__jv_str(r, b.p ? b.p : "", b.n);
 }
 
@@ -560,7 +475,8 @@ static sl_jv *round_filter(sl__jrender *r, int line, sl_jv *v,
                            const sl__jargs *a) {
   sl_jv *pv = sl__jarg(a, 0, "precision"), *mv = sl__jarg(a, 1, "method");
   int64_t prec = pv ? sl__jneed_int(r, line, "round", pv) : 0;
-  const char *method = mv ? sl__jneed_str(r, line, "round", mv)->u.s.p : "common";
+  const char *method =
+      mv ? sl__jneed_str(r, line, "round", mv)->u.s.p : "common";
   if (!sl__jv_is_num(v)) {
     if (v->kind == SL_JV_UNDEFINED)
       sl__jfail_undef(r, line, v);
@@ -618,10 +534,10 @@ sl_jv *sl__jinja_filter(sl__jrender *r, int line, const char *f, sl_jv *v,
   if (!strcmp(f, "trim")) {
     sl_jv *chars = sl__jarg(a, 0, "chars");
     return sl__jstr_strip(r, sl__jv_to_str(r, v),
-                     chars && chars->kind != SL_JV_NULL
-                         ? sl__jneed_str(r, line, "trim", chars)
-                         : NULL,
-                     3);
+                          chars && chars->kind != SL_JV_NULL
+                              ? sl__jneed_str(r, line, "trim", chars)
+                              : NULL,
+                          3);
   }
   if (!strcmp(f, "upper"))
     return sl__jstr_upper(r, sl__jv_to_str(r, v));
@@ -637,10 +553,10 @@ sl_jv *sl__jinja_filter(sl__jrender *r, int line, const char *f, sl_jv *v,
     if (!old || !neu)
       sl__jfail(r, SL_ERR_FORMAT, line, "replace needs 'old' and 'new'");
     return sl__jstr_replace(r, line, sl__jv_to_str(r, v), sl__jv_to_str(r, old),
-                       sl__jv_to_str(r, neu),
-                       cnt && cnt->kind != SL_JV_NULL
-                           ? sl__jneed_int(r, line, "replace", cnt)
-                           : -1);
+                            sl__jv_to_str(r, neu),
+                            cnt && cnt->kind != SL_JV_NULL
+                                ? sl__jneed_int(r, line, "replace", cnt)
+                                : -1);
   }
   if (!strcmp(f, "first") || !strcmp(f, "last")) {
     sl_jv *items = sl__jv_iter_list(r, line, v);
@@ -664,7 +580,8 @@ sl_jv *sl__jinja_filter(sl__jrender *r, int line, const char *f, sl_jv *v,
     if (v->kind == SL_JV_UNDEFINED)
       return sl__jv_list(r, 0);
     if (!sl__jv_is_dict(v))
-      sl__jfail(r, SL_ERR_FORMAT, line, "can only get item pairs from a "
+      sl__jfail(r, SL_ERR_FORMAT, line,
+                "can only get item pairs from a "
                 "mapping");
     return pairs(r, v);
   }
@@ -783,11 +700,15 @@ sl_jv *sl__jinja_filter(sl__jrender *r, int line, const char *f, sl_jv *v,
     if (!a0)
       sl__jfail(r, SL_ERR_FORMAT, line, "map requires a filter argument");
     const sl_jv *fname = sl__jneed_str(r, line, "map", a0);
-    sl__jargs rest = {.pos = a->pos + 1, .npos = a->npos - 1,
-                      .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw};
+    sl__jargs rest = {.pos = a->pos + 1,
+                      .npos = a->npos - 1,
+                      .kwn = a->kwn,
+                      .kwv = a->kwv,
+                      .nkw = a->nkw};
     for (size_t i = 0; i < items->u.l.n; i++)
-      sl__jv_list_push(r, l, sl__jinja_filter(r, line, fname->u.s.p,
-                                              items->u.l.v[i], &rest));
+      sl__jv_list_push(
+          r, l,
+          sl__jinja_filter(r, line, fname->u.s.p, items->u.l.v[i], &rest));
     return l;
   }
   if (!strcmp(f, "select") || !strcmp(f, "reject"))
@@ -801,8 +722,8 @@ sl_jv *sl__jinja_filter(sl__jrender *r, int line, const char *f, sl_jv *v,
     sl_jv *items = sl__jv_iter_list(r, line, v);
     sl_jv *acc = start ? start : sl__jv_int(r, 0);
     for (size_t i = 0; i < items->u.l.n; i++) {
-      sl_jv *x = attr ? attr_path(r, line, items->u.l.v[i], attr)
-                      : items->u.l.v[i];
+      sl_jv *x =
+          attr ? attr_path(r, line, items->u.l.v[i], attr) : items->u.l.v[i];
       if (!sl__jv_is_num(x) || !sl__jv_is_num(acc))
         sl__jfail(r, SL_ERR_FORMAT, line, "sum of non-numbers");
       if (acc->kind == SL_JV_FLOAT || x->kind == SL_JV_FLOAT) {
@@ -828,7 +749,8 @@ sl_jv *sl__jinja_filter(sl__jrender *r, int line, const char *f, sl_jv *v,
   if (!strcmp(f, "attr")) {
     if (!a0)
       sl__jfail(r, SL_ERR_FORMAT, line, "attr needs a name");
-    return sl__jv_getattr(r, line, v, sl__jneed_str(r, line, "attr", a0)->u.s.p);
+    return sl__jv_getattr(r, line, v,
+                          sl__jneed_str(r, line, "attr", a0)->u.s.p);
   }
   if (!strcmp(f, "wordcount")) {
     sl_jv *s = sl__jv_to_str(r, v);
@@ -847,4 +769,3 @@ sl_jv *sl__jinja_filter(sl__jrender *r, int line, const char *f, sl_jv *v,
   }
   sl__jfail(r, SL_ERR_UNSUPPORTED, line, "unsupported filter '%s'", f);
 }
-

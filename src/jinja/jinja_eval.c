@@ -88,8 +88,7 @@ static void deeper(sl__jrender *r, int line) {
               r->max_depth);
 }
 
-_Noreturn static void fail_undefined(sl__jrender *r, int line,
-                                     const sl_jv *v) {
+_Noreturn static void fail_undefined(sl__jrender *r, int line, const sl_jv *v) {
   if (v->u.undef_name)
     sl__jfail(r, SL_ERR_FORMAT, line, "'%s' is undefined", v->u.undef_name);
   sl__jfail(r, SL_ERR_FORMAT, line, "undefined value used");
@@ -99,7 +98,8 @@ static sl_jv *eval(sl__jrender *r, sl__jframe *f, const sl__jnode *nd);
 static flow exec_body(sl__jrender *r, sl__jframe *f, sl__jnode *const *body,
                       size_t n);
 
-/* ---- arithmetic ------------------------------------------------------------- */
+/* ---- arithmetic -------------------------------------------------------------
+ */
 
 static int64_t as_int(const sl_jv *v) {
   return v->kind == SL_JV_INT ? v->u.i : v->kind == SL_JV_BOOL ? v->u.b : 0;
@@ -110,14 +110,22 @@ static double as_num(const sl_jv *v) {
 
 static const char *op_name(int op) {
   switch (op) {
-  case JOP_ADD: return "+";
-  case JOP_SUB: return "-";
-  case JOP_MUL: return "*";
-  case JOP_DIV: return "/";
-  case JOP_FLOORDIV: return "//";
-  case JOP_MOD: return "%";
-  case JOP_POW: return "**";
-  default: return "?";
+  case JOP_ADD:
+    return "+";
+  case JOP_SUB:
+    return "-";
+  case JOP_MUL:
+    return "*";
+  case JOP_DIV:
+    return "/";
+  case JOP_FLOORDIV:
+    return "//";
+  case JOP_MOD:
+    return "%";
+  case JOP_POW:
+    return "**";
+  default:
+    return "?";
   }
 }
 
@@ -256,7 +264,8 @@ static sl_jv *arith(sl__jrender *r, int line, int op, sl_jv *a, sl_jv *b) {
       return sl__jv_int(r, x);
     }
     return sl__jv_float(r, pow(as_num(a), as_num(b)));
-  default: break;
+  default:
+    break;
   }
   type_error(r, line, op, a, b);
 }
@@ -272,24 +281,24 @@ static bool contains(sl__jrender *r, int line, sl_jv *needle, sl_jv *hay) {
       return true;
     if (needle->u.s.n > hay->u.s.n)
       return false;
-    return memmem(hay->u.s.p, hay->u.s.n, needle->u.s.p, needle->u.s.n) !=
-           NULL;
+    return memmem(hay->u.s.p, hay->u.s.n, needle->u.s.p, needle->u.s.n) != NULL;
   case SL_JV_LIST:
     for (size_t i = 0; i < hay->u.l.n; i++)
       if (sl__jv_equal(hay->u.l.v[i], needle))
         return true;
     return false;
   case SL_JV_DICT:
-  case SL__JV_NAMESPACE: return sl__jv_dict_find(hay, needle) != NULL;
-  case SL_JV_UNDEFINED: return false;
+  case SL__JV_NAMESPACE:
+    return sl__jv_dict_find(hay, needle) != NULL;
+  case SL_JV_UNDEFINED:
+    return false;
   default:
     sl__jfail(r, SL_ERR_FORMAT, line, "argument of type '%s' is not iterable",
               sl__jv_kind_name(hay));
   }
 }
 
-static sl_jv *binary(sl__jrender *r, const sl__jnode *nd, sl_jv *a,
-                     sl_jv *b) {
+static sl_jv *binary(sl__jrender *r, const sl__jnode *nd, sl_jv *a, sl_jv *b) {
   int line = nd->line;
   switch (nd->op) {
   case JOP_CONCAT: {
@@ -298,8 +307,10 @@ static sl_jv *binary(sl__jrender *r, const sl__jnode *nd, sl_jv *a,
     sl__jv_write_str(r, &buf, b);
     return sl__jv_str(r, buf.p ? buf.p : "", buf.n);
   }
-  case JOP_EQ: return sl__jv_bool(r, sl__jv_equal(a, b));
-  case JOP_NE: return sl__jv_bool(r, !sl__jv_equal(a, b));
+  case JOP_EQ:
+    return sl__jv_bool(r, sl__jv_equal(a, b));
+  case JOP_NE:
+    return sl__jv_bool(r, !sl__jv_equal(a, b));
   case JOP_LT:
   case JOP_LE:
   case JOP_GT:
@@ -315,13 +326,17 @@ static sl_jv *binary(sl__jrender *r, const sl__jnode *nd, sl_jv *a,
                                   : c >= 0;
     return sl__jv_bool(r, res);
   }
-  case JOP_IN: return sl__jv_bool(r, contains(r, line, a, b));
-  case JOP_NOTIN: return sl__jv_bool(r, !contains(r, line, a, b));
-  default: return arith(r, line, nd->op, a, b);
+  case JOP_IN:
+    return sl__jv_bool(r, contains(r, line, a, b));
+  case JOP_NOTIN:
+    return sl__jv_bool(r, !contains(r, line, a, b));
+  default:
+    return arith(r, line, nd->op, a, b);
   }
 }
 
-/* ---- slicing ----------------------------------------------------------------- */
+/* ---- slicing
+ * ----------------------------------------------------------------- */
 
 static int64_t slice_index(sl__jrender *r, sl__jframe *f, const sl__jnode *nd,
                            bool *present) {
@@ -390,7 +405,8 @@ static sl_jv *eval_slice(sl__jrender *r, sl__jframe *f, const sl__jnode *nd) {
   return sl__jv_str(r, b.p ? b.p : "", b.n);
 }
 
-/* ---- calls ----------------------------------------------------------------------- */
+/* ---- calls
+ * ----------------------------------------------------------------------- */
 
 static void eval_args(sl__jrender *r, sl__jframe *f, const sl__jnode *nd,
                       sl__jargs *args) {
@@ -417,8 +433,10 @@ static sl_jv *call_macro(sl__jrender *r, int line, const sl_jv *m,
   step(r, line);
   sl__jframe *f = frame_new(r, m->u.m.frame);
   if (args->npos > def->nnames)
-    sl__jfail(r, SL_ERR_FORMAT, line, "macro '%s' takes not more than %zu "
-              "argument(s)", def->s, def->nnames);
+    sl__jfail(r, SL_ERR_FORMAT, line,
+              "macro '%s' takes not more than %zu "
+              "argument(s)",
+              def->s, def->nnames);
   for (size_t i = 0; i < args->npos; i++)
     frame_set(r, f, def->names[i], args->pos[i]);
   for (size_t k = 0; k < args->nkw; k++) {
@@ -427,8 +445,8 @@ static sl_jv *call_macro(sl__jrender *r, int line, const sl_jv *m,
       if (!strcmp(def->names[i], args->kwn[k]))
         break;
     if (i == def->nnames)
-      sl__jfail(r, SL_ERR_FORMAT, line,
-                "macro '%s' has no argument named '%s'", def->s, args->kwn[k]);
+      sl__jfail(r, SL_ERR_FORMAT, line, "macro '%s' has no argument named '%s'",
+                def->s, args->kwn[k]);
     if (i < args->npos)
       sl__jfail(r, SL_ERR_FORMAT, line,
                 "macro '%s' got multiple values for argument '%s'", def->s,
@@ -442,8 +460,8 @@ static sl_jv *call_macro(sl__jrender *r, int line, const sl_jv *m,
         given = true;
     if (given)
       continue;
-    sl_jv *v = def->l2[i] ? eval(r, f, def->l2[i])
-                          : sl__jv_undef(r, def->names[i]);
+    sl_jv *v =
+        def->l2[i] ? eval(r, f, def->l2[i]) : sl__jv_undef(r, def->names[i]);
     frame_set(r, f, def->names[i], v);
   }
   sl__jbuf *saved = r->out, buf = {0};
@@ -488,12 +506,15 @@ static sl_jv *eval_call(sl__jrender *r, sl__jframe *f, const sl__jnode *nd) {
   return call_value(r, nd->line, callee, &args);
 }
 
-/* ---- expressions --------------------------------------------------------------- */
+/* ---- expressions
+ * --------------------------------------------------------------- */
 
 static sl_jv *eval_inner(sl__jrender *r, sl__jframe *f, const sl__jnode *nd) {
   switch (nd->kind) {
-  case JN_CONST: return nd->v;
-  case JN_NAME: return lookup(r, f, nd->s);
+  case JN_CONST:
+    return nd->v;
+  case JN_NAME:
+    return lookup(r, f, nd->s);
   case JN_LIST: {
     sl_jv *l = sl__jv_list(r, nd->n1);
     for (size_t i = 0; i < nd->n1; i++)
@@ -516,8 +537,10 @@ static sl_jv *eval_inner(sl__jrender *r, sl__jframe *f, const sl__jnode *nd) {
     return sl__jv_getattr(r, nd->line, eval(r, f, nd->a), nd->s);
   case JN_ITEM:
     return sl__jv_getitem(r, nd->line, eval(r, f, nd->a), eval(r, f, nd->b));
-  case JN_SLICE: return eval_slice(r, f, nd);
-  case JN_CALL: return eval_call(r, f, nd);
+  case JN_SLICE:
+    return eval_slice(r, f, nd);
+  case JN_CALL:
+    return eval_call(r, f, nd);
   case JN_FILTER: {
     sl_jv *v = eval(r, f, nd->a);
     sl__jargs args;
@@ -536,8 +559,10 @@ static sl_jv *eval_inner(sl__jrender *r, sl__jframe *f, const sl__jnode *nd) {
     if (!sl__jv_is_num(v)) {
       if (v->kind == SL_JV_UNDEFINED)
         fail_undefined(r, nd->line, v);
-      sl__jfail(r, SL_ERR_FORMAT, nd->line, "bad operand type for unary %s: "
-                "'%s'", nd->op == JOP_NEG ? "-" : "+", sl__jv_kind_name(v));
+      sl__jfail(r, SL_ERR_FORMAT, nd->line,
+                "bad operand type for unary %s: "
+                "'%s'",
+                nd->op == JOP_NEG ? "-" : "+", sl__jv_kind_name(v));
     }
     if (nd->op == JOP_POS)
       return v->kind == SL_JV_BOOL ? sl__jv_int(r, v->u.b) : v;
@@ -560,13 +585,15 @@ static sl_jv *eval_inner(sl__jrender *r, sl__jframe *f, const sl__jnode *nd) {
     sl_jv *a = eval(r, f, nd->a);
     return sl__jv_truthy(a) ? a : eval(r, f, nd->b);
   }
-  case JN_NOT: return sl__jv_bool(r, !sl__jv_truthy(eval(r, f, nd->a)));
+  case JN_NOT:
+    return sl__jv_bool(r, !sl__jv_truthy(eval(r, f, nd->a)));
   case JN_COMPARE: {
     /* a < b < c is (a < b) and (b < c), each operand evaluated once */
     sl_jv *lhs = eval(r, f, nd->l1[0]), *res = NULL;
     for (size_t i = 1; i < nd->n1; i++) {
       sl_jv *rhs = eval(r, f, nd->l1[i]);
-      sl__jnode op = {.kind = JN_BINARY, .op = nd->ops[i - 1], .line = nd->line};
+      sl__jnode op = {
+          .kind = JN_BINARY, .op = nd->ops[i - 1], .line = nd->line};
       res = binary(r, &op, lhs, rhs);
       if (!sl__jv_truthy(res))
         return res;
@@ -578,7 +605,8 @@ static sl_jv *eval_inner(sl__jrender *r, sl__jframe *f, const sl__jnode *nd) {
     if (sl__jv_truthy(eval(r, f, nd->a)))
       return eval(r, f, nd->b);
     return nd->c ? eval(r, f, nd->c) : sl__jv_undef(r, NULL);
-  default: break;
+  default:
+    break;
   }
   sl__jfail(r, SL_ERR_UNSUPPORTED, nd->line, "unsupported expression");
 }
@@ -590,7 +618,8 @@ static sl_jv *eval(sl__jrender *r, sl__jframe *f, const sl__jnode *nd) {
   return v;
 }
 
-/* ---- statements ----------------------------------------------------------------- */
+/* ---- statements
+ * ----------------------------------------------------------------- */
 
 static void assign(sl__jrender *r, sl__jframe *f, const sl__jnode *nd,
                    sl_jv *v) {
@@ -601,8 +630,7 @@ static void assign(sl__jrender *r, sl__jframe *f, const sl__jnode *nd,
   sl_jv *l = sl__jv_iter_list(r, nd->line, v);
   if (l->u.l.n != nd->nnames)
     sl__jfail(r, SL_ERR_FORMAT, nd->line,
-              "cannot unpack %zu values into %zu names", l->u.l.n,
-              nd->nnames);
+              "cannot unpack %zu values into %zu names", l->u.l.n, nd->nnames);
   for (size_t i = 0; i < nd->nnames; i++)
     frame_set(r, f, nd->names[i], l->u.l.v[i]);
 }
@@ -660,7 +688,9 @@ static sl_jv *capture(sl__jrender *r, sl__jframe *f, sl__jnode *const *body,
 static flow exec_node(sl__jrender *r, sl__jframe *f, const sl__jnode *nd) {
   step(r, nd->line);
   switch (nd->kind) {
-  case JN_TEXT: sl__jbuf_put(r, r->out, nd->s, nd->n); return FLOW_NORMAL;
+  case JN_TEXT:
+    sl__jbuf_put(r, r->out, nd->s, nd->n);
+    return FLOW_NORMAL;
   case JN_OUTPUT: {
     sl_jv *v = eval(r, f, nd->a);
     sl__jv_write_str(r, r->out, v);
@@ -670,8 +700,11 @@ static flow exec_node(sl__jrender *r, sl__jframe *f, const sl__jnode *nd) {
     if (sl__jv_truthy(eval(r, f, nd->a)))
       return exec_body(r, f, nd->l1, nd->n1);
     return exec_body(r, f, nd->l2, nd->n2);
-  case JN_FOR: return exec_for(r, f, nd);
-  case JN_SET: assign(r, f, nd, eval(r, f, nd->a)); return FLOW_NORMAL;
+  case JN_FOR:
+    return exec_for(r, f, nd);
+  case JN_SET:
+    assign(r, f, nd, eval(r, f, nd->a));
+    return FLOW_NORMAL;
   case JN_SET_ATTR: {
     sl_jv *ns = lookup(r, f, nd->s);
     if (ns->kind != SL__JV_NAMESPACE)
@@ -693,8 +726,10 @@ static flow exec_node(sl__jrender *r, sl__jframe *f, const sl__jnode *nd) {
     frame_set(r, f, nd->s, m);
     return FLOW_NORMAL;
   }
-  case JN_BREAK: return FLOW_BREAK;
-  case JN_CONTINUE: return FLOW_CONTINUE;
+  case JN_BREAK:
+    return FLOW_BREAK;
+  case JN_CONTINUE:
+    return FLOW_CONTINUE;
   case JN_WITH: {
     sl__jframe *ff = frame_new(r, f);
     for (size_t i = 0; i < nd->n2; i++)
@@ -716,8 +751,10 @@ static flow exec_node(sl__jrender *r, sl__jframe *f, const sl__jnode *nd) {
     sl__jv_write_str(r, r->out, v);
     return FLOW_NORMAL;
   }
-  case JN_BLOCK: return exec_body(r, f, nd->l1, nd->n1);
-  default: break;
+  case JN_BLOCK:
+    return exec_body(r, f, nd->l1, nd->n1);
+  default:
+    break;
   }
   sl__jfail(r, SL_ERR_UNSUPPORTED, nd->line, "unsupported statement");
 }
@@ -736,7 +773,8 @@ static flow exec_body(sl__jrender *r, sl__jframe *f, sl__jnode *const *body,
   return FLOW_NORMAL;
 }
 
-/* ---- public API ----------------------------------------------------------------- */
+/* ---- public API
+ * ----------------------------------------------------------------- */
 
 static void set_err(char *err, size_t errcap, const char *msg) {
   if (err && errcap)
@@ -758,8 +796,8 @@ sl_jinja_template_t *sl_jinja_compile(const char *src, size_t len, char *err,
   }
   sl__jtok *toks;
   size_t ntoks;
-  sl_status st = sl__jinja_lex(&t->arena, src ? src : "", len, &toks, &ntoks,
-                               err, errcap);
+  sl_status st =
+      sl__jinja_lex(&t->arena, src ? src : "", len, &toks, &ntoks, err, errcap);
   if (st == SL_OK)
     st = sl__jinja_parse(t, toks, ntoks, err, errcap);
   if (st != SL_OK) {

@@ -11,7 +11,8 @@
 
 #define MAX_RANGE 100000 /* jinja2's sandbox limit */
 
-/* ---- tests ---------------------------------------------------------------------- */
+/* ---- tests
+ * ---------------------------------------------------------------------- */
 
 bool sl__jinja_test(sl__jrender *r, int line, const char *t, sl_jv *v,
                     const sl__jargs *a) {
@@ -66,19 +67,19 @@ bool sl__jinja_test(sl__jrender *r, int line, const char *t, sl_jv *v,
   if (!strcmp(t, "lower") || !strcmp(t, "upper")) {
     if (k != SL_JV_STRING)
       return false;
-    sl_jv *s = sl__jstr_method(r, line, v, t[0] == 'l' ? "islower" : "isupper",
-                             a);
+    sl_jv *s =
+        sl__jstr_method(r, line, v, t[0] == 'l' ? "islower" : "isupper", a);
     return s->u.b;
   }
   static const struct {
     const char *name;
     int op;
-  } cmp[] = {{"eq", JOP_EQ}, {"equalto", JOP_EQ}, {"==", JOP_EQ},
-             {"ne", JOP_NE}, {"!=", JOP_NE},      {"lt", JOP_LT},
-             {"lessthan", JOP_LT}, {"<", JOP_LT}, {"le", JOP_LE},
-             {"<=", JOP_LE}, {"gt", JOP_GT},      {"greaterthan", JOP_GT},
-             {">", JOP_GT},  {"ge", JOP_GE},      {">=", JOP_GE},
-             {"in", JOP_IN}, {"sameas", JOP_EQ}};
+  } cmp[] = {{"eq", JOP_EQ},       {"equalto", JOP_EQ}, {"==", JOP_EQ},
+             {"ne", JOP_NE},       {"!=", JOP_NE},      {"lt", JOP_LT},
+             {"lessthan", JOP_LT}, {"<", JOP_LT},       {"le", JOP_LE},
+             {"<=", JOP_LE},       {"gt", JOP_GT},      {"greaterthan", JOP_GT},
+             {">", JOP_GT},        {"ge", JOP_GE},      {">=", JOP_GE},
+             {"in", JOP_IN},       {"sameas", JOP_EQ}};
   for (size_t i = 0; i < sizeof cmp / sizeof cmp[0]; i++) {
     if (strcmp(t, cmp[i].name))
       continue;
@@ -90,12 +91,13 @@ bool sl__jinja_test(sl__jrender *r, int line, const char *t, sl_jv *v,
         return v == a0 || (v->kind == a0->kind && v->kind <= SL_JV_BOOL &&
                            sl__jv_equal(v, a0));
       return sl__jv_equal(v, a0);
-    case JOP_NE: return !sl__jv_equal(v, a0);
+    case JOP_NE:
+      return !sl__jv_equal(v, a0);
     case JOP_IN:
       if (a0->kind == SL_JV_STRING && v->kind == SL_JV_STRING)
-        return v->u.s.n == 0 || (v->u.s.n <= a0->u.s.n &&
-                                 memmem(a0->u.s.p, a0->u.s.n, v->u.s.p,
-                                        v->u.s.n));
+        return v->u.s.n == 0 ||
+               (v->u.s.n <= a0->u.s.n &&
+                memmem(a0->u.s.p, a0->u.s.n, v->u.s.p, v->u.s.n));
       if (a0->kind == SL_JV_LIST) {
         for (size_t j = 0; j < a0->u.l.n; j++)
           if (sl__jv_equal(a0->u.l.v[j], v))
@@ -119,7 +121,8 @@ bool sl__jinja_test(sl__jrender *r, int line, const char *t, sl_jv *v,
   sl__jfail(r, SL_ERR_UNSUPPORTED, line, "unsupported test '%s'", t);
 }
 
-/* ---- globals --------------------------------------------------------------------- */
+/* ---- globals
+ * --------------------------------------------------------------------- */
 
 int sl__jinja_builtin_global(const char *name) {
   if (!strcmp(name, "range"))
@@ -163,10 +166,11 @@ sl_jv *sl__jinja_call_builtin(sl__jrender *r, int line, int fn,
   }
   case JFN_NAMESPACE:
   case JFN_DICT: {
-    sl_jv *d = sl__jv_dict(r, 0, fn == JFN_NAMESPACE ? SL__JV_NAMESPACE
-                                                      : SL_JV_DICT);
+    sl_jv *d =
+        sl__jv_dict(r, 0, fn == JFN_NAMESPACE ? SL__JV_NAMESPACE : SL_JV_DICT);
     if (a->npos > 1)
-      sl__jfail(r, SL_ERR_FORMAT, line, "expected at most 1 positional "
+      sl__jfail(r, SL_ERR_FORMAT, line,
+                "expected at most 1 positional "
                 "argument");
     if (a->npos == 1) {
       sl_jv *src = a->pos[0];
@@ -178,7 +182,8 @@ sl_jv *sl__jinja_call_builtin(sl__jrender *r, int line, int fn,
         for (size_t i = 0; i < items->u.l.n; i++) {
           sl_jv *p = sl__jv_iter_list(r, line, items->u.l.v[i]);
           if (p->u.l.n != 2)
-            sl__jfail(r, SL_ERR_FORMAT, line, "dictionary update sequence "
+            sl__jfail(r, SL_ERR_FORMAT, line,
+                      "dictionary update sequence "
                       "element has wrong length");
           sl__jv_dict_put(r, d, p->u.l.v[0], p->u.l.v[1]);
         }
@@ -207,8 +212,8 @@ sl_jv *sl__jinja_call_builtin(sl__jrender *r, int line, int fn,
     size_t n = fmt->u.s.n ? strftime(buf, sizeof buf, fmt->u.s.p, &tmv) : 0;
     return sl__jv_str(r, buf, n);
   }
-  default: break;
+  default:
+    break;
   }
   sl__jfail(r, SL_ERR_UNSUPPORTED, line, "unsupported function");
 }
-

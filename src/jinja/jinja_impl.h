@@ -26,8 +26,8 @@
 
 typedef struct sl__jarena {
   struct sl__jchunk *head;
-  size_t used;  /* bytes taken from the funnel */
-  size_t limit; /* 0 = no limit */
+  size_t used;     /* bytes taken from the funnel */
+  size_t limit;    /* 0 = no limit */
   bool over_limit; /* the last failure was the limit, not the funnel */
 } sl__jarena;
 
@@ -101,9 +101,9 @@ typedef enum sl__jnode_kind {
   JN_MACRO,     /* s: name, names: params, l2: defaults (NULL), l1: body */
   JN_BREAK,
   JN_CONTINUE,
-  JN_WITH,      /* names/l2: assignments, l1: body */
+  JN_WITH,         /* names/l2: assignments, l1: body */
   JN_FILTER_BLOCK, /* a: filter chain applied to JN_CAPTURE placeholder, l1 */
-  JN_BLOCK,     /* a transparent body: l1 ({% generation %}) */
+  JN_BLOCK,        /* a transparent body: l1 ({% generation %}) */
   /* expressions */
   JN_CONST,  /* v */
   JN_NAME,   /* s */
@@ -120,7 +120,7 @@ typedef enum sl__jnode_kind {
   JN_AND,
   JN_OR,
   JN_NOT,
-  JN_COND, /* b if a else c (c may be NULL) */
+  JN_COND,    /* b if a else c (c may be NULL) */
   JN_COMPARE, /* l1[0] ops[0] l1[1] ops[1] l1[2] ...: a chain, as Python */
 } sl__jnode_kind;
 
@@ -263,7 +263,8 @@ static inline bool sl__jv_is_dict(const sl_jv *v) {
   return v->kind == SL_JV_DICT || v->kind == SL__JV_NAMESPACE;
 }
 static inline bool sl__jv_is_num(const sl_jv *v) {
-  return v->kind == SL_JV_INT || v->kind == SL_JV_FLOAT || v->kind == SL_JV_BOOL;
+  return v->kind == SL_JV_INT || v->kind == SL_JV_FLOAT ||
+         v->kind == SL_JV_BOOL;
 }
 
 /* Buffers. */
@@ -305,14 +306,14 @@ typedef struct sl__jargs {
 } sl__jargs;
 
 /* Each fails the render on an error; `line` is for messages. */
-sl_jv *sl__jinja_filter(sl__jrender *r, int line, const char *name,
-                        sl_jv *v, const sl__jargs *args);
+sl_jv *sl__jinja_filter(sl__jrender *r, int line, const char *name, sl_jv *v,
+                        const sl__jargs *args);
 bool sl__jinja_test(sl__jrender *r, int line, const char *name, sl_jv *v,
                     const sl__jargs *args);
 /* Returns NULL when `obj` has no method `name` (the caller then treats the
  * call as a call of the attribute). */
-sl_jv *sl__jinja_method(sl__jrender *r, int line, sl_jv *obj,
-                        const char *name, const sl__jargs *args);
+sl_jv *sl__jinja_method(sl__jrender *r, int line, sl_jv *obj, const char *name,
+                        const sl__jargs *args);
 sl_jv *sl__jinja_call_builtin(sl__jrender *r, int line, int fn,
                               const sl__jargs *args);
 /* Returns the builtin global function id for `name`, or 0. */
@@ -360,7 +361,6 @@ sl_jv *sl__jstr_method(sl__jrender *r, int line, sl_jv *s, const char *name,
 /* UTF-8 helpers. */
 size_t sl__utf8_count(const char *p, size_t n);
 /* Byte offsets of each code point (n+1 entries, last = n); arena array. */
-size_t *sl__utf8_offsets(sl__jrender *r, const char *p, size_t n,
-                         size_t *ncp);
+size_t *sl__utf8_offsets(sl__jrender *r, const char *p, size_t n, size_t *ncp);
 
 #endif

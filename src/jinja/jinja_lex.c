@@ -84,12 +84,16 @@ static bool is_ws(char c) {
          c == '\f' || (c >= 0x1c && c <= 0x1f);
 }
 
-static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+static bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 static bool is_name_start(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
          (unsigned char)c >= 0x80;
 }
-static bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
+static bool is_name_char(char c) {
+  return is_name_start(c) || is_digit(c);
+}
 
 static bool starts(const lexer *L, size_t pos, const char *s) {
   size_t n = strlen(s);
@@ -99,8 +103,8 @@ static bool starts(const lexer *L, size_t pos, const char *s) {
 /* Emits data text src[b, e) after applying the strip rules for the tag that
  * follows it: `sign` is the tag's '-', '+' or 0; `lstrip` says the tag is a
  * block or comment; `line_starting` whether the text starts a line. */
-static sl_status emit_text(lexer *L, size_t b, size_t e, char sign,
-                           bool lstrip, bool line_starting) {
+static sl_status emit_text(lexer *L, size_t b, size_t e, char sign, bool lstrip,
+                           bool line_starting) {
   size_t end = e;
   if (sign == '-') {
     while (end > b && is_ws(L->src[end - 1]))
@@ -146,25 +150,52 @@ static char *decode_string(lexer *L, const char *p, size_t n, size_t *out_n) {
     uint32_t cp = 0;
     int hex = 0;
     switch (e) {
-    case '\n': continue;
-    case '\\': o[k++] = '\\'; continue;
-    case '\'': o[k++] = '\''; continue;
-    case '"': o[k++] = '"'; continue;
-    case 'n': o[k++] = '\n'; continue;
-    case 't': o[k++] = '\t'; continue;
-    case 'r': o[k++] = '\r'; continue;
-    case 'b': o[k++] = '\b'; continue;
-    case 'f': o[k++] = '\f'; continue;
-    case 'v': o[k++] = '\v'; continue;
-    case 'a': o[k++] = '\a'; continue;
-    case 'x': hex = 2; break;
-    case 'u': hex = 4; break;
-    case 'U': hex = 8; break;
+    case '\n':
+      continue;
+    case '\\':
+      o[k++] = '\\';
+      continue;
+    case '\'':
+      o[k++] = '\'';
+      continue;
+    case '"':
+      o[k++] = '"';
+      continue;
+    case 'n':
+      o[k++] = '\n';
+      continue;
+    case 't':
+      o[k++] = '\t';
+      continue;
+    case 'r':
+      o[k++] = '\r';
+      continue;
+    case 'b':
+      o[k++] = '\b';
+      continue;
+    case 'f':
+      o[k++] = '\f';
+      continue;
+    case 'v':
+      o[k++] = '\v';
+      continue;
+    case 'a':
+      o[k++] = '\a';
+      continue;
+    case 'x':
+      hex = 2;
+      break;
+    case 'u':
+      hex = 4;
+      break;
+    case 'U':
+      hex = 8;
+      break;
     default:
       if (e >= '0' && e <= '7') {
         cp = (uint32_t)(e - '0');
-        for (int d = 0; d < 2 && i + 1 < n && p[i + 1] >= '0' && p[i + 1] <= '7';
-             d++)
+        for (int d = 0;
+             d < 2 && i + 1 < n && p[i + 1] >= '0' && p[i + 1] <= '7'; d++)
           cp = cp * 8 + (uint32_t)(p[++i] - '0');
         goto encode;
       }
@@ -207,10 +238,9 @@ static char *decode_string(lexer *L, const char *p, size_t n, size_t *out_n) {
   return o;
 }
 
-static const char *const k_ops[] = {"//", "**", "==", "!=", ">=", "<=", "+",
-                                    "-",  "/",  "*",  "%",  "~",  "[",  "]",
-                                    "(",  ")",  "{",  "}",  ">",  "<",  "=",
-                                    ".",  ":",  "|",  ",",  ";"};
+static const char *const k_ops[] = {
+    "//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~", "[",
+    "]",  "(",  ")",  "{",  "}",  ">",  "<", "=", ".", ":", "|", ",", ";"};
 
 /* Tokenizes the inside of a {{ }} or {% %} tag starting at L->pos. On return
  * L->pos is past the end tag; *end_sign is '-', '+' or 0. */
@@ -449,9 +479,10 @@ sl_status sl__jinja_lex(sl__jarena *a, const char *src, size_t len,
     }
     size_t tag = (size_t)(hit - L.src);
     char kind = hit[1];
-    char sign = tag + 2 < L.len && (L.src[tag + 2] == '-' || L.src[tag + 2] == '+')
-                    ? L.src[tag + 2]
-                    : 0;
+    char sign =
+        tag + 2 < L.len && (L.src[tag + 2] == '-' || L.src[tag + 2] == '+')
+            ? L.src[tag + 2]
+            : 0;
     char rin = 0, rout = 0;
     size_t rawlen = kind == '%' ? match_raw(&L, tag, "raw", &rin, &rout) : 0;
     if (rawlen && rout == '+')
@@ -488,7 +519,8 @@ sl_status sl__jinja_lex(sl__jarena *a, const char *src, size_t len,
           break;
         }
       if (!e)
-        return lex_fail(&L, SL_ERR_FORMAT, L.line, "missing end of comment tag");
+        return lex_fail(&L, SL_ERR_FORMAT, L.line,
+                        "missing end of comment tag");
       size_t end = (size_t)(e - L.src);
       char esign = 0;
       if (end > L.pos && (L.src[end - 1] == '-' || L.src[end - 1] == '+'))
@@ -505,7 +537,8 @@ sl_status sl__jinja_lex(sl__jarena *a, const char *src, size_t len,
       return SL_ERR_NOMEM;
     char esign = 0;
     if ((st = lex_tag(&L, block, &esign)))
-      return st == SL_ERR_NOMEM ? lex_fail(&L, st, L.line, "out of memory") : st;
+      return st == SL_ERR_NOMEM ? lex_fail(&L, st, L.line, "out of memory")
+                                : st;
     line_starting = after_tag(&L, esign, block);
   }
   if (!push(&L, JT_EOF))

@@ -66,7 +66,9 @@ static void pvec_push(parser *P, pvec *pv, void *x) {
   pv->v[pv->n++] = x;
 }
 
-static const sl__jtok *cur(parser *P) { return &P->t[P->i]; }
+static const sl__jtok *cur(parser *P) {
+  return &P->t[P->i];
+}
 static const sl__jtok *peek(parser *P, size_t k) {
   size_t j = P->i + k;
   return &P->t[j < P->n ? j : P->n - 1];
@@ -85,16 +87,26 @@ static bool is_name(const sl__jtok *t, const char *name) {
 
 static const char *tok_desc(const sl__jtok *t) {
   switch (t->kind) {
-  case JT_EOF: return "end of template";
-  case JT_TEXT: return "template data";
-  case JT_VAR_BEGIN: return "'{{'";
-  case JT_VAR_END: return "'}}'";
-  case JT_BLOCK_BEGIN: return "'{%'";
-  case JT_BLOCK_END: return "'%}'";
-  case JT_STRING: return "string";
-  case JT_INT: return "integer";
-  case JT_FLOAT: return "float";
-  default: return t->s;
+  case JT_EOF:
+    return "end of template";
+  case JT_TEXT:
+    return "template data";
+  case JT_VAR_BEGIN:
+    return "'{{'";
+  case JT_VAR_END:
+    return "'}}'";
+  case JT_BLOCK_BEGIN:
+    return "'{%'";
+  case JT_BLOCK_END:
+    return "'%}'";
+  case JT_STRING:
+    return "string";
+  case JT_INT:
+    return "integer";
+  case JT_FLOAT:
+    return "float";
+  default:
+    return t->s;
   }
 }
 
@@ -141,7 +153,9 @@ static void enter(parser *P) {
   if (++P->depth > PARSE_MAX_DEPTH)
     pfail(P, SL_ERR_RANGE, cur(P)->line, "template nested too deeply");
 }
-static void leave(parser *P) { P->depth--; }
+static void leave(parser *P) {
+  P->depth--;
+}
 
 static sl__jnode *parse_expr(parser *P, bool with_cond);
 static sl__jnode *parse_unary(parser *P, bool with_filter);
@@ -305,7 +319,8 @@ static sl__jnode *parse_primary(parser *P) {
       return nd;
     }
     break;
-  default: break;
+  default:
+    break;
   }
   pfail(P, SL_ERR_FORMAT, line, "unexpected %s in expression", tok_desc(t));
 }
@@ -415,7 +430,8 @@ static sl__jnode *parse_test(parser *P, sl__jnode *nd) {
              !is_name(c, "else") && !is_name(c, "or") && !is_name(c, "and") &&
              !is_name(c, "if") && !is_name(c, "in") && !is_name(c, "not")) {
     if (is_name(c, "is"))
-      pfail(P, SL_ERR_FORMAT, c->line, "you cannot chain multiple tests with is");
+      pfail(P, SL_ERR_FORMAT, c->line,
+            "you cannot chain multiple tests with is");
     sl__jnode *arg = parse_postfix(P, parse_primary(P));
     t->l1 = palloc(P, sizeof(sl__jnode *));
     t->l1[0] = arg;
@@ -518,18 +534,19 @@ static sl__jnode *parse_math1(parser *P) {
 
 static sl__jnode *parse_compare(parser *P) {
   sl__jnode *l = parse_math1(P);
-  bool made = false; /* l is a comparison built here, not a (parenthesized) operand */
+  bool made =
+      false; /* l is a comparison built here, not a (parenthesized) operand */
   for (;;) {
     const sl__jtok *t = cur(P);
-    int op = is_op(t, "==")   ? JOP_EQ
-             : is_op(t, "!=") ? JOP_NE
-             : is_op(t, "<")  ? JOP_LT
-             : is_op(t, "<=") ? JOP_LE
-             : is_op(t, ">")  ? JOP_GT
-             : is_op(t, ">=") ? JOP_GE
-             : is_name(t, "in") ? JOP_IN
+    int op = is_op(t, "==")                                     ? JOP_EQ
+             : is_op(t, "!=")                                   ? JOP_NE
+             : is_op(t, "<")                                    ? JOP_LT
+             : is_op(t, "<=")                                   ? JOP_LE
+             : is_op(t, ">")                                    ? JOP_GT
+             : is_op(t, ">=")                                   ? JOP_GE
+             : is_name(t, "in")                                 ? JOP_IN
              : (is_name(t, "not") && is_name(peek(P, 1), "in")) ? JOP_NOTIN
-                                                                 : 0;
+                                                                : 0;
     if (!op)
       return l;
     advance(P);
@@ -622,7 +639,8 @@ static sl__jnode *parse_expr(parser *P, bool with_cond) {
   return e;
 }
 
-/* ---- statements -------------------------------------------------------------- */
+/* ---- statements
+ * -------------------------------------------------------------- */
 
 typedef struct body {
   sl__jnode **v;
@@ -631,7 +649,9 @@ typedef struct body {
 
 static body parse_body(parser *P, const char *const *ends, const char **hit);
 
-static void end_block(parser *P) { expect_kind(P, JT_BLOCK_END); }
+static void end_block(parser *P) {
+  expect_kind(P, JT_BLOCK_END);
+}
 
 /* Assignment targets: name | name, name | (name, name). */
 static void parse_targets(parser *P, sl__jnode *nd) {
@@ -854,9 +874,9 @@ static sl__jnode *parse_statement(parser *P, const char *name, int line) {
     nd->n1 = b.n;
     return nd;
   }
-  static const char *const known[] = {"call",   "include", "import",
-                                      "from",   "extends", "block",
-                                      "autoescape", "do", "trans", NULL};
+  static const char *const known[] = {
+      "call",  "include",    "import", "from",  "extends",
+      "block", "autoescape", "do",     "trans", NULL};
   for (size_t i = 0; known[i]; i++)
     if (!strcmp(name, known[i]))
       pfail(P, SL_ERR_UNSUPPORTED, line, "unsupported construct: {%% %s %%}",
@@ -925,8 +945,8 @@ static body parse_body(parser *P, const char *const *ends, const char **hit) {
 
 sl_status sl__jinja_parse(sl_jinja_template_t *t, const sl__jtok *toks,
                           size_t ntoks, char *err, size_t errcap) {
-  parser P = {.a = &t->arena, .t = toks, .n = ntoks, .err = err,
-              .errcap = errcap};
+  parser P = {
+      .a = &t->arena, .t = toks, .n = ntoks, .err = err, .errcap = errcap};
   if (setjmp(P.jmp))
     return P.st;
   body b = parse_body(&P, NULL, NULL);

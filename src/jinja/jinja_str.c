@@ -11,7 +11,6 @@
 #include "jinja_impl.h"
 #include "sluice/util.h"
 
-
 /* Decodes the code point at p[i..n); stores its byte length. */
 static uint32_t cp_at(const char *p, size_t n, size_t i, size_t *len) {
   unsigned char c = (unsigned char)p[i];
@@ -27,9 +26,9 @@ static uint32_t cp_at(const char *p, size_t n, size_t i, size_t *len) {
 
 bool sl__jis_space(uint32_t c) {
   return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f) ||
-         c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
-         c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-         c == 0x3000;
+         c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+         c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 static bool in_chars(uint32_t c, const sl_jv *chars) {
@@ -43,7 +42,7 @@ static bool in_chars(uint32_t c, const sl_jv *chars) {
 
 /* strip(chars): which = 1 left, 2 right, 3 both; chars NULL = whitespace */
 sl_jv *sl__jstr_strip(sl__jrender *r, const sl_jv *s, const sl_jv *chars,
-                        int which) {
+                      int which) {
   const char *p = s->u.s.p;
   size_t n = s->u.s.n, b = 0, e = n, l;
   if (which & 1)
@@ -133,9 +132,15 @@ static uint32_t cp_lower(uint32_t c) {
   return c;
 }
 
-static bool cp_cased(uint32_t c) { return cp_upper(c) != c || cp_lower(c) != c || c == 0xDF; }
-static bool cp_is_upper(uint32_t c) { return cp_lower(c) != c; }
-static bool cp_is_lower(uint32_t c) { return cp_upper(c) != c || c == 0xDF; }
+static bool cp_cased(uint32_t c) {
+  return cp_upper(c) != c || cp_lower(c) != c || c == 0xDF;
+}
+static bool cp_is_upper(uint32_t c) {
+  return cp_lower(c) != c;
+}
+static bool cp_is_lower(uint32_t c) {
+  return cp_upper(c) != c || c == 0xDF;
+}
 
 static void put_cp(sl__jrender *r, sl__jbuf *b, uint32_t cp) {
   char o[4];
@@ -181,9 +186,15 @@ static sl_jv *case_map(sl__jrender *r, const sl_jv *s, int mode) {
     uint32_t cp = cp_at(p, n, i, &l);
     bool upper;
     switch (mode) {
-    case 0: upper = false; break;
-    case 1: upper = true; break;
-    case 2: upper = i == 0; break;
+    case 0:
+      upper = false;
+      break;
+    case 1:
+      upper = true;
+      break;
+    case 2:
+      upper = i == 0;
+      break;
     case 3:
       upper = !prev_cased;
       prev_cased = cp_cased(cp);
@@ -204,8 +215,12 @@ static sl_jv *case_map(sl__jrender *r, const sl_jv *s, int mode) {
   return sl__jv_str(r, b.p ? b.p : "", b.n);
 }
 
-sl_jv *sl__jstr_upper(sl__jrender *r, const sl_jv *s) { return case_map(r, s, 1); }
-sl_jv *sl__jstr_lower(sl__jrender *r, const sl_jv *s) { return case_map(r, s, 0); }
+sl_jv *sl__jstr_upper(sl__jrender *r, const sl_jv *s) {
+  return case_map(r, s, 1);
+}
+sl_jv *sl__jstr_lower(sl__jrender *r, const sl_jv *s) {
+  return case_map(r, s, 0);
+}
 sl_jv *sl__jstr_capitalize(sl__jrender *r, const sl_jv *s) {
   return case_map(r, s, 2);
 }
@@ -214,7 +229,7 @@ sl_jv *sl__jstr_title(sl__jrender *r, const sl_jv *s, bool jinja_style) {
 }
 
 sl_jv *sl__jstr_replace(sl__jrender *r, int line, const sl_jv *s,
-                          const sl_jv *old, const sl_jv *neu, int64_t count) {
+                        const sl_jv *old, const sl_jv *neu, int64_t count) {
   sl__jneed_str(r, line, "replace", old);
   sl__jneed_str(r, line, "replace", neu);
   sl__jbuf b = {0};
@@ -319,10 +334,8 @@ static bool str_prefix_test(sl__jrender *r, int line, const sl_jv *s,
   return memcmp(at, x->u.s.p, x->u.s.n) == 0;
 }
 
-
-
-sl_jv *sl__jstr_method(sl__jrender *r, int line, sl_jv *s,
-                            const char *m, const sl__jargs *a) {
+sl_jv *sl__jstr_method(sl__jrender *r, int line, sl_jv *s, const char *m,
+                       const sl__jargs *a) {
   sl_jv *a0 = sl__jarg(a, 0, NULL), *a1 = sl__jarg(a, 1, NULL);
   if (!strcmp(m, "startswith") || !strcmp(m, "endswith")) {
     if (!a0)
@@ -330,9 +343,8 @@ sl_jv *sl__jstr_method(sl__jrender *r, int line, sl_jv *s,
     return sl__jv_bool(r, str_prefix_test(r, line, s, a0, m[0] == 'e'));
   }
   if (!strcmp(m, "strip") || !strcmp(m, "lstrip") || !strcmp(m, "rstrip")) {
-    const sl_jv *chars = a0 && a0->kind != SL_JV_NULL
-                             ? sl__jneed_str(r, line, m, a0)
-                             : NULL;
+    const sl_jv *chars =
+        a0 && a0->kind != SL_JV_NULL ? sl__jneed_str(r, line, m, a0) : NULL;
     return sl__jstr_strip(r, s, chars, m[0] == 'l' ? 1 : m[0] == 'r' ? 2 : 3);
   }
   if (!strcmp(m, "split")) {
@@ -351,18 +363,20 @@ sl_jv *sl__jstr_method(sl__jrender *r, int line, sl_jv *s,
     if (!a0 || !a1)
       sl__jfail(r, SL_ERR_FORMAT, line, "replace() takes at least 2 arguments");
     sl_jv *c = sl__jarg(a, 2, "count");
-    return sl__jstr_replace(r, line, s, a0, a1, c ? sl__jneed_int(r, line, m, c) : -1);
+    return sl__jstr_replace(r, line, s, a0, a1,
+                            c ? sl__jneed_int(r, line, m, c) : -1);
   }
   if (!strcmp(m, "find") || !strcmp(m, "count")) {
     if (!a0)
       sl__jfail(r, SL_ERR_FORMAT, line, "%s() takes at least 1 argument", m);
     sl__jneed_str(r, line, m, a0);
     if (m[0] == 'f') {
-      const char *h = a0->u.s.n == 0 ? s->u.s.p
-                      : memmem(s->u.s.p, s->u.s.n, a0->u.s.p, a0->u.s.n);
-      return sl__jv_int(r, h ? (int64_t)sl__utf8_count(s->u.s.p,
-                                                      (size_t)(h - s->u.s.p))
-                             : -1);
+      const char *h = a0->u.s.n == 0
+                          ? s->u.s.p
+                          : memmem(s->u.s.p, s->u.s.n, a0->u.s.p, a0->u.s.n);
+      return sl__jv_int(
+          r,
+          h ? (int64_t)sl__utf8_count(s->u.s.p, (size_t)(h - s->u.s.p)) : -1);
     }
     if (a0->u.s.n == 0)
       return sl__jv_int(r, (int64_t)sl__utf8_count(s->u.s.p, s->u.s.n) + 1);
@@ -389,18 +403,23 @@ sl_jv *sl__jstr_method(sl__jrender *r, int line, sl_jv *s,
     }
     return sl__jv_str(r, b.p ? b.p : "", b.n);
   }
-  if (!strcmp(m, "isdigit") || !strcmp(m, "isalpha") ||
-      !strcmp(m, "isspace") || !strcmp(m, "islower") ||
-      !strcmp(m, "isupper") || !strcmp(m, "isalnum")) {
+  if (!strcmp(m, "isdigit") || !strcmp(m, "isalpha") || !strcmp(m, "isspace") ||
+      !strcmp(m, "islower") || !strcmp(m, "isupper") || !strcmp(m, "isalnum")) {
     bool ok = s->u.s.n > 0, cased = false;
     size_t l;
     for (size_t i = 0; i < s->u.s.n; i += l) {
       uint32_t c = cp_at(s->u.s.p, s->u.s.n, i, &l);
       bool d = c >= '0' && c <= '9';
       switch (m[2]) {
-      case 'd': ok = ok && d; break;
-      case 'a': ok = ok && (m[4] == 'h' ? cp_cased(c) : cp_cased(c) || d); break;
-      case 's': ok = ok && sl__jis_space(c); break;
+      case 'd':
+        ok = ok && d;
+        break;
+      case 'a':
+        ok = ok && (m[4] == 'h' ? cp_cased(c) : cp_cased(c) || d);
+        break;
+      case 's':
+        ok = ok && sl__jis_space(c);
+        break;
       case 'l':
         ok = ok && !cp_is_upper(c);
         cased = cased || cp_is_lower(c);
@@ -420,4 +439,3 @@ sl_jv *sl__jstr_method(sl__jrender *r, int line, sl_jv *s,
               "unsupported construct: str.format()");
   return NULL;
 }
-

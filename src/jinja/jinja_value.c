@@ -8,7 +8,8 @@
 #include "jinja_impl.h"
 #include "sluice/util.h"
 
-/* ---- arena ---------------------------------------------------------------- */
+/* ---- arena ----------------------------------------------------------------
+ */
 
 typedef struct sl__jchunk {
   struct sl__jchunk *next;
@@ -64,7 +65,8 @@ void sl__ja_free(sl__jarena *a) {
   a->used = 0;
 }
 
-/* ---- render errors and allocation ------------------------------------------ */
+/* ---- render errors and allocation ------------------------------------------
+ */
 
 void sl__jfail(sl__jrender *r, sl_status st, int line, const char *fmt, ...) {
   if (r->err && r->errcap) {
@@ -86,13 +88,15 @@ void *sl__jalloc(sl__jrender *r, size_t n) {
   void *p = sl__ja_alloc(&r->arena, n);
   if (!p) {
     if (r->arena.over_limit)
-      sl__jfail(r, SL_ERR_RANGE, 0, "template render exceeded its memory limit");
+      sl__jfail(r, SL_ERR_RANGE, 0,
+                "template render exceeded its memory limit");
     sl__jfail(r, SL_ERR_NOMEM, 0, "out of memory while rendering");
   }
   return p;
 }
 
-/* ---- render-arena constructors --------------------------------------------- */
+/* ---- render-arena constructors ---------------------------------------------
+ */
 
 static sl_jv *jv_new(sl__jrender *r, int kind) {
   sl_jv *v = sl__jalloc(r, sizeof *v);
@@ -106,7 +110,9 @@ sl_jv *sl__jv_undef(sl__jrender *r, const char *name) {
   v->u.undef_name = name;
   return v;
 }
-sl_jv *sl__jv_none(sl__jrender *r) { return jv_new(r, SL_JV_NULL); }
+sl_jv *sl__jv_none(sl__jrender *r) {
+  return jv_new(r, SL_JV_NULL);
+}
 sl_jv *sl__jv_bool(sl__jrender *r, bool b) {
   sl_jv *v = jv_new(r, SL_JV_BOOL);
   v->u.b = b;
@@ -206,13 +212,15 @@ sl_jv *sl__jv_dict_find(const sl_jv *d, const sl_jv *key) {
 sl_jv *sl__jv_dict_find_str(const sl_jv *d, const char *key, size_t n) {
   for (size_t i = 0; i < d->u.d.n; i++) {
     const sl_jv *k = d->u.d.k[i];
-    if (k->kind == SL_JV_STRING && k->u.s.n == n && memcmp(k->u.s.p, key, n) == 0)
+    if (k->kind == SL_JV_STRING && k->u.s.n == n &&
+        memcmp(k->u.s.p, key, n) == 0)
       return d->u.d.v[i];
   }
   return NULL;
 }
 
-/* ---- public constructors (caller-owned trees) ----------------------------- */
+/* ---- public constructors (caller-owned trees) -----------------------------
+ */
 
 static sl_jv *heap_new(int kind) {
   sl_jv *v = sl_calloc(1, sizeof *v);
@@ -223,7 +231,9 @@ static sl_jv *heap_new(int kind) {
   return v;
 }
 
-sl_jv *sl_jv_null(void) { return heap_new(SL_JV_NULL); }
+sl_jv *sl_jv_null(void) {
+  return heap_new(SL_JV_NULL);
+}
 sl_jv *sl_jv_bool(bool b) {
   sl_jv *v = heap_new(SL_JV_BOOL);
   if (v)
@@ -263,8 +273,12 @@ sl_jv *sl_jv_string_n(const char *s, size_t len) {
 sl_jv *sl_jv_string(const char *s) {
   return s ? sl_jv_string_n(s, strlen(s)) : NULL;
 }
-sl_jv *sl_jv_list(void) { return heap_new(SL_JV_LIST); }
-sl_jv *sl_jv_dict(void) { return heap_new(SL_JV_DICT); }
+sl_jv *sl_jv_list(void) {
+  return heap_new(SL_JV_LIST);
+}
+sl_jv *sl_jv_dict(void) {
+  return heap_new(SL_JV_DICT);
+}
 
 sl_status sl_jv_list_append(sl_jv *list, sl_jv *item) {
   if (!item)
@@ -342,10 +356,14 @@ size_t sl_jv_len(const sl_jv *v) {
   if (!v)
     return 0;
   switch (v->kind) {
-  case SL_JV_STRING: return v->u.s.n;
-  case SL_JV_LIST: return v->u.l.n;
-  case SL_JV_DICT: return v->u.d.n;
-  default: return 0;
+  case SL_JV_STRING:
+    return v->u.s.n;
+  case SL_JV_LIST:
+    return v->u.l.n;
+  case SL_JV_DICT:
+    return v->u.d.n;
+  default:
+    return 0;
   }
 }
 
@@ -370,7 +388,9 @@ void sl_jv_free(sl_jv *v) {
     return;
   SL_ASSERT(v->heap);
   switch (v->kind) {
-  case SL_JV_STRING: sl_free(v->u.s.p); break;
+  case SL_JV_STRING:
+    sl_free(v->u.s.p);
+    break;
   case SL_JV_LIST:
     for (size_t i = 0; i < v->u.l.n; i++)
       sl_jv_free(v->u.l.v[i]);
@@ -384,24 +404,34 @@ void sl_jv_free(sl_jv *v) {
     sl_free(v->u.d.k);
     sl_free(v->u.d.v);
     break;
-  default: break;
+  default:
+    break;
   }
   sl_free(v);
 }
 
-/* ---- semantics --------------------------------------------------------------- */
+/* ---- semantics
+ * --------------------------------------------------------------- */
 
 bool sl__jv_truthy(const sl_jv *v) {
   switch (v->kind) {
   case SL_JV_UNDEFINED:
-  case SL_JV_NULL: return false;
-  case SL_JV_BOOL: return v->u.b;
-  case SL_JV_INT: return v->u.i != 0;
-  case SL_JV_FLOAT: return v->u.f != 0.0;
-  case SL_JV_STRING: return v->u.s.n != 0;
-  case SL_JV_LIST: return v->u.l.n != 0;
-  case SL_JV_DICT: return v->u.d.n != 0;
-  default: return true;
+  case SL_JV_NULL:
+    return false;
+  case SL_JV_BOOL:
+    return v->u.b;
+  case SL_JV_INT:
+    return v->u.i != 0;
+  case SL_JV_FLOAT:
+    return v->u.f != 0.0;
+  case SL_JV_STRING:
+    return v->u.s.n != 0;
+  case SL_JV_LIST:
+    return v->u.l.n != 0;
+  case SL_JV_DICT:
+    return v->u.d.n != 0;
+  default:
+    return true;
   }
 }
 
@@ -415,7 +445,9 @@ static double num_of(const sl_jv *v) {
 
 static bool equal_depth(const sl_jv *a, const sl_jv *b, int depth);
 
-bool sl__jv_equal(const sl_jv *a, const sl_jv *b) { return equal_depth(a, b, 0); }
+bool sl__jv_equal(const sl_jv *a, const sl_jv *b) {
+  return equal_depth(a, b, 0);
+}
 
 /* Deeper than JV_MAX_NEST compares unequal rather than overflow the stack. */
 static bool equal_depth(const sl_jv *a, const sl_jv *b, int depth) {
@@ -435,7 +467,8 @@ static bool equal_depth(const sl_jv *a, const sl_jv *b, int depth) {
     return false;
   switch (a->kind) {
   case SL_JV_UNDEFINED:
-  case SL_JV_NULL: return true;
+  case SL_JV_NULL:
+    return true;
   case SL_JV_STRING:
     return a->u.s.n == b->u.s.n && memcmp(a->u.s.p, b->u.s.p, a->u.s.n) == 0;
   case SL_JV_LIST:
@@ -454,26 +487,41 @@ static bool equal_depth(const sl_jv *a, const sl_jv *b, int depth) {
         return false;
     }
     return true;
-  case SL__JV_MACRO: return a->u.m.node == b->u.m.node;
-  case SL__JV_FUNC: return a->u.fn == b->u.fn;
-  default: return false; /* namespaces compare by identity */
+  case SL__JV_MACRO:
+    return a->u.m.node == b->u.m.node;
+  case SL__JV_FUNC:
+    return a->u.fn == b->u.fn;
+  default:
+    return false; /* namespaces compare by identity */
   }
 }
 
 const char *sl__jv_kind_name(const sl_jv *v) {
   switch (v->kind) {
-  case SL_JV_UNDEFINED: return "Undefined";
-  case SL_JV_NULL: return "NoneType";
-  case SL_JV_BOOL: return "bool";
-  case SL_JV_INT: return "int";
-  case SL_JV_FLOAT: return "float";
-  case SL_JV_STRING: return "str";
-  case SL_JV_LIST: return "list";
-  case SL_JV_DICT: return "dict";
-  case SL__JV_NAMESPACE: return "Namespace";
-  case SL__JV_MACRO: return "Macro";
-  case SL__JV_LOOP: return "LoopContext";
-  default: return "builtin_function";
+  case SL_JV_UNDEFINED:
+    return "Undefined";
+  case SL_JV_NULL:
+    return "NoneType";
+  case SL_JV_BOOL:
+    return "bool";
+  case SL_JV_INT:
+    return "int";
+  case SL_JV_FLOAT:
+    return "float";
+  case SL_JV_STRING:
+    return "str";
+  case SL_JV_LIST:
+    return "list";
+  case SL_JV_DICT:
+    return "dict";
+  case SL__JV_NAMESPACE:
+    return "Namespace";
+  case SL__JV_MACRO:
+    return "Macro";
+  case SL__JV_LOOP:
+    return "LoopContext";
+  default:
+    return "builtin_function";
   }
 }
 
@@ -517,7 +565,8 @@ static int compare_depth(sl__jrender *r, int line, const sl_jv *a,
             sl__jv_kind_name(a), sl__jv_kind_name(b));
 }
 
-/* ---- text --------------------------------------------------------------------- */
+/* ---- text
+ * --------------------------------------------------------------------- */
 
 void sl__jbuf_put(sl__jrender *r, sl__jbuf *b, const char *p, size_t n) {
   if (n == 0)
@@ -657,8 +706,12 @@ static void write_str_repr(sl__jrender *r, sl__jbuf *b, const char *s,
 static void write_scalar(sl__jrender *r, sl__jbuf *b, const sl_jv *v) {
   char tmp[64];
   switch (v->kind) {
-  case SL_JV_NULL: sl__jbuf_puts(r, b, "None"); break;
-  case SL_JV_BOOL: sl__jbuf_puts(r, b, v->u.b ? "True" : "False"); break;
+  case SL_JV_NULL:
+    sl__jbuf_puts(r, b, "None");
+    break;
+  case SL_JV_BOOL:
+    sl__jbuf_puts(r, b, v->u.b ? "True" : "False");
+    break;
   case SL_JV_INT:
     snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i);
     sl__jbuf_puts(r, b, tmp);
@@ -667,7 +720,8 @@ static void write_scalar(sl__jrender *r, sl__jbuf *b, const sl_jv *v) {
     sl__jfloat_repr(v->u.f, tmp, sizeof tmp);
     sl__jbuf_puts(r, b, tmp);
     break;
-  default: break;
+  default:
+    break;
   }
 }
 
@@ -676,8 +730,11 @@ static void write_repr_depth(sl__jrender *r, sl__jbuf *b, const sl_jv *v,
   if (depth > 200)
     sl__jfail(r, SL_ERR_RANGE, 0, "value nested too deeply");
   switch (v->kind) {
-  case SL_JV_UNDEFINED: break;
-  case SL_JV_STRING: write_str_repr(r, b, v->u.s.p, v->u.s.n); break;
+  case SL_JV_UNDEFINED:
+    break;
+  case SL_JV_STRING:
+    write_str_repr(r, b, v->u.s.p, v->u.s.n);
+    break;
   case SL_JV_LIST:
     sl__jbuf_puts(r, b, v->is_tuple ? "(" : "[");
     for (size_t i = 0; i < v->u.l.n; i++) {
@@ -703,15 +760,22 @@ static void write_repr_depth(sl__jrender *r, sl__jbuf *b, const sl_jv *v,
     if (v->kind == SL__JV_NAMESPACE)
       sl__jbuf_puts(r, b, ">");
     break;
-  case SL__JV_MACRO: sl__jbuf_puts(r, b, "<Macro>"); break;
+  case SL__JV_MACRO:
+    sl__jbuf_puts(r, b, "<Macro>");
+    break;
   case SL__JV_LOOP: {
     char tmp[64];
-    snprintf(tmp, sizeof tmp, "<LoopContext %zu/%zu>", v->u.loop.i + 1, v->u.loop.n);
+    snprintf(tmp, sizeof tmp, "<LoopContext %zu/%zu>", v->u.loop.i + 1,
+             v->u.loop.n);
     sl__jbuf_puts(r, b, tmp);
     break;
   }
-  case SL__JV_FUNC: sl__jbuf_puts(r, b, "<built-in function>"); break;
-  default: write_scalar(r, b, v); break;
+  case SL__JV_FUNC:
+    sl__jbuf_puts(r, b, "<built-in function>");
+    break;
+  default:
+    write_scalar(r, b, v);
+    break;
   }
 }
 
@@ -739,7 +803,8 @@ sl_jv *sl__jv_to_str(sl__jrender *r, const sl_jv *v) {
   return s;
 }
 
-/* ---- json.dumps ---------------------------------------------------------------- */
+/* ---- json.dumps
+ * ---------------------------------------------------------------- */
 
 static void json_string(sl__jrender *r, sl__jbuf *b, const char *s, size_t n,
                         bool ensure_ascii) {
@@ -751,13 +816,27 @@ static void json_string(sl__jrender *r, sl__jbuf *b, const char *s, size_t n,
     const char *esc = NULL;
     size_t skip = 1;
     switch (c) {
-    case '"': esc = "\\\""; break;
-    case '\\': esc = "\\\\"; break;
-    case '\n': esc = "\\n"; break;
-    case '\r': esc = "\\r"; break;
-    case '\t': esc = "\\t"; break;
-    case '\b': esc = "\\b"; break;
-    case '\f': esc = "\\f"; break;
+    case '"':
+      esc = "\\\"";
+      break;
+    case '\\':
+      esc = "\\\\";
+      break;
+    case '\n':
+      esc = "\\n";
+      break;
+    case '\r':
+      esc = "\\r";
+      break;
+    case '\t':
+      esc = "\\t";
+      break;
+    case '\b':
+      esc = "\\b";
+      break;
+    case '\f':
+      esc = "\\f";
+      break;
     default:
       if (c < 0x20) {
         snprintf(tmp, sizeof tmp, "\\u%04x", c);
@@ -812,9 +891,15 @@ void sl__jv_write_json(sl__jrender *r, int line, sl__jbuf *b, const sl_jv *v,
     key_sep = ": ";
   char tmp[64];
   switch (v->kind) {
-  case SL_JV_NULL: sl__jbuf_puts(r, b, "null"); return;
-  case SL_JV_BOOL: sl__jbuf_puts(r, b, v->u.b ? "true" : "false"); return;
-  case SL_JV_INT: write_scalar(r, b, v); return;
+  case SL_JV_NULL:
+    sl__jbuf_puts(r, b, "null");
+    return;
+  case SL_JV_BOOL:
+    sl__jbuf_puts(r, b, v->u.b ? "true" : "false");
+    return;
+  case SL_JV_INT:
+    write_scalar(r, b, v);
+    return;
   case SL_JV_FLOAT:
     if (isnan(v->u.f))
       sl__jbuf_puts(r, b, "NaN");
@@ -839,8 +924,8 @@ void sl__jv_write_json(sl__jrender *r, int line, sl__jbuf *b, const sl_jv *v,
         sl__jbuf_puts(r, b, item_sep);
       if (indent)
         json_newline(r, b, indent, depth + 1);
-      sl__jv_write_json(r, line, b, v->u.l.v[i], ensure_ascii, indent,
-                        item_sep, key_sep, sort_keys, depth + 1);
+      sl__jv_write_json(r, line, b, v->u.l.v[i], ensure_ascii, indent, item_sep,
+                        key_sep, sort_keys, depth + 1);
     }
     if (indent)
       json_newline(r, b, indent, depth);
@@ -864,8 +949,9 @@ void sl__jv_write_json(sl__jrender *r, int line, sl__jbuf *b, const sl_jv *v,
     }
     if (sort_keys) /* insertion sort keeps this simple; dicts are small */
       for (size_t i = 1; i < n; i++)
-        for (size_t j = i; j > 0 && sl__jv_compare(r, line, v->u.d.k[order[j - 1]],
-                                                   v->u.d.k[order[j]]) > 0;
+        for (size_t j = i;
+             j > 0 && sl__jv_compare(r, line, v->u.d.k[order[j - 1]],
+                                     v->u.d.k[order[j]]) > 0;
              j--) {
           size_t t = order[j];
           order[j] = order[j - 1];
@@ -902,9 +988,12 @@ void sl__jv_write_json(sl__jrender *r, int line, sl__jbuf *b, const sl_jv *v,
   }
 }
 
-/* ---- UTF-8 ------------------------------------------------------------------------ */
+/* ---- UTF-8
+ * ------------------------------------------------------------------------ */
 
-static bool utf8_cont(unsigned char c) { return (c & 0xC0) == 0x80; }
+static bool utf8_cont(unsigned char c) {
+  return (c & 0xC0) == 0x80;
+}
 
 size_t sl__utf8_count(const char *p, size_t n) {
   size_t c = 0;
@@ -914,8 +1003,7 @@ size_t sl__utf8_count(const char *p, size_t n) {
   return c;
 }
 
-size_t *sl__utf8_offsets(sl__jrender *r, const char *p, size_t n,
-                         size_t *ncp) {
+size_t *sl__utf8_offsets(sl__jrender *r, const char *p, size_t n, size_t *ncp) {
   size_t c = sl__utf8_count(p, n);
   size_t bytes;
   if (!sl_mul_ok(c + 1, sizeof(size_t), &bytes))

@@ -23,6 +23,42 @@ struct sl_batch_ctx {
   sl_kern_pool_t *pool;
 };
 
+/* Dequantizes token `tok`'s embedding row into out (n_embd). */
+static sl_status llama_embed(const sl_model_t *m, int32_t tok, float *out) {
+  size_t erb;
+  sl_status st = sl_kern_row_bytes(m->tok_embd->type, m->hp.n_embd, &erb);
+  if (st != SL_OK)
+    return st;
+  const char *row = (const char *)m->tok_embd->data + (size_t)tok * erb;
+  return sl_kern_dequant_row(m->tok_embd->type, row, out, m->hp.n_embd);
+}
+
+/* One token's q (n_head*hd), k and v (n_kv*hd) after the projections: adds
+ * the biases (qwen2), applies q/k RMSNorm (qwen3) and rotates q and k at
+ * position `pos`, in place. */
+static sl_status llama_qk_prep(const sl_model_t *m, const sl__layer_w *w,
+                               float *q, float *k, float *v, int64_t pos) {
+  const sl_model_hparams *hp = &m->hp;
+  int64_t hd = hp->head_dim, qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
+  if (w->bq) {
+    sl_kern_add(q, q, w->bq, qd);
+    sl_kern_add(k, k, w->bk, kvd);
+    sl_kern_add(v, v, w->bv, kvd);
+  }
+  if (w->q_norm) {
+    for (int64_t h = 0; h < hp->n_head; h++)
+      sl_kern_rmsnorm(q + h * hd, q + h * hd, w->q_norm, hd, hp->rms_eps);
+    for (int64_t h = 0; h < hp->n_head_kv; h++)
+      sl_kern_rmsnorm(k + h * hd, k + h * hd, w->k_norm, hd, hp->rms_eps);
+  }
+  sl_status st = sl_kern_rope(q, hp->n_head, hd, hp->n_rot, pos, hp->rope_base,
+                              hp->rope_scale, hp->rope_mode);
+  if (st == SL_OK)
+    st = sl_kern_rope(k, hp->n_head_kv, hd, hp->n_rot, pos, hp->rope_base,
+                      hp->rope_scale, hp->rope_mode);
+  return st;
+}
+
 sl_status sl_batch_ctx_create(sl_model_t *m, const sl_kv_view *kv,
                               sl_stream_t *stream, int n_threads,
                               sl_batch_ctx_t **out) {
@@ -210,7 +246,7 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
   }
 
   for (int t = 0; t < n && st == SL_OK; t++)
-    st = sl__llama_embed(m, b->tokens[t], x + (size_t)t * (size_t)d);
+    st = llama_embed(m, b->tokens[t], x + (size_t)t * (size_t)d);
 
   for (int64_t l = 0; l < hp->n_layer && st == SL_OK; l++) {
     const sl__layer_w *w = &m->layers[l];
@@ -225,7 +261,7 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
       for (int i = 0; i < sq->n; i++) {
         int t = sq->first + i;
         int64_t pos = sq->pos0 + i;
-        st = sl__llama_qk_prep(m, w, q + t * qd, k + t * kvd, v + t * kvd, pos);
+        st = llama_qk_prep(m, w, q + t * qd, k + t * kvd, v + t * kvd, pos);
         if (st != SL_OK)
           break;
         int blk = sq->block_table[pos / T], slot = (int)(pos % T);

@@ -61,4 +61,3 @@ void sl_model_prefault(const sl_model_t *m, bool progress) {
     fputc('\n', stderr);
   (void)sink;
 }
-

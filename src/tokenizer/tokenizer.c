@@ -7,15 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer_impl.h"
 #include "sluice/util.h"
-
-int32_t sl__tok_lookup(const sl_tokenizer_t *t, const char *s, size_t len) {
-  int64_t v;
-  if (sl__strmap_get(&t->tok_map, s, len, &v))
-    return (int32_t)v;
-  return SL_TOKEN_NULL;
-}
+#include "tokenizer_impl.h"
 
 /* ---- encode -------------------------------------------------------------- */
 
@@ -358,17 +351,36 @@ sl_status sl_tokenizer_decode(const sl_tokenizer_t *t, const int32_t *ids,
   return SL_OK;
 }
 
-/* ---- accessors ------------------------------------------------------------ */
+/* ---- accessors ------------------------------------------------------------
+ */
 
-size_t sl_tokenizer_vocab_size(const sl_tokenizer_t *t) { return t->n_vocab; }
-sl_vocab_kind sl_tokenizer_kind(const sl_tokenizer_t *t) { return t->kind; }
-int32_t sl_tokenizer_bos(const sl_tokenizer_t *t) { return t->bos; }
-int32_t sl_tokenizer_eos(const sl_tokenizer_t *t) { return t->eos; }
-int32_t sl_tokenizer_eot(const sl_tokenizer_t *t) { return t->eot; }
-int32_t sl_tokenizer_unk(const sl_tokenizer_t *t) { return t->unk; }
-int32_t sl_tokenizer_pad(const sl_tokenizer_t *t) { return t->pad; }
-bool sl_tokenizer_add_bos(const sl_tokenizer_t *t) { return t->add_bos; }
-bool sl_tokenizer_add_eos(const sl_tokenizer_t *t) { return t->add_eos; }
+size_t sl_tokenizer_vocab_size(const sl_tokenizer_t *t) {
+  return t->n_vocab;
+}
+sl_vocab_kind sl_tokenizer_kind(const sl_tokenizer_t *t) {
+  return t->kind;
+}
+int32_t sl_tokenizer_bos(const sl_tokenizer_t *t) {
+  return t->bos;
+}
+int32_t sl_tokenizer_eos(const sl_tokenizer_t *t) {
+  return t->eos;
+}
+int32_t sl_tokenizer_eot(const sl_tokenizer_t *t) {
+  return t->eot;
+}
+int32_t sl_tokenizer_unk(const sl_tokenizer_t *t) {
+  return t->unk;
+}
+int32_t sl_tokenizer_pad(const sl_tokenizer_t *t) {
+  return t->pad;
+}
+bool sl_tokenizer_add_bos(const sl_tokenizer_t *t) {
+  return t->add_bos;
+}
+bool sl_tokenizer_add_eos(const sl_tokenizer_t *t) {
+  return t->add_eos;
+}
 const char *sl_tokenizer_pre_name(const sl_tokenizer_t *t) {
   return t->pre_name;
 }

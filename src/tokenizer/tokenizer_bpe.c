@@ -3,9 +3,9 @@
  * A binary heap with lazy invalidation keeps long words O(n log n). */
 #include <string.h>
 
-#include "tokenizer_impl.h"
 #include "sluice/heap.h"
 #include "sluice/util.h"
+#include "tokenizer_impl.h"
 
 typedef struct sym {
   int32_t prev, next;
@@ -109,8 +109,7 @@ sl_status sl__bpe_word(const sl_tokenizer_t *t, const char *word, size_t wlen,
     if (st == SL_OK)
       st = add_bigram(t, &w, word, b.left, l->next);
   }
-  for (int32_t i = 0; st == SL_OK && i != -1 && nsym > 0;
-       i = w.syms[i].next) {
+  for (int32_t i = 0; st == SL_OK && i != -1 && nsym > 0; i = w.syms[i].next) {
     const sym *s = &w.syms[i];
     if (s->n == 0)
       continue;

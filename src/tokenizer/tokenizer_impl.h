@@ -46,12 +46,12 @@ sl_status sl__ivec_push(sl__ivec *a, int32_t x);
 /* Keys are copied into the map's arena. Not thread-safe for writes; lookups
  * on a map nobody writes are safe from any thread. */
 typedef struct sl__strmap {
-  uint32_t *slots;  /* (cap) entry index + 1, 0 = empty */
-  size_t cap;       /* power of two */
+  uint32_t *slots; /* (cap) entry index + 1, 0 = empty */
+  size_t cap;      /* power of two */
   size_t count;
-  uint64_t *koff;   /* (count) offset of each key in arena */
-  uint32_t *klen;   /* (count) key length */
-  int64_t *val;     /* (count) */
+  uint64_t *koff; /* (count) offset of each key in arena */
+  uint32_t *klen; /* (count) key length */
+  int64_t *val;   /* (count) */
   size_t ecap;
   char *arena;
   size_t alen, acap;
@@ -137,24 +137,24 @@ struct sl_tokenizer {
   sl__pre *pre;
 
   size_t n_vocab;
-  char *text_arena;       /* all token texts, NUL-separated */
-  uint64_t *text_off;     /* (n_vocab) */
-  uint32_t *text_len;     /* (n_vocab) */
-  float *score;           /* (n_vocab) */
-  uint32_t *attr;         /* (n_vocab) SL__TA_* bits */
-  sl__strmap tok_map;     /* text -> id (later duplicates win) */
-  sl__strmap merge_map;   /* (u32 len of left, left, right) -> rank (BPE) */
+  char *text_arena;     /* all token texts, NUL-separated */
+  uint64_t *text_off;   /* (n_vocab) */
+  uint32_t *text_len;   /* (n_vocab) */
+  float *score;         /* (n_vocab) */
+  uint32_t *attr;       /* (n_vocab) SL__TA_* bits */
+  sl__strmap tok_map;   /* text -> id (later duplicates win) */
+  sl__strmap merge_map; /* (u32 len of left, left, right) -> rank (BPE) */
 
-  char *piece_arena;      /* rendered pieces (special = true) */
-  uint64_t *piece_off;    /* (n_vocab) */
-  uint32_t *piece_len;    /* (n_vocab) */
+  char *piece_arena;   /* rendered pieces (special = true) */
+  uint64_t *piece_off; /* (n_vocab) */
+  uint32_t *piece_len; /* (n_vocab) */
 
-  int32_t *special;       /* control/user-defined/unknown ids, longest first */
+  int32_t *special; /* control/user-defined/unknown ids, longest first */
   size_t n_special;
 
   int32_t bos, eos, eot, eom, unk, sep, pad, mask;
   int32_t fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
-  int32_t *eog;           /* sorted */
+  int32_t *eog; /* sorted */
   size_t n_eog;
 
   bool add_space_prefix;

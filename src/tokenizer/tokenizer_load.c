@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer_impl.h"
 #include "sluice/util.h"
+#include "tokenizer_impl.h"
 
 #define ERR(...)                                                               \
   do {                                                                         \
@@ -75,38 +75,87 @@ static const pre_entry k_pres[] = {
     {"grok-2", SL__PRE_QWEN2, 0, false, false, false},
 };
 
-static const char *const k_eot_names[] = {
-    "<|eot_id|>",      "<|im_end|>", "<|end|>",  "<end_of_turn>",
-    "<|endoftext|>",   "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
-    "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",
-    "<end_of_utterance>", NULL};
+static const char *const k_eot_names[] = {"<|eot_id|>",
+                                          "<|im_end|>",
+                                          "<|end|>",
+                                          "<end_of_turn>",
+                                          "<|endoftext|>",
+                                          "<|end_of_text|>",
+                                          "<EOT>",
+                                          "_<EOT>",
+                                          "[EOT]",
+                                          "<\xEF\xBD\x9C"
+                                          "end\xE2\x96\x81"
+                                          "of\xE2\x96\x81"
+                                          "sentence\xEF\xBD\x9C>",
+                                          "<end_of_utterance>",
+                                          NULL};
 static const char *const k_eom_names[] = {"<|eom_id|>", NULL};
-static const char *const k_fim_pre_names[] = {
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
-    "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>",
-    "<PRE>", "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", NULL};
-static const char *const k_fim_suf_names[] = {
-    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
-    "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>",
-    "<SUF>", "\xE2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>", NULL};
-static const char *const k_fim_mid_names[] = {
-    "<|fim_middle|>", "<fim-middle>", "<fim_middle>",
-    "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>",
-    "<MID>", "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL};
-static const char *const k_fim_pad_names[] = {"<|fim_pad|>", "<fim-pad>",
-                                              "<fim_pad>", "<PAD>", "[PAD]",
+static const char *const k_fim_pre_names[] = {"<|fim_prefix|>",
+                                              "<fim-prefix>",
+                                              "<fim_prefix>",
+                                              "<\xEF\xBD\x9C"
+                                              "fim\xE2\x96\x81"
+                                              "begin\xEF\xBD\x9C>",
+                                              "<PRE>",
+                                              "\xE2\x96\x81<PRE>",
+                                              "<|code_prefix|>",
+                                              "<|prefix|>",
                                               NULL};
-static const char *const k_fim_rep_names[] = {
-    "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>",
-    NULL};
+static const char *const k_fim_suf_names[] = {"<|fim_suffix|>",
+                                              "<fim-suffix>",
+                                              "<fim_suffix>",
+                                              "<\xEF\xBD\x9C"
+                                              "fim\xE2\x96\x81"
+                                              "hole\xEF\xBD\x9C>",
+                                              "<SUF>",
+                                              "\xE2\x96\x81<SUF>",
+                                              "<|code_suffix|>",
+                                              "<|suffix|>",
+                                              NULL};
+static const char *const k_fim_mid_names[] = {"<|fim_middle|>",
+                                              "<fim-middle>",
+                                              "<fim_middle>",
+                                              "<\xEF\xBD\x9C"
+                                              "fim\xE2\x96\x81"
+                                              "end\xEF\xBD\x9C>",
+                                              "<MID>",
+                                              "\xE2\x96\x81<MID>",
+                                              "<|code_middle|>",
+                                              "<|middle|>",
+                                              NULL};
+static const char *const k_fim_pad_names[] = {
+    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL};
+static const char *const k_fim_rep_names[] = {"<|fim_repo|>", "<|repo_name|>",
+                                              "<fim-repo>",   "<REPO>",
+                                              "<reponame>",   NULL};
 static const char *const k_fim_sep_names[] = {"<|file_sep|>", NULL};
-static const char *const k_eog_names[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
-    "<|flush|>", "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>",
-    "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
-    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",
-    "[e~[", NULL};
+static const char *const k_eog_names[] = {"<|eot_id|>",
+                                          "<|im_end|>",
+                                          "<|end|>",
+                                          "<|return|>",
+                                          "<|call|>",
+                                          "<|flush|>",
+                                          "<|calls|>",
+                                          "<end_of_turn>",
+                                          "<|endoftext|>",
+                                          "</s>",
+                                          "<|eom_id|>",
+                                          "<EOT>",
+                                          "_<EOT>",
+                                          "[EOT]",
+                                          "[EOS]",
+                                          "<|end_of_text|>",
+                                          "<end_of_utterance>",
+                                          "<eos>",
+                                          "<turn|>",
+                                          "<|tool_response>",
+                                          "<\xEF\xBD\x9C"
+                                          "end\xE2\x96\x81"
+                                          "of\xE2\x96\x81"
+                                          "sentence\xEF\xBD\x9C>",
+                                          "[e~[",
+                                          NULL};
 
 static bool tok_is(const sl_tokenizer_t *t, int32_t id, const char *s) {
   size_t n = strlen(s);
@@ -313,10 +362,10 @@ static sl_status load_vocab(sl_tokenizer_t *t, const sl_gguf_t *g, char *err,
   size_t n = (size_t)tv->arr_len;
   t->n_vocab = n;
   const sl_gguf_value *sv = sl_gguf_get(g, "tokenizer.ggml.scores");
-  if (sv && (sv->type != SL_GGUF_ARRAY ||
-             (sv->arr_type != SL_GGUF_FLOAT32 &&
-              sv->arr_type != SL_GGUF_INT32) ||
-             sv->arr_len < n)) {
+  if (sv &&
+      (sv->type != SL_GGUF_ARRAY ||
+       (sv->arr_type != SL_GGUF_FLOAT32 && sv->arr_type != SL_GGUF_INT32) ||
+       sv->arr_len < n)) {
     ERR("tokenizer.ggml.scores: wrong type or length");
     return SL_ERR_FORMAT;
   }
@@ -455,8 +504,8 @@ static sl_status load_merges(sl_tokenizer_t *t, const sl_gguf_t *g, char *err,
 
 static void setup_specials(sl_tokenizer_t *t, const sl_gguf_t *g) {
   size_t n = t->n_vocab;
-  int32_t *defaults[] = {&t->bos, &t->eos, &t->eot, &t->eom, &t->unk,
-                         &t->sep, &t->pad, &t->mask};
+  int32_t *defaults[] = {&t->bos, &t->eos, &t->eot, &t->eom,
+                         &t->unk, &t->sep, &t->pad, &t->mask};
   for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
     if (*defaults[i] >= 0 && (size_t)*defaults[i] >= n)
       *defaults[i] = SL_TOKEN_NULL;
@@ -527,8 +576,8 @@ static void setup_specials(sl_tokenizer_t *t, const sl_gguf_t *g) {
   eog_add(t, t->eom);
 
   /* o200k_harmony / solar-open: <|end|> is not EOG there */
-  bool has_return = false, has_call = false, has_end = false,
-       has_flush = false, has_marker = false, has_s = false;
+  bool has_return = false, has_call = false, has_end = false, has_flush = false,
+       has_marker = false, has_s = false;
   int32_t end_id = SL_TOKEN_NULL, s_id = SL_TOKEN_NULL;
   for (size_t i = 0; i < t->n_eog; i++) {
     int32_t id = t->eog[i];
@@ -564,8 +613,8 @@ static void setup_specials(sl_tokenizer_t *t, const sl_gguf_t *g) {
   qsort(t->eog, t->n_eog, sizeof *t->eog, sl__cmp_i32);
 }
 
-sl_status sl_tokenizer_load(const sl_gguf_t *g, sl_tokenizer_t **out,
-                            char *err, size_t errcap) {
+sl_status sl_tokenizer_load(const sl_gguf_t *g, sl_tokenizer_t **out, char *err,
+                            size_t errcap) {
   if (!out)
     return SL_ERR_INVALID_ARG;
   *out = NULL;
@@ -590,8 +639,8 @@ sl_status sl_tokenizer_load(const sl_gguf_t *g, sl_tokenizer_t **out,
   t->eot = t->eom = t->sep = t->pad = t->mask = SL_TOKEN_NULL;
   t->fim_pre = t->fim_suf = t->fim_mid = SL_TOKEN_NULL;
   t->fim_pad = t->fim_rep = t->fim_sep = SL_TOKEN_NULL;
-  size_t pl = pre.len < sizeof t->pre_name - 1 ? pre.len
-                                               : sizeof t->pre_name - 1;
+  size_t pl =
+      pre.len < sizeof t->pre_name - 1 ? pre.len : sizeof t->pre_name - 1;
   memcpy(t->pre_name, pre.ptr, pl);
   t->pre_name[pl] = 0;
 
@@ -664,8 +713,7 @@ sl_status sl_tokenizer_load(const sl_gguf_t *g, sl_tokenizer_t **out,
   setup_specials(t, g);
 
   for (size_t id = 0; id < t->n_vocab; id++)
-    if (t->attr[id] &
-        (SL__TA_CONTROL | SL__TA_USER_DEFINED | SL__TA_UNKNOWN))
+    if (t->attr[id] & (SL__TA_CONTROL | SL__TA_USER_DEFINED | SL__TA_UNKNOWN))
       t->n_special++;
   t->special = sl_calloc(t->n_special ? t->n_special : 1, sizeof *t->special);
   if (!t->special) {
@@ -674,8 +722,7 @@ sl_status sl_tokenizer_load(const sl_gguf_t *g, sl_tokenizer_t **out,
   }
   t->n_special = 0;
   for (size_t id = 0; id < t->n_vocab; id++)
-    if (t->attr[id] &
-        (SL__TA_CONTROL | SL__TA_USER_DEFINED | SL__TA_UNKNOWN))
+    if (t->attr[id] & (SL__TA_CONTROL | SL__TA_USER_DEFINED | SL__TA_UNKNOWN))
       t->special[t->n_special++] = (int32_t)id;
   sort_specials(t);
 
@@ -709,4 +756,3 @@ void sl_tokenizer_free(sl_tokenizer_t *t) {
   sl_free(t->eog);
   sl_free(t);
 }
-

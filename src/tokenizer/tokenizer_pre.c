@@ -19,8 +19,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tokenizer_impl.h"
 #include "sluice/util.h"
+#include "tokenizer_impl.h"
 
 typedef enum step_kind {
   STEP_GPT2,
@@ -73,12 +73,13 @@ static sl_status add_word(frag *f, size_t end, size_t *len) {
   return sl__ivec_push(f->out, (int32_t)n);
 }
 
-#define F_WS(fl) (((fl) & SL__CPT_WHITESPACE) != 0)
-#define F_L(fl) (((fl) & SL__CPT_LETTER) != 0)
-#define F_N(fl) (((fl) & SL__CPT_NUMBER) != 0)
+#define F_WS(fl) (((fl)&SL__CPT_WHITESPACE) != 0)
+#define F_L(fl)  (((fl)&SL__CPT_LETTER) != 0)
+#define F_N(fl)  (((fl)&SL__CPT_NUMBER) != 0)
 /* [^\s\p{L}\p{N}] inside the fragment */
-#define F_OTHER(fl) (!((fl) & (SL__CPT_WHITESPACE | SL__CPT_LETTER |       \
-                               SL__CPT_NUMBER)) && (fl) != 0)
+#define F_OTHER(fl)                                                            \
+  (!((fl) & (SL__CPT_WHITESPACE | SL__CPT_LETTER | SL__CPT_NUMBER)) &&         \
+   (fl) != 0)
 
 static uint32_t ascii_lower(uint32_t c) {
   return (c >= 'A' && c <= 'Z') ? c + 32 : c;
@@ -473,8 +474,8 @@ static sl_status regex_step(const pcre2_code *re, const char *subj,
     size_t b0 = frag_b[fi], b1 = frag_b[fi + 1];
     const char *s = subj + b0;
     size_t slen = b1 - b0;
-    size_t at = 0;        /* byte offset within the fragment */
-    size_t last_end = 0;  /* byte offset of the end of the last match */
+    size_t at = 0;       /* byte offset within the fragment */
+    size_t last_end = 0; /* byte offset of the end of the last match */
 #define CP(boff) ((size_t)(b2c ? b2c[b0 + (boff)] : b0 + (boff)) - cstart)
     while (at <= slen && st == SL_OK) {
       int rc = pcre2_match(re, (PCRE2_SPTR)s, slen, at, 0, md, NULL);

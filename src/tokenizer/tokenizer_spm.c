@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tokenizer_impl.h"
 #include "sluice/heap.h"
 #include "sluice/util.h"
+#include "tokenizer_impl.h"
 
 typedef struct sym {
   int32_t prev, next;

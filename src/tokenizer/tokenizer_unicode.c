@@ -5,8 +5,8 @@
  * 15.1 assigned, so they agree with llama.cpp's generated tables (15.1). */
 #include <utf8proc.h>
 
-#include "tokenizer_impl.h"
 #include "sluice/util.h"
+#include "tokenizer_impl.h"
 
 static bool is_white_space(uint32_t c) {
   /* The Unicode White_Space property. */

@@ -33,7 +33,9 @@ sl_log_level sl_log_get_level(void) {
   return (sl_log_level)l;
 }
 
-void sl_log_set_level(sl_log_level lvl) { atomic_store(&g_level, (int)lvl); }
+void sl_log_set_level(sl_log_level lvl) {
+  atomic_store(&g_level, (int)lvl);
+}
 
 void sl_log(sl_log_level lvl, const char *fmt, ...) {
   if (lvl < sl_log_get_level())

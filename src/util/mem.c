@@ -23,8 +23,12 @@ void sl_malloc_fail_after(uint64_t n) {
   atomic_store(&g_fail_at, n ? atomic_load(&g_count) + n : 0);
 }
 
-uint64_t sl_malloc_count(void) { return atomic_load(&g_count); }
-size_t sl_malloc_live_bytes(void) { return atomic_load(&g_live); }
+uint64_t sl_malloc_count(void) {
+  return atomic_load(&g_count);
+}
+size_t sl_malloc_live_bytes(void) {
+  return atomic_load(&g_live);
+}
 
 bool sl_mul_ok(size_t a, size_t b, size_t *out) {
   size_t r;

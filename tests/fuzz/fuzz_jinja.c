@@ -60,7 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > 1 << 16)
     return 0;
   char err[256];
-  sl_jinja_template_t *t = sl_jinja_compile((const char *)data, size, err, sizeof err);
+  sl_jinja_template_t *t =
+      sl_jinja_compile((const char *)data, size, err, sizeof err);
   if (!t)
     return 0;
   sl_jinja_limits lim = {.max_output = 1 << 20,

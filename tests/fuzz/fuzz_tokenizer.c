@@ -31,8 +31,12 @@ static void put(wbuf *b, const void *d, size_t n) {
   memcpy(b->p + b->n, d, n);
   b->n += n;
 }
-static void put_u32(wbuf *b, uint32_t v) { put(b, &v, 4); }
-static void put_u64(wbuf *b, uint64_t v) { put(b, &v, 8); }
+static void put_u32(wbuf *b, uint32_t v) {
+  put(b, &v, 4);
+}
+static void put_u64(wbuf *b, uint64_t v) {
+  put(b, &v, 8);
+}
 static void put_s(wbuf *b, const char *s) {
   put_u64(b, strlen(s));
   put(b, s, strlen(s));
@@ -61,8 +65,8 @@ static void kv_i32s(wbuf *b, const char *k, const int32_t *v, size_t n) {
   b->n_kv++;
 }
 
-static const char *const k_pres[] = {"smollm", "llama-bpe", "qwen2", "gpt-2",
-                                     "default", "deepseek-llm"};
+static const char *const k_pres[] = {"smollm", "llama-bpe", "qwen2",
+                                     "gpt-2",  "default",   "deepseek-llm"};
 #define N_PRES (sizeof k_pres / sizeof k_pres[0])
 
 static sl_tokenizer_t *g_tok[N_PRES];
