@@ -75,7 +75,7 @@ int64_t sl__jneed_int(sl__jrender *r, int line, const char *what,
 int64_t sl__jv_length(sl__jrender *r, int line, const sl_jv *v) {
   switch (v->kind) {
   case SL_JV_STRING:
-    return (int64_t)sl__utf8_count(v->u.s.p, v->u.s.n);
+    return (int64_t)sl_utf8_count(v->u.s.p, v->u.s.n);
   case SL_JV_LIST:
     return (int64_t)v->u.l.n;
   case SL_JV_DICT:

@@ -144,7 +144,7 @@ static sl_status encode_bpe_text(const sl_tokenizer_t *t, const char *s,
     size_t wl = 0;
     for (size_t k = c0; k < c0 + (size_t)lens.v[i]; k++) {
       char u[4];
-      size_t ul = sl__utf8_encode(cpts[k], u);
+      size_t ul = sl_utf8_encode(cpts[k], u);
       for (size_t j = 0; j < ul; j++)
         wl += sl__byte_to_unicode((uint8_t)u[j], word + wl);
     }
