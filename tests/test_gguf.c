@@ -1,4 +1,4 @@
-/* Tests for the GGUF reader (src/model/gguf.c).
+/* Tests for the GGUF reader (src/gguf/gguf.c).
  *
  * Synthetic files are built in memory byte by byte (independently of the
  * reader), opened with sl_gguf_open_mem over exact-size heap copies (so that
