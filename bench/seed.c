@@ -157,6 +157,7 @@ static sl_status engine_body(engine_job *j) {
     /* (b) the owning clear: drains the engine stream first */
     if ((st = chain_queue(eng, &c, len)) != SL_OK)
       goto out_chain;
+    t->owning_pending_before = sl_stream_query(eng).tasks;
     t0 = sl_now_ns();
     if ((st = sl_sync_and_clear_cache(eng)) != SL_OK)
       goto out_chain;

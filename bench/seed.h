@@ -21,6 +21,7 @@ typedef struct sl_seed_trial {
   uint64_t owning_inflight_bytes;
   uint64_t bare_pending_tasks; /* engine tasks pending as the clear returned */
   uint64_t owning_pending_tasks;
+  uint64_t owning_pending_before; /* engine tasks queued as the clear began */
 } sl_seed_trial;
 
 typedef struct sl_seed_result {

@@ -1,12 +1,6 @@
-# Tokenizer: PCRE2 (pre-tokenizer regexes) and utf8proc (Unicode categories)
-# for sluice_core; the sl_tokenize_tool helper (JSON lines, jansson) and the
-# comparison against llama.cpp (pytest, skipped without llama_cpp or model).
-pkg_check_modules(PCRE2 REQUIRED libpcre2-8)
-pkg_check_modules(UTF8PROC REQUIRED libutf8proc)
-target_include_directories(sluice_core PUBLIC ${PCRE2_INCLUDE_DIRS}
-                                              ${UTF8PROC_INCLUDE_DIRS})
-target_link_libraries(sluice_core PUBLIC ${PCRE2_LINK_LIBRARIES}
-                                         ${UTF8PROC_LINK_LIBRARIES})
+# Tokenizer (the sluice_tokenizer layer of CMakeLists.txt, with PCRE2 for the
+# pre-tokenizer regexes): the sl_tokenize_tool helper (JSON lines, jansson) and
+# the comparison against llama.cpp (pytest, skipped without llama_cpp or model).
 
 pkg_check_modules(JANSSON jansson)
 if(JANSSON_FOUND)

@@ -7,7 +7,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 
-pkgs=(build-essential cmake ninja-build pkg-config clang clang-format libclang-rt-14-dev
+pkgs=(build-essential cmake ninja-build pkg-config clang clang-format
+      libclang-rt-14-dev
       unzip libopenblas-dev libpcre2-dev libutf8proc-dev libjansson-dev
       libmicrohttpd-dev libxxhash-dev libzstd-dev liblz4-dev python3-pip)
 missing=()

@@ -2,16 +2,21 @@
 # Runs every test of sluice: builds the normal, ASan+UBSan and TSan
 # configurations and runs ctest in each (the TSan one runs the threaded
 # tests), then builds the libFuzzer harnesses and runs each one briefly.
-# Installs what it needs first (scripts/install-deps.sh).
+# Installs what it needs first (scripts/install-deps.sh), then checks that
+# every C file is clang-format clean.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 bash scripts/install-deps.sh
+
+echo "== clang-format (14, .clang-format): every C file of src include tests tools bench"
+clang-format --version | grep -q 'version 14\.' || {
+  echo "test.sh: clang-format 14 needed, found: $(clang-format --version)" >&2
+  exit 1; }
+find src include tests tools bench -type f \( -name '*.c' -o -name '*.h' \) -print0 |
+  sort -z | xargs -0 clang-format --dry-run -Werror
 bash scripts/fetch-default-model.sh >/dev/null || {
   echo "test.sh: could not fetch the default model" >&2; exit 1; }
-
-echo "== clang-format"
-git ls-files '*.c' '*.h' | xargs clang-format --dry-run -Werror
 
 jobs="$(nproc)"
 build() { # dir, extra cmake args...

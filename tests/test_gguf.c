@@ -1,4 +1,4 @@
-/* Tests for the GGUF reader (src/model/gguf.c).
+/* Tests for the GGUF reader (src/gguf/gguf.c).
  *
  * Synthetic files are built in memory byte by byte (independently of the
  * reader), opened with sl_gguf_open_mem over exact-size heap copies (so that
@@ -1094,6 +1094,78 @@ static void test_corpus_from_gguf_py(void) {
 }
 
 /* Facts about SmolLM2-135M-Instruct.Q4_1.gguf, learned with gguf-py. */
+/* ---- the weights' fingerprint ---------------------------------------------
+ */
+
+/* A file with one key and two F32 tensors: "small" (100 floats, hashed whole)
+ * and "big" (4096 floats = 16 KiB: its first and last 4 KiB are sampled). */
+static void fp_file(buf *b, uint32_t key_value) {
+  put_header(b, 3, 2, 1);
+  put_key(b, "general.file_type", SL_GGUF_UINT32);
+  put_u32(b, key_value);
+  uint64_t ne_small[1] = {100}, ne_big[1] = {4096};
+  put_tinfo(b, "small", 1, ne_small, SL_GGML_F32, 0);
+  put_tinfo(b, "big", 1, ne_big, SL_GGML_F32, 416); /* 400 rounded to 32 */
+  pad_to(b, 32);
+  put_fill(b, 416, 1);
+  put_fill(b, 4096 * 4, 2);
+}
+
+/* The fingerprint of b's bytes with byte `at` (from the data section's start;
+ * SIZE_MAX for none) xored with `x`. */
+static void fp_of(const buf *b, size_t at, uint8_t x, uint8_t out[16]) {
+  uint8_t *copy = malloc(b->n);
+  memcpy(copy, b->p, b->n);
+  sl_status st;
+  char msg[256];
+  sl_gguf_t *g = sl_gguf_open_mem(copy, b->n, &st, msg, sizeof msg);
+  CHECK_MSG(g != NULL, "%s", msg);
+  memset(out, 0, 16);
+  if (g) {
+    size_t off = sl_gguf_data_offset(g);
+    sl_gguf_close(g);
+    if (at != SIZE_MAX)
+      copy[off + at] ^= x;
+    g = sl_gguf_open_mem(copy, b->n, &st, msg, sizeof msg);
+    CHECK(g != NULL);
+    if (g)
+      sl_gguf_fingerprint(g, out);
+    sl_gguf_close(g);
+  }
+  free(copy);
+}
+
+static void test_fingerprint(void) {
+  buf b = {0}, b2 = {0}, b3 = {0};
+  fp_file(&b, 3);
+  fp_file(&b2, 3); /* another file, the same bytes */
+  fp_file(&b3, 4); /* one metadata value differs */
+  uint8_t ref[16], fp[16];
+  fp_of(&b, SIZE_MAX, 0, ref);
+  fp_of(&b2, SIZE_MAX, 0, fp);
+  CHECK(memcmp(ref, fp, 16) == 0); /* identical files: the same */
+  uint8_t zero[16] = {0};
+  CHECK(memcmp(ref, zero, 16) != 0);
+  fp_of(&b3, SIZE_MAX, 0, fp);
+  CHECK(memcmp(ref, fp, 16) != 0); /* metadata */
+  /* one weight byte in the sampled region: another fingerprint */
+  static const size_t sampled[] = {0,           57,         399, /* small */
+                                   416,         416 + 4095,      /* big, head */
+                                   416 + 12288, 416 + 16383};    /* big, tail */
+  for (size_t i = 0; i < sizeof sampled / sizeof sampled[0]; i++) {
+    fp_of(&b, sampled[i], 0x01, fp);
+    CHECK_MSG(memcmp(ref, fp, 16) != 0, "byte %zu", sampled[i]);
+  }
+  /* ... and outside it (the middle 8 KiB of "big") the same, as stated */
+  fp_of(&b, 416 + 4096, 0x01, fp);
+  CHECK(memcmp(ref, fp, 16) == 0);
+  fp_of(&b, 416 + 12287, 0x80, fp);
+  CHECK(memcmp(ref, fp, 16) == 0);
+  free(b.p);
+  free(b2.p);
+  free(b3.p);
+}
+
 static void test_real_model(void) {
   char path[1200];
   const char *env = getenv("SLUICE_MODEL");
@@ -1201,6 +1273,7 @@ int main(void) {
   RUN(test_valid_edges);
   RUN(test_open_file);
   RUN(test_corpus_from_gguf_py);
+  RUN(test_fingerprint);
   RUN(test_real_model);
   return sl_test_finish();
 }

@@ -134,6 +134,23 @@ static void test_expressions(void) {
   sl_jv_free(c);
 }
 
+/* Case mapping beyond Latin, Greek and Cyrillic (Armenian, Cyrillic
+ * Extended-B, Latin Extended Additional): the expected strings are Python
+ * 3's str.upper / lower / title / capitalize / isupper / islower. */
+static void test_unicode_case(void) {
+  sl_jv *c = make_ctx();
+  const char *src = "{% set s = 'Ωμέγα straße Ärger աբգ ꙁꙃ ḁḃ' %}"
+                    "{{ s | upper }}|{{ s | lower }}|{{ s.title() }}|"
+                    "{{ s | capitalize }}|{{ 'ԱԲԳ'.isupper() }}"
+                    "{{ 'աբգ'.isupper() }}{{ 'աբգ'.islower() }}"
+                    "{{ 'ꙀꙂ'.islower() }}";
+  EXPECT(src, c,
+         "ΩΜΈΓΑ STRASSE ÄRGER ԱԲԳ ꙀꙂ ḀḂ|ωμέγα straße ärger աբգ ꙁꙃ ḁḃ|"
+         "Ωμέγα Straße Ärger Աբգ Ꙁꙃ Ḁḃ|Ωμέγα straße ärger աբգ ꙁꙃ ḁḃ|"
+         "TrueFalseTrueFalse");
+  sl_jv_free(c);
+}
+
 static void test_filters_and_methods(void) {
   sl_jv *c = make_ctx();
   EXPECT("{{ '  x  ' | trim }}|{{ name | upper }}|{{ xs | join('-') }}|{{ xs | "
@@ -416,6 +433,7 @@ int main(void) {
   RUN(test_values);
   RUN(test_expressions);
   RUN(test_filters_and_methods);
+  RUN(test_unicode_case);
   RUN(test_control_flow);
   RUN(test_whitespace);
   RUN(test_errors);

@@ -783,6 +783,32 @@ static void test_misuse_aborts(void) {
   expect_abort("publish-free", "publish of an unreferenced block");
 }
 
+/* The layout helpers of kv.h (the one source of the arithmetic) agree with
+ * the pool's own validated sizes and offsets, and the prefix fingerprint
+ * changes with the model's fingerprint and with block_tokens. */
+static void test_layout_helpers(void) {
+  sl_kv_config c = {3, 40, 8, 11, 0};
+  sl_kv_pool_t *p;
+  CHECK_OK(sl_kv_pool_create(&c, owner(), &p));
+  sl_kv_view v = sl_kv_view_of(p);
+  CHECK_EQ_INT(sl_kv_view_bytes(&v), sl_buf_size(sl_kv_buffer(p)));
+  CHECK_EQ_INT(sl_kv_block_bytes(c.n_layer, c.kv_dim, c.block_tokens) *
+                   (uint64_t)c.n_blocks,
+               sl_buf_size(sl_kv_buffer(p)));
+  for (int l = 0; l < c.n_layer; l++)
+    for (int b = 0; b < c.n_blocks; b++) {
+      CHECK_EQ_INT(sl_kv_view_k_offset(&v, l, b), sl_kv_k_offset(p, l, b));
+      CHECK_EQ_INT(sl_kv_view_k_offset(&v, l, b) + sl_kv_view_half_elems(&v),
+                   sl_kv_v_offset(p, l, b));
+    }
+  sl_kv_pool_free(p);
+  uint8_t fa[16] = {1, 2, 3}, fb[16] = {1, 2, 3};
+  CHECK(sl_kv_fingerprint(fa, 16) == sl_kv_fingerprint(fb, 16));
+  CHECK(sl_kv_fingerprint(fa, 16) != sl_kv_fingerprint(fa, 32));
+  fb[15] ^= 1;
+  CHECK(sl_kv_fingerprint(fa, 16) != sl_kv_fingerprint(fb, 16));
+}
+
 int main(int argc, char **argv) {
   SL_TEST_CHILDREN(argc, argv, {"unref-free", child_unref_free},
                    {"ref-free", child_ref_free},
@@ -799,6 +825,7 @@ int main(int argc, char **argv) {
   RUN(test_referenced_never_evicted);
   RUN(test_hash_chain);
   RUN(test_offsets);
+  RUN(test_layout_helpers);
   RUN(test_model_check);
   RUN(test_stats_from_other_thread);
   RUN(test_misuse_aborts);

@@ -39,10 +39,8 @@ static void test_seed_cpu(void) {
     /* (b) the fix: blocks until the engine stream is empty; nothing in
      * flight at the clear */
     CHECK_EQ_INT(t->owning_pending_tasks, 0);
-    /* it waited for the chain just queued (not a no-op drain) */
-    CHECK_MSG(t->owning_return_ms > 0.5 * r.chain_ms,
-              "owning clear returned after %.1f ms of a %.1f ms chain",
-              t->owning_return_ms, r.chain_ms);
+    /* it had the chain to wait for (not a no-op drain) */
+    CHECK_MSG(t->owning_pending_before > 0, "nothing queued at the clear");
     CHECK(t->owning_inflight_ms == 0.0);
     CHECK_EQ_INT(t->owning_inflight_bytes, 0);
   }

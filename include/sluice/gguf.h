@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sluice/ggml_type.h"
 #include "sluice/status.h"
 
 typedef struct sl_gguf sl_gguf_t;
@@ -36,25 +37,6 @@ typedef enum sl_gguf_type {
   SL_GGUF_INT64 = 11,
   SL_GGUF_FLOAT64 = 12,
 } sl_gguf_type;
-
-/* ggml tensor types (values as in the GGUF spec). */
-typedef enum sl_ggml_type {
-  SL_GGML_F32 = 0,
-  SL_GGML_F16 = 1,
-  SL_GGML_Q4_0 = 2,
-  SL_GGML_Q4_1 = 3,
-  SL_GGML_Q5_0 = 6,
-  SL_GGML_Q5_1 = 7,
-  SL_GGML_Q8_0 = 8,
-  SL_GGML_Q8_1 = 9,
-  SL_GGML_Q2_K = 10,
-  SL_GGML_Q3_K = 11,
-  SL_GGML_Q4_K = 12,
-  SL_GGML_Q5_K = 13,
-  SL_GGML_Q6_K = 14,
-  SL_GGML_Q8_K = 15,
-  SL_GGML_BF16 = 30,
-} sl_ggml_type;
 
 /* A string view (not NUL-terminated). */
 typedef struct sl_str {
@@ -149,8 +131,25 @@ int64_t sl_gguf_n_tensors(const sl_gguf_t *g);
 const sl_gguf_tensor *sl_gguf_tensor_at(const sl_gguf_t *g, int64_t i);
 const sl_gguf_tensor *sl_gguf_find_tensor(const sl_gguf_t *g, const char *name);
 
-/* Block size (elements) and bytes per block of a ggml type; false for a type
- * sluice does not know (Q8_1 included: it never appears in model files).
+/* Bytes sampled at each end of a tensor's data by sl_gguf_fingerprint. */
+#define SL_GGUF_FP_SAMPLE 4096
+
+/* The weights' identity, for the prefix cache's key (DESIGN.md): XXH3-128
+ * over, in order,
+ *   - the file size (8 bytes, little-endian),
+ *   - the header and metadata, bytes [0, data_offset) of the file: every key,
+ *     value and tensor description (names, shapes, types, offsets),
+ *   - for each tensor in file order, its data when nbytes <= 2 *
+ *     SL_GGUF_FP_SAMPLE, else its first and its last SL_GGUF_FP_SAMPLE bytes.
+ * Bytes in the middle of a large tensor are not read: two files that differ
+ * only there get the same fingerprint (a stated sample, so that loading reads
+ * at most 8 KiB per tensor). Writes 16 bytes to `out` (XXH128_canonical:
+ * high half first, big-endian). Pure; any thread. */
+void sl_gguf_fingerprint(const sl_gguf_t *g, uint8_t out[16]);
+
+/* Block size (elements) and bytes per block of a ggml type that may appear in
+ * a model file (sl_ggml_type_traits_of, in_files); false for a type sluice
+ * does not know or one that never appears in model files (Q8_1).
  * Either out pointer may be NULL. sl_ggml_type_name() gives "unknown" for
  * such a type. */
 bool sl_ggml_type_info(sl_ggml_type t, uint32_t *block_elems,

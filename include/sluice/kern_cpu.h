@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sluice/gguf.h"
+#include "sluice/ggml_type.h"
 #include "sluice/status.h"
 
 /* ---- ISA selection ---------------------------------------------------------

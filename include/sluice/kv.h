@@ -24,10 +24,61 @@
 #include <stdint.h>
 
 #include "sluice/alloc.h"
-#include "sluice/model.h"
 #include "sluice/status.h"
 
 typedef struct sl_kv_pool sl_kv_pool_t;
+
+/* ---- the layout: the one source of its arithmetic ---------------------------
+ * K then V, each (n_layer, n_blocks, block_tokens, kv_dim) f16, kv_dim =
+ * n_head_kv * head_dim. The pool, sl_ctx, the forward pass, the engine's
+ * memory guard and the benchmarks all compute sizes and offsets here. */
+
+/* Where a paged KV cache lives, as the forward pass sees it: one buffer in
+ * the layout above, with block_tokens a power of two. The kv layer
+ * (sl_kv_view_of) and sl_ctx make these; the model layer only reads and writes
+ * the memory. */
+typedef struct sl_kv_view {
+  sl_buf_t *buf;
+  int n_layer;
+  int n_blocks;
+  int block_tokens;
+  int kv_dim;
+} sl_kv_view;
+
+/* Bytes of one block (K and V, every layer, f16): 2 * n_layer * block_tokens
+ * * kv_dim * 2. Arguments must be >= 0. */
+static inline uint64_t sl_kv_block_bytes(int n_layer, int kv_dim,
+                                         int block_tokens) {
+  return 2ull * (uint64_t)n_layer * (uint64_t)block_tokens * (uint64_t)kv_dim *
+         sizeof(uint16_t);
+}
+
+/* f16 elements of one half (K or V) of a view's buffer: n_layer * n_blocks *
+ * block_tokens * kv_dim. The buffer holds 2 halves. */
+static inline size_t sl_kv_view_half_elems(const sl_kv_view *v) {
+  return (size_t)v->n_layer * (size_t)v->n_blocks * (size_t)v->block_tokens *
+         (size_t)v->kv_dim;
+}
+
+/* Bytes of a view's buffer (both halves). */
+static inline size_t sl_kv_view_bytes(const sl_kv_view *v) {
+  return 2 * sl_kv_view_half_elems(v) * sizeof(uint16_t);
+}
+
+/* Element offset (f16 units) of K for (layer, block) in a view's buffer:
+ * (layer * n_blocks + block) * block_tokens * kv_dim; the block's values are
+ * (block_tokens, kv_dim) row-major. V: add sl_kv_view_half_elems. */
+static inline size_t sl_kv_view_k_offset(const sl_kv_view *v, int layer,
+                                         int block) {
+  return ((size_t)layer * (size_t)v->n_blocks + (size_t)block) *
+         (size_t)v->block_tokens * (size_t)v->kv_dim;
+}
+
+/* The prefix cache's fingerprint (sl_kv_config.fingerprint): XXH3-64 over
+ * the model's 16-byte weight fingerprint (sl_model_fingerprint), the KV
+ * dtype and layout (f16, the layout above) and block_tokens. Two pools share
+ * prefix hashes only when all of these match. Pure; any thread. */
+uint64_t sl_kv_fingerprint(const uint8_t model_fp[16], int block_tokens);
 
 typedef struct sl_kv_config {
   int n_layer;

@@ -15,6 +15,7 @@
 
 #include "sluice/alloc.h"
 #include "sluice/gguf.h"
+#include "sluice/kv.h"
 #include "sluice/rt.h"
 #include "sluice/status.h"
 
@@ -54,6 +55,10 @@ void sl_model_free(sl_model_t *m);
 
 const sl_model_hparams *sl_model_hparams_of(const sl_model_t *m);
 const sl_gguf_t *sl_model_gguf(const sl_model_t *m);
+/* The weights' identity: 16 bytes, sl_gguf_fingerprint of the file (its
+ * size, metadata and a stated sample of each tensor), computed at load. Lives
+ * as long as `m`. */
+const uint8_t *sl_model_fingerprint(const sl_model_t *m);
 /* Bytes of weight data the forward pass reads per token (all layers). */
 uint64_t sl_model_weight_bytes(const sl_model_t *m);
 const char *sl_arch_name(sl_arch a);
@@ -80,17 +85,8 @@ sl_status sl_ctx_eval(sl_ctx_t *c, const int32_t *tokens, int n, float *logits,
 
 /* ---- batched forward over the paged KV cache (the engine's path) ---- */
 
-/* Where a paged KV cache lives, as the forward pass sees it: one buffer
- * holding K then V, each (n_layer, n_blocks, block_tokens, kv_dim) f16, with
- * block_tokens a power of two. The kv layer (sl_kv_view_of) and sl_ctx make
- * these; the model layer only reads and writes the memory. */
-typedef struct sl_kv_view {
-  sl_buf_t *buf;
-  int n_layer;
-  int n_blocks;
-  int block_tokens;
-  int kv_dim;
-} sl_kv_view;
+/* sl_kv_view (where a paged KV cache lives, as the forward pass sees it) and
+ * its layout arithmetic: sluice/kv.h. */
 
 /* One sequence's slice of a batch: its tokens are tokens[first, first+n) of
  * the batch, at positions pos0.. of the sequence. Its KV lives in the pool

@@ -23,7 +23,7 @@
   X(INVALID_REQUEST, "invalid_request", 400, "invalid request")                \
   X(OUT_OF_MEMORY, "out_of_memory", 503,                                       \
     "the server ran out of memory for this request; retry later")              \
-  X(SHUTTING_DOWN, "shutting_down", 503, "the server is shutting down") \
+  X(SHUTTING_DOWN, "shutting_down", 503, "the server is shutting down")        \
   X(DEVICE_ERROR, "device_error", 500, "the compute device reported an error") \
   X(INTERNAL, "internal_error", 500, "internal server error")
 

@@ -457,8 +457,7 @@ static bool sample_and_emit(sl_engine_t *e, sl__req *r, float *lg) {
 
 static uint64_t block_bytes(const sl_engine_t *e) {
   const sl_kv_config *k = sl_kv_config_of(e->kv);
-  return 2ull * (uint64_t)k->n_layer * (uint64_t)k->block_tokens *
-         (uint64_t)k->kv_dim * 2ull;
+  return sl_kv_block_bytes(k->n_layer, k->kv_dim, k->block_tokens);
 }
 
 /* The memory guard (issue 4): the peak a prefill chunk of `chunk` tokens
@@ -846,8 +845,8 @@ static sl_status executor_init(sl_engine_t *e) {
     return SL_ERR_NOMEM;
   int T = e->cfg.kv_block_tokens;
   int n_blocks = e->cfg.kv_blocks;
-  uint64_t bb = 2ull * (uint64_t)hp->n_layer * (uint64_t)T *
-                (uint64_t)(hp->n_head_kv * hp->head_dim) * 2ull;
+  uint64_t bb = sl_kv_block_bytes((int)hp->n_layer,
+                                  (int)(hp->n_head_kv * hp->head_dim), T);
   if (n_blocks <= 0) {
     /* enough for max_seqs full contexts, within a quarter of the memory
      * limit when there is one */
@@ -862,8 +861,7 @@ static sl_status executor_init(sl_engine_t *e) {
   }
   sl_kv_config kc = {(int)hp->n_layer, (int)(hp->n_head_kv * hp->head_dim), T,
                      n_blocks,
-                     sl_model_weight_bytes(e->model) * 1000003ull ^
-                         (uint64_t)T * 131ull ^ 0xF16ull};
+                     sl_kv_fingerprint(sl_model_fingerprint(e->model), T)};
   sl_status st = sl_kv_pool_create(&kc, e->stream, &e->kv);
   if (st != SL_OK)
     return st;

@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kv/kv_impl.h"
+#include "kv_impl.h"
 #include "sluice/util.h"
 
 enum { BLK_FREE = 0, BLK_USED = 1, BLK_CACHED = 2 };
@@ -599,6 +599,18 @@ bool sl__kv_pool_sanity(const sl_kv_pool_t *p) {
 done:
   sl_free(seen);
   return ok;
+}
+
+uint64_t sl_kv_fingerprint(const uint8_t model_fp[16], int block_tokens) {
+  static const char layout[] = "sluice kv: f16, K then V, (layer, block, "
+                               "block_tokens, kv_dim)";
+  int32_t t = block_tokens;
+  XXH3_state_t s;
+  XXH3_64bits_reset(&s);
+  XXH3_64bits_update(&s, model_fp, 16);
+  XXH3_64bits_update(&s, layout, sizeof layout);
+  XXH3_64bits_update(&s, &t, sizeof t);
+  return XXH3_64bits_digest(&s);
 }
 
 sl_kv_view sl_kv_view_of(const sl_kv_pool_t *p) {

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model/llama_impl.h"
+#include "llama_impl.h"
 #include "sluice/alloc.h"
 #include "sluice/kern_cpu.h"
 #include "sluice/model.h"
@@ -265,6 +265,7 @@ sl_model_t *sl_model_load(const char *path, sl_status *st, char *err,
     *st = L.st;
     goto fail_bind;
   }
+  sl_gguf_fingerprint(m->g, m->fingerprint);
   *st = SL_OK;
   return m;
 fail_bind:
@@ -289,6 +290,9 @@ const sl_model_hparams *sl_model_hparams_of(const sl_model_t *m) {
 const sl_gguf_t *sl_model_gguf(const sl_model_t *m) {
   return m->g;
 }
+const uint8_t *sl_model_fingerprint(const sl_model_t *m) {
+  return m->fingerprint;
+}
 uint64_t sl_model_weight_bytes(const sl_model_t *m) {
   return m->weight_bytes;
 }
@@ -312,8 +316,7 @@ sl_status sl_ctx_create(sl_model_t *m, sl_stream_t *stream, int n_ctx,
   int nb = (n_ctx + CTX_BLOCK - 1) / CTX_BLOCK;
   c->kv = (sl_kv_view){NULL, (int)hp->n_layer, nb, CTX_BLOCK,
                        (int)(hp->n_head_kv * hp->head_dim)};
-  size_t bytes = 2 * 2 * (size_t)hp->n_layer * (size_t)nb * CTX_BLOCK *
-                 (size_t)c->kv.kv_dim;
+  size_t bytes = sl_kv_view_bytes(&c->kv);
   sl_status st = SL_ERR_NOMEM;
   c->table = sl_malloc(sizeof(int32_t) * (size_t)nb);
   if (!c->table)
@@ -355,38 +358,6 @@ void sl_ctx_truncate(sl_ctx_t *c, int n) {
 
 /* ---- the forward pass -------------------------------------------------------
  */
-
-sl_status sl__llama_embed(const sl_model_t *m, int32_t tok, float *out) {
-  size_t erb;
-  sl_status st = sl_kern_row_bytes(m->tok_embd->type, m->hp.n_embd, &erb);
-  if (st != SL_OK)
-    return st;
-  const char *row = (const char *)m->tok_embd->data + (size_t)tok * erb;
-  return sl_kern_dequant_row(m->tok_embd->type, row, out, m->hp.n_embd);
-}
-
-sl_status sl__llama_qk_prep(const sl_model_t *m, const sl__layer_w *w, float *q,
-                            float *k, float *v, int64_t pos) {
-  const sl_model_hparams *hp = &m->hp;
-  int64_t hd = hp->head_dim, qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
-  if (w->bq) {
-    sl_kern_add(q, q, w->bq, qd);
-    sl_kern_add(k, k, w->bk, kvd);
-    sl_kern_add(v, v, w->bv, kvd);
-  }
-  if (w->q_norm) {
-    for (int64_t h = 0; h < hp->n_head; h++)
-      sl_kern_rmsnorm(q + h * hd, q + h * hd, w->q_norm, hd, hp->rms_eps);
-    for (int64_t h = 0; h < hp->n_head_kv; h++)
-      sl_kern_rmsnorm(k + h * hd, k + h * hd, w->k_norm, hd, hp->rms_eps);
-  }
-  sl_status st = sl_kern_rope(q, hp->n_head, hd, hp->n_rot, pos, hp->rope_base,
-                              hp->rope_scale, hp->rope_mode);
-  if (st == SL_OK)
-    st = sl_kern_rope(k, hp->n_head_kv, hd, hp->n_rot, pos, hp->rope_base,
-                      hp->rope_scale, hp->rope_mode);
-  return st;
-}
 
 sl_status sl_ctx_eval(sl_ctx_t *c, const int32_t *tokens, int n, float *logits,
                       bool all_logits) {

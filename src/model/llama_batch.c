@@ -11,7 +11,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "model/llama_impl.h"
+#include "llama_impl.h"
 #include "sluice/alloc.h"
 #include "sluice/kern_cpu.h"
 #include "sluice/util.h"
@@ -23,15 +23,40 @@ struct sl_batch_ctx {
   sl_kern_pool_t *pool;
 };
 
-/* Element offset of (layer, block) in the K half; the V half follows. */
-static size_t kv_off(const sl_kv_view *v, int layer, int block) {
-  return ((size_t)layer * (size_t)v->n_blocks + (size_t)block) *
-         (size_t)v->block_tokens * (size_t)v->kv_dim;
+/* Dequantizes token `tok`'s embedding row into out (n_embd). */
+static sl_status llama_embed(const sl_model_t *m, int32_t tok, float *out) {
+  size_t erb;
+  sl_status st = sl_kern_row_bytes(m->tok_embd->type, m->hp.n_embd, &erb);
+  if (st != SL_OK)
+    return st;
+  const char *row = (const char *)m->tok_embd->data + (size_t)tok * erb;
+  return sl_kern_dequant_row(m->tok_embd->type, row, out, m->hp.n_embd);
 }
 
-static size_t kv_half(const sl_kv_view *v) {
-  return (size_t)v->n_layer * (size_t)v->n_blocks * (size_t)v->block_tokens *
-         (size_t)v->kv_dim;
+/* One token's q (n_head*hd), k and v (n_kv*hd) after the projections: adds
+ * the biases (qwen2), applies q/k RMSNorm (qwen3) and rotates q and k at
+ * position `pos`, in place. */
+static sl_status llama_qk_prep(const sl_model_t *m, const sl__layer_w *w,
+                               float *q, float *k, float *v, int64_t pos) {
+  const sl_model_hparams *hp = &m->hp;
+  int64_t hd = hp->head_dim, qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
+  if (w->bq) {
+    sl_kern_add(q, q, w->bq, qd);
+    sl_kern_add(k, k, w->bk, kvd);
+    sl_kern_add(v, v, w->bv, kvd);
+  }
+  if (w->q_norm) {
+    for (int64_t h = 0; h < hp->n_head; h++)
+      sl_kern_rmsnorm(q + h * hd, q + h * hd, w->q_norm, hd, hp->rms_eps);
+    for (int64_t h = 0; h < hp->n_head_kv; h++)
+      sl_kern_rmsnorm(k + h * hd, k + h * hd, w->k_norm, hd, hp->rms_eps);
+  }
+  sl_status st = sl_kern_rope(q, hp->n_head, hd, hp->n_rot, pos, hp->rope_base,
+                              hp->rope_scale, hp->rope_mode);
+  if (st == SL_OK)
+    st = sl_kern_rope(k, hp->n_head_kv, hd, hp->n_rot, pos, hp->rope_base,
+                      hp->rope_scale, hp->rope_mode);
+  return st;
 }
 
 sl_status sl_batch_ctx_create(sl_model_t *m, const sl_kv_view *kv,
@@ -40,7 +65,7 @@ sl_status sl_batch_ctx_create(sl_model_t *m, const sl_kv_view *kv,
   if (!m || !kv || !stream || !out)
     return SL_ERR_INVALID_ARG;
   const sl_kv_view *kc = kv;
-  if (!kv->buf || sl_buf_size(kv->buf) < 2 * kv_half(kv) * 2 ||
+  if (!kv->buf || sl_buf_size(kv->buf) < sl_kv_view_bytes(kv) ||
       kc->n_layer != m->hp.n_layer ||
       kc->kv_dim != m->hp.n_head_kv * m->hp.head_dim ||
       (kc->block_tokens & (kc->block_tokens - 1)) != 0)
@@ -193,7 +218,7 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
   float *x = act + L.x, *xn = act + L.xn, *q = act + L.q, *k = act + L.k,
         *v = act + L.v, *att = act + L.att, *g = act + L.g, *u = act + L.u;
   uint16_t *kvmem = sl_buf_ptr(c->kv.buf);
-  size_t vhalf = kv_half(&c->kv);
+  size_t vhalf = sl_kv_view_half_elems(&c->kv);
   int nth = sl_kern_pool_n_threads(c->pool);
   size_t scratch_per = (a->max_len + 31) & ~(size_t)31;
   /* scratch: attention rows per thread, then the block pointer tables */
@@ -221,7 +246,7 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
   }
 
   for (int t = 0; t < n && st == SL_OK; t++)
-    st = sl__llama_embed(m, b->tokens[t], x + (size_t)t * (size_t)d);
+    st = llama_embed(m, b->tokens[t], x + (size_t)t * (size_t)d);
 
   for (int64_t l = 0; l < hp->n_layer && st == SL_OK; l++) {
     const sl__layer_w *w = &m->layers[l];
@@ -236,13 +261,14 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
       for (int i = 0; i < sq->n; i++) {
         int t = sq->first + i;
         int64_t pos = sq->pos0 + i;
-        st = sl__llama_qk_prep(m, w, q + t * qd, k + t * kvd, v + t * kvd, pos);
+        st = llama_qk_prep(m, w, q + t * qd, k + t * kvd, v + t * kvd, pos);
         if (st != SL_OK)
           break;
         int blk = sq->block_table[pos / T], slot = (int)(pos % T);
-        uint16_t *kd =
-            kvmem + kv_off(&c->kv, (int)l, blk) + (size_t)slot * (size_t)kvd;
-        uint16_t *vd = kvmem + vhalf + kv_off(&c->kv, (int)l, blk) +
+        uint16_t *kd = kvmem + sl_kv_view_k_offset(&c->kv, (int)l, blk) +
+                       (size_t)slot * (size_t)kvd;
+        uint16_t *vd = kvmem + vhalf +
+                       sl_kv_view_k_offset(&c->kv, (int)l, blk) +
                        (size_t)slot * (size_t)kvd;
         sl_kern_f32_to_f16(kd, k + t * kvd, kvd);
         sl_kern_f32_to_f16(vd, v + t * kvd, kvd);
@@ -255,8 +281,10 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
       int nblk = (sq->pos0 + sq->n + T - 1) / T;
       blk_off[s] = o;
       for (int bi = 0; bi < nblk; bi++, o++) {
-        kb[o] = kvmem + kv_off(&c->kv, (int)l, sq->block_table[bi]);
-        vb[o] = kvmem + vhalf + kv_off(&c->kv, (int)l, sq->block_table[bi]);
+        kb[o] =
+            kvmem + sl_kv_view_k_offset(&c->kv, (int)l, sq->block_table[bi]);
+        vb[o] = kvmem + vhalf +
+                sl_kv_view_k_offset(&c->kv, (int)l, sq->block_table[bi]);
       }
     }
     attn_job aj = {hp,    b,          q,         att,     kb,

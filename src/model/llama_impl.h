@@ -23,15 +23,7 @@ struct sl_model {
   const float *output_norm;       /* (d) */
   sl__layer_w *layers;            /* (n_layer) */
   uint64_t weight_bytes;
+  uint8_t fingerprint[16]; /* sl_gguf_fingerprint of the file */
 };
-
-/* Dequantizes token `tok`'s embedding row into out (n_embd). */
-sl_status sl__llama_embed(const sl_model_t *m, int32_t tok, float *out);
-
-/* One token's q (n_head*hd), k and v (n_kv*hd) after the projections: adds
- * the biases (qwen2), applies q/k RMSNorm (qwen3) and rotates q and k at
- * position `pos`, in place. */
-sl_status sl__llama_qk_prep(const sl_model_t *m, const sl__layer_w *w, float *q,
-                            float *k, float *v, int64_t pos);
 
 #endif

@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model/tokenizer_impl.h"
 #include "sluice/heap.h"
 #include "sluice/util.h"
+#include "tokenizer_impl.h"
 
 typedef struct sym {
   int32_t prev, next;
@@ -72,7 +72,7 @@ sl_status sl__spm_fragment(const sl_tokenizer_t *t, const char *s, size_t len,
     return SL_ERR_NOMEM;
   int32_t nsym = 0;
   for (size_t off = 0; off < len;) {
-    size_t cl = sl__utf8_len((unsigned char)s[off]);
+    size_t cl = sl_utf8_seq_len((unsigned char)s[off]);
     if (cl > len - off)
       cl = len - off;
     w.syms[nsym] = (sym){nsym - 1, off + cl == len ? -1 : nsym + 1,

@@ -5,8 +5,8 @@
  * 15.1 assigned, so they agree with llama.cpp's generated tables (15.1). */
 #include <utf8proc.h>
 
-#include "model/tokenizer_impl.h"
 #include "sluice/util.h"
+#include "tokenizer_impl.h"
 
 static bool is_white_space(uint32_t c) {
   /* The Unicode White_Space property. */
@@ -81,51 +81,6 @@ uint16_t sl__cpt_flags(uint32_t cpt) {
   return f;
 }
 
-size_t sl__utf8_len(unsigned char c) {
-  static const unsigned char lookup[16] = {1, 1, 1, 1, 1, 1, 1, 1,
-                                           1, 1, 1, 1, 2, 2, 3, 4};
-  return lookup[c >> 4];
-}
-
-/* One code point at s[*off]; false (and *off unchanged) when the bytes there
- * are not a sequence llama.cpp accepts. */
-static bool decode_one(const unsigned char *s, size_t len, size_t *off,
-                       uint32_t *cpt) {
-  size_t o = *off;
-  unsigned char b = s[o];
-  if (!(b & 0x80)) {
-    *cpt = b;
-    *off = o + 1;
-    return true;
-  }
-  if (!(b & 0x40))
-    return false;
-  size_t need;
-  uint32_t c;
-  if (!(b & 0x20)) {
-    need = 1;
-    c = b & 0x1f;
-  } else if (!(b & 0x10)) {
-    need = 2;
-    c = b & 0x0f;
-  } else if (!(b & 0x08)) {
-    need = 3;
-    c = b & 0x07;
-  } else {
-    return false;
-  }
-  if (o + need >= len)
-    return false;
-  for (size_t i = 1; i <= need; i++) {
-    if ((s[o + i] & 0xc0) != 0x80)
-      return false;
-    c = (c << 6) | (s[o + i] & 0x3f);
-  }
-  *cpt = c;
-  *off = o + need + 1;
-  return true;
-}
-
 sl_status sl__utf8_decode(const char *s, size_t len, uint32_t **cpts,
                           size_t *n) {
   *cpts = NULL;
@@ -133,11 +88,10 @@ sl_status sl__utf8_decode(const char *s, size_t len, uint32_t **cpts,
   uint32_t *out = sl_calloc(len ? len : 1, sizeof *out);
   if (!out)
     return SL_ERR_NOMEM;
-  const unsigned char *u = (const unsigned char *)s;
   size_t off = 0, k = 0;
   while (off < len) {
     uint32_t c;
-    if (decode_one(u, len, &off, &c)) {
+    if (sl_utf8_decode(s, len, &off, &c)) {
       /* llama.cpp cannot re-encode these (it throws); read as U+FFFD. */
       out[k++] = c > 0x10FFFF ? 0xFFFD : c;
     } else {
@@ -148,32 +102,6 @@ sl_status sl__utf8_decode(const char *s, size_t len, uint32_t **cpts,
   *cpts = out;
   *n = k;
   return SL_OK;
-}
-
-size_t sl__utf8_encode(uint32_t cpt, char *out) {
-  unsigned char *o = (unsigned char *)out;
-  if (cpt <= 0x7f) {
-    o[0] = (unsigned char)cpt;
-    return 1;
-  }
-  if (cpt <= 0x7ff) {
-    o[0] = (unsigned char)(0xc0 | ((cpt >> 6) & 0x1f));
-    o[1] = (unsigned char)(0x80 | (cpt & 0x3f));
-    return 2;
-  }
-  if (cpt > 0x10ffff)
-    cpt = 0xfffd;
-  if (cpt <= 0xffff) {
-    o[0] = (unsigned char)(0xe0 | ((cpt >> 12) & 0x0f));
-    o[1] = (unsigned char)(0x80 | ((cpt >> 6) & 0x3f));
-    o[2] = (unsigned char)(0x80 | (cpt & 0x3f));
-    return 3;
-  }
-  o[0] = (unsigned char)(0xf0 | ((cpt >> 18) & 0x07));
-  o[1] = (unsigned char)(0x80 | ((cpt >> 12) & 0x3f));
-  o[2] = (unsigned char)(0x80 | ((cpt >> 6) & 0x3f));
-  o[3] = (unsigned char)(0x80 | (cpt & 0x3f));
-  return 4;
 }
 
 /* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves;
@@ -190,7 +118,7 @@ static uint32_t byte_cpt(uint8_t b) {
 }
 
 size_t sl__byte_to_unicode(uint8_t b, char out[4]) {
-  return sl__utf8_encode(byte_cpt(b), out);
+  return sl_utf8_encode(byte_cpt(b), out);
 }
 
 int sl__unicode_to_byte(uint32_t cpt) {

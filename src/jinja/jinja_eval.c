@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model/jinja_impl.h"
+#include "jinja_impl.h"
 #include "sluice/util.h"
 
 struct sl__jframe {

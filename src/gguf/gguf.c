@@ -26,6 +26,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
 #include "sluice/gguf.h"
 #include "sluice/util.h"
 
@@ -69,47 +72,27 @@ struct sl_gguf {
 /* ---- type tables ----------------------------------------------------------
  */
 
-typedef struct ggml_type_desc {
-  sl_ggml_type type;
-  const char *name;
-  uint32_t block_elems;
-  uint32_t block_bytes;
-} ggml_type_desc;
-
-/* Block sizes as in ggml (gguf-py GGML_QUANT_SIZES). Q8_1 is deliberately
- * absent: it is an activation-only type never stored in model files, and the
- * sources disagree on its block size. */
-static const ggml_type_desc g_ggml_types[] = {
-    {SL_GGML_F32, "F32", 1, 4},       {SL_GGML_F16, "F16", 1, 2},
-    {SL_GGML_BF16, "BF16", 1, 2},     {SL_GGML_Q4_0, "Q4_0", 32, 18},
-    {SL_GGML_Q4_1, "Q4_1", 32, 20},   {SL_GGML_Q5_0, "Q5_0", 32, 22},
-    {SL_GGML_Q5_1, "Q5_1", 32, 24},   {SL_GGML_Q8_0, "Q8_0", 32, 34},
-    {SL_GGML_Q2_K, "Q2_K", 256, 84},  {SL_GGML_Q3_K, "Q3_K", 256, 110},
-    {SL_GGML_Q4_K, "Q4_K", 256, 144}, {SL_GGML_Q5_K, "Q5_K", 256, 176},
-    {SL_GGML_Q6_K, "Q6_K", 256, 210}, {SL_GGML_Q8_K, "Q8_K", 256, 292},
-};
-
-static const ggml_type_desc *ggml_desc(uint32_t t) {
-  for (size_t i = 0; i < sizeof g_ggml_types / sizeof g_ggml_types[0]; i++)
-    if ((uint32_t)g_ggml_types[i].type == t)
-      return &g_ggml_types[i];
-  return NULL;
+/* The ggml types a model file may hold (sl_ggml_type_traits_of, in_files);
+ * NULL for others. */
+static const sl_ggml_type_traits *ggml_desc(uint32_t t) {
+  const sl_ggml_type_traits *d = sl_ggml_type_traits_of((sl_ggml_type)t);
+  return d && d->in_files ? d : NULL;
 }
 
 bool sl_ggml_type_info(sl_ggml_type t, uint32_t *block_elems,
                        uint32_t *block_bytes) {
-  const ggml_type_desc *d = ggml_desc((uint32_t)t);
+  const sl_ggml_type_traits *d = ggml_desc((uint32_t)t);
   if (!d)
     return false;
   if (block_elems)
-    *block_elems = d->block_elems;
+    *block_elems = d->blck_size;
   if (block_bytes)
-    *block_bytes = d->block_bytes;
+    *block_bytes = d->type_size;
   return true;
 }
 
 const char *sl_ggml_type_name(sl_ggml_type t) {
-  const ggml_type_desc *d = ggml_desc((uint32_t)t);
+  const sl_ggml_type_traits *d = ggml_desc((uint32_t)t);
   return d ? d->name : "unknown";
 }
 
@@ -549,12 +532,12 @@ static bool parse_alignment(parser *ps, sl_gguf_t *g) {
 }
 
 /* Size in bytes of a tensor of type `d` and shape ne, with overflow checks. */
-static bool tensor_nbytes(parser *ps, const ggml_type_desc *d,
+static bool tensor_nbytes(parser *ps, const sl_ggml_type_traits *d,
                           const uint64_t ne[4], uint64_t *out) {
-  if (ne[0] % d->block_elems != 0)
+  if (ne[0] % d->blck_size != 0)
     return failf(ps, SL_ERR_FORMAT,
                  "ne[0] = %llu is not a multiple of the %s block size %u",
-                 (unsigned long long)ne[0], d->name, d->block_elems);
+                 (unsigned long long)ne[0], d->name, d->blck_size);
   uint64_t nel = ne[0];
   for (int k = 1; k < 4; k++)
     if (__builtin_mul_overflow(nel, ne[k], &nel) || nel > INT64_MAX)
@@ -563,8 +546,7 @@ static bool tensor_nbytes(parser *ps, const ggml_type_desc *d,
                    (unsigned long long)ne[0], (unsigned long long)ne[1],
                    (unsigned long long)ne[2], (unsigned long long)ne[3]);
   uint64_t n = 0;
-  if (__builtin_mul_overflow(nel / d->block_elems, (uint64_t)d->block_bytes,
-                             &n))
+  if (__builtin_mul_overflow(nel / d->blck_size, (uint64_t)d->type_size, &n))
     return failf(ps, SL_ERR_FORMAT, "byte size overflows");
   *out = n;
   return true;
@@ -599,7 +581,7 @@ static bool parse_tensors(parser *ps, sl_gguf_t *g, uint64_t n_tensors) {
     uint32_t type;
     if (!rd_u32(ps, &type, "type") || !rd_u64(ps, &t->offset, "offset"))
       return false;
-    const ggml_type_desc *d = ggml_desc(type);
+    const sl_ggml_type_traits *d = ggml_desc(type);
     if (!d)
       return failf(ps, SL_ERR_FORMAT, "unknown or unsupported tensor type %u",
                    type);
@@ -788,6 +770,30 @@ uint32_t sl_gguf_alignment(const sl_gguf_t *g) {
 size_t sl_gguf_file_size(const sl_gguf_t *g) {
   return g->size;
 }
+void sl_gguf_fingerprint(const sl_gguf_t *g, uint8_t out[16]) {
+  XXH3_state_t s;
+  XXH3_128bits_reset(&s);
+  uint8_t size_le[8];
+  for (int i = 0; i < 8; i++)
+    size_le[i] = (uint8_t)((uint64_t)g->size >> (8 * i));
+  XXH3_128bits_update(&s, size_le, sizeof size_le);
+  XXH3_128bits_update(&s, g->base, g->data_offset);
+  for (int64_t i = 0; i < g->n_tensors; i++) {
+    const sl_gguf_tensor *t = &g->tensors[i];
+    const uint8_t *d = t->data;
+    if (t->nbytes <= 2 * SL_GGUF_FP_SAMPLE) {
+      XXH3_128bits_update(&s, d, (size_t)t->nbytes);
+    } else {
+      XXH3_128bits_update(&s, d, SL_GGUF_FP_SAMPLE);
+      XXH3_128bits_update(&s, d + t->nbytes - SL_GGUF_FP_SAMPLE,
+                          SL_GGUF_FP_SAMPLE);
+    }
+  }
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&s));
+  memcpy(out, c.digest, 16);
+}
+
 size_t sl_gguf_data_offset(const sl_gguf_t *g) {
   return g->data_offset;
 }

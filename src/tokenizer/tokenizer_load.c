@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/tokenizer_impl.h"
 #include "sluice/util.h"
+#include "tokenizer_impl.h"
 
 #define ERR(...)                                                               \
   do {                                                                         \
@@ -246,7 +246,7 @@ static size_t render(const sl_tokenizer_t *t, int32_t id, bool special,
         out[o++] = (char)b;
       } else {
         char u[4];
-        size_t ul = sl__utf8_encode(cpts[i], u);
+        size_t ul = sl_utf8_encode(cpts[i], u);
         o += (size_t)sprintf(out + o, "[UNK_BYTE_0x");
         for (size_t j = 0; j < ul; j++)
           o += (size_t)sprintf(out + o, "%02x", (unsigned char)u[j]);

@@ -20,6 +20,7 @@
 
 #include "sluice/status.h"
 #include "sluice/tokenizer.h"
+#include "sluice/utf8.h"
 
 /* ---- token attributes (bit flags, as llama.cpp's llama_token_attr) ------ */
 enum {
@@ -92,13 +93,7 @@ uint16_t sl__cpt_flags(uint32_t cpt);
 sl_status sl__utf8_decode(const char *s, size_t len, uint32_t **cpts,
                           size_t *n);
 
-/* Writes the UTF-8 form of cpt into out (4 bytes room), returns its length.
- * Code points above 0x10FFFF are written as U+FFFD. */
-size_t sl__utf8_encode(uint32_t cpt, char *out);
-
-/* Length of the UTF-8 sequence that lead byte c announces (1 for invalid
- * leads), as llama.cpp's unicode_len_utf8. */
-size_t sl__utf8_len(unsigned char c);
+/* The UTF-8 encoder and sequence lengths: sluice/utf8.h. */
 
 /* GPT-2 byte-level map: writes the UTF-8 text of byte b's stand-in code
  * point into out and returns its length (1 or 2). */

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model/jinja_impl.h"
+#include "jinja_impl.h"
 #include "sluice/util.h"
 
 #define PARSE_MAX_DEPTH 200

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "model/jinja_impl.h"
+#include "jinja_impl.h"
 #include "sluice/util.h"
 
 #define MAX_RANGE 100000 /* jinja2's sandbox limit */

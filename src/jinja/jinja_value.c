@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/jinja_impl.h"
+#include "jinja_impl.h"
+#include "sluice/utf8.h"
 #include "sluice/util.h"
 
 /* ---- arena ----------------------------------------------------------------
@@ -843,14 +844,12 @@ static void json_string(sl__jrender *r, sl__jbuf *b, const char *s, size_t n,
         esc = tmp;
       } else if (c >= 0x80 && ensure_ascii) {
         /* decode one UTF-8 sequence; invalid bytes pass through as U+FFFD */
-        uint32_t cp = 0xFFFD;
-        size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-        if (len > 1 && i + len <= n) {
-          cp = c & (0x7F >> len);
-          for (size_t k = 1; k < len; k++)
-            cp = (cp << 6) | ((unsigned char)s[i + k] & 0x3F);
+        size_t len;
+        uint32_t cp = sl_utf8_next(s, n, i, &len);
+        if (len > 1)
           skip = len;
-        }
+        else
+          cp = 0xFFFD;
         if (cp >= 0x10000) {
           cp -= 0x10000;
           snprintf(tmp, sizeof tmp, "\\u%04x\\u%04x", 0xD800 + (cp >> 10),
@@ -991,27 +990,15 @@ void sl__jv_write_json(sl__jrender *r, int line, sl__jbuf *b, const sl_jv *v,
 /* ---- UTF-8
  * ------------------------------------------------------------------------ */
 
-static bool utf8_cont(unsigned char c) {
-  return (c & 0xC0) == 0x80;
-}
-
-size_t sl__utf8_count(const char *p, size_t n) {
-  size_t c = 0;
-  for (size_t i = 0; i < n; i++)
-    if (!utf8_cont((unsigned char)p[i]) || i == 0)
-      c++;
-  return c;
-}
-
 size_t *sl__utf8_offsets(sl__jrender *r, const char *p, size_t n, size_t *ncp) {
-  size_t c = sl__utf8_count(p, n);
+  size_t c = sl_utf8_count(p, n);
   size_t bytes;
   if (!sl_mul_ok(c + 1, sizeof(size_t), &bytes))
     sl__jfail(r, SL_ERR_RANGE, 0, "string too large");
   size_t *off = sl__jalloc(r, bytes);
   size_t k = 0;
   for (size_t i = 0; i < n; i++)
-    if (!utf8_cont((unsigned char)p[i]) || i == 0)
+    if (!sl_utf8_is_cont((unsigned char)p[i]) || i == 0)
       off[k++] = i;
   off[k] = n;
   *ncp = k;

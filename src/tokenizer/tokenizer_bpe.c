@@ -3,9 +3,9 @@
  * A binary heap with lazy invalidation keeps long words O(n log n). */
 #include <string.h>
 
-#include "model/tokenizer_impl.h"
 #include "sluice/heap.h"
 #include "sluice/util.h"
+#include "tokenizer_impl.h"
 
 typedef struct sym {
   int32_t prev, next;
@@ -85,7 +85,7 @@ sl_status sl__bpe_word(const sl_tokenizer_t *t, const char *word, size_t wlen,
     return SL_ERR_NOMEM;
   int32_t nsym = 0;
   for (size_t off = 0; off < wlen;) {
-    size_t cl = sl__utf8_len((unsigned char)word[off]);
+    size_t cl = sl_utf8_seq_len((unsigned char)word[off]);
     if (cl > wlen - off)
       cl = wlen - off;
     w.syms[nsym] = (sym){nsym - 1, off + cl == wlen ? -1 : nsym + 1,

@@ -1,7 +1,7 @@
 /* sluice — model: rendering a chat template the way HF transformers does. */
 #include <string.h>
 
-#include "model/jinja_impl.h"
+#include "jinja_impl.h"
 #include "sluice/util.h"
 
 sl_status sl_chat_template_render(const char *template_src,

@@ -1,28 +1,17 @@
 /* sluice — model: Jinja string operations: Python's str methods
  * (startswith, split, strip, replace, ...) and the case mappings the filters
- * share. Strings are UTF-8 and indexed by code point. Case mapping covers
- * ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic; Python's context
- * rules (final sigma, dotted I) are not modelled.
+ * share. Strings are UTF-8 and indexed by code point (sluice/utf8.h). Case
+ * mapping is Unicode's simple mapping (utf8proc); Python's full and context
+ * rules (final sigma, dotted I, ligatures) are not modelled, except that
+ * sharp s upper is "SS".
  */
 #define _GNU_SOURCE /* memmem */
 #include <stdio.h>
 #include <string.h>
 
-#include "model/jinja_impl.h"
+#include "jinja_impl.h"
+#include "sluice/utf8.h"
 #include "sluice/util.h"
-
-/* Decodes the code point at p[i..n); stores its byte length. */
-static uint32_t cp_at(const char *p, size_t n, size_t i, size_t *len) {
-  unsigned char c = (unsigned char)p[i];
-  size_t l = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-  if (i + l > n)
-    l = 1;
-  uint32_t cp = l == 1 ? c : (uint32_t)(c & (0x7F >> l));
-  for (size_t k = 1; k < l; k++)
-    cp = (cp << 6) | ((unsigned char)p[i + k] & 0x3F);
-  *len = l;
-  return cp;
-}
 
 bool sl__jis_space(uint32_t c) {
   return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f) ||
@@ -35,7 +24,7 @@ static bool in_chars(uint32_t c, const sl_jv *chars) {
   if (!chars)
     return sl__jis_space(c);
   for (size_t i = 0, l; i < chars->u.s.n; i += l)
-    if (cp_at(chars->u.s.p, chars->u.s.n, i, &l) == c)
+    if (sl_utf8_next(chars->u.s.p, chars->u.s.n, i, &l) == c)
       return true;
   return false;
 }
@@ -46,121 +35,42 @@ sl_jv *sl__jstr_strip(sl__jrender *r, const sl_jv *s, const sl_jv *chars,
   const char *p = s->u.s.p;
   size_t n = s->u.s.n, b = 0, e = n, l;
   if (which & 1)
-    while (b < e && in_chars(cp_at(p, n, b, &l), chars))
+    while (b < e && in_chars(sl_utf8_next(p, n, b, &l), chars))
       b += l;
   if (which & 2)
     while (e > b) {
       size_t k = e - 1;
-      while (k > b && ((unsigned char)p[k] & 0xC0) == 0x80)
+      while (k > b && sl_utf8_is_cont((unsigned char)p[k]))
         k--;
-      if (!in_chars(cp_at(p, n, k, &l), chars))
+      if (!in_chars(sl_utf8_next(p, n, k, &l), chars))
         break;
       e = k;
     }
   return sl__jv_str(r, p + b, e - b);
 }
 
-/* Simple case mapping of one code point: ASCII, Latin-1, Latin Extended-A,
- * Greek and Cyrillic (what chat content needs; Python's special cases such as
- * final sigma and dotted capital I are not modelled). 0xDF (sharp s) upper
- * is "SS" and handled by the caller. */
+/* Case mapping and the cased / upper / lower predicates: Unicode simple case
+ * mapping (sluice/utf8.h, utf8proc). 0xDF (sharp s) upper is "SS" and
+ * handled by the caller. */
 static uint32_t cp_upper(uint32_t c) {
-  if (c < 0x80)
-    return c >= 'a' && c <= 'z' ? c - 32 : c;
-  if (c == 0xB5)
-    return 0x39C;
-  if (c >= 0xE0 && c <= 0xFE && c != 0xF7)
-    return c - 0x20;
-  if (c == 0xFF)
-    return 0x178;
-  if (c >= 0x100 && c <= 0x17F) {
-    if (c == 0x131)
-      return 'I';
-    if (c == 0x17F)
-      return 'S';
-    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E))
-      return (c & 1) ? c : c - 1;
-    if (c == 0x130 || c == 0x138 || c == 0x149 || c == 0x178)
-      return c;
-    return (c & 1) ? c - 1 : c;
-  }
-  if (c >= 0x3B1 && c <= 0x3C9)
-    return c == 0x3C2 ? 0x3A3 : c - 0x20;
-  if (c == 0x3AC)
-    return 0x386;
-  if (c >= 0x3AD && c <= 0x3AF)
-    return c - 0x25;
-  if (c == 0x3CC)
-    return 0x38C;
-  if (c == 0x3CD || c == 0x3CE)
-    return c - 0x3F;
-  if (c >= 0x430 && c <= 0x44F)
-    return c - 0x20;
-  if (c >= 0x450 && c <= 0x45F)
-    return c - 0x50;
-  return c;
+  return sl_utf8_upper(c);
 }
-
 static uint32_t cp_lower(uint32_t c) {
-  if (c < 0x80)
-    return c >= 'A' && c <= 'Z' ? c + 32 : c;
-  if (c >= 0xC0 && c <= 0xDE && c != 0xD7)
-    return c + 0x20;
-  if (c == 0x178)
-    return 0xFF;
-  if (c >= 0x100 && c <= 0x17F) {
-    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E))
-      return (c & 1) ? c + 1 : c;
-    if (c == 0x130 || c == 0x131 || c == 0x138 || c == 0x149 || c == 0x17F)
-      return c;
-    return (c & 1) ? c : c + 1;
-  }
-  if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2)
-    return c + 0x20;
-  if (c == 0x386)
-    return 0x3AC;
-  if (c >= 0x388 && c <= 0x38A)
-    return c + 0x25;
-  if (c == 0x38C)
-    return 0x3CC;
-  if (c == 0x38E || c == 0x38F)
-    return c + 0x3F;
-  if (c >= 0x410 && c <= 0x42F)
-    return c + 0x20;
-  if (c >= 0x400 && c <= 0x40F)
-    return c + 0x50;
-  return c;
+  return sl_utf8_lower(c);
 }
-
 static bool cp_cased(uint32_t c) {
-  return cp_upper(c) != c || cp_lower(c) != c || c == 0xDF;
+  return sl_utf8_is_cased(c);
 }
 static bool cp_is_upper(uint32_t c) {
-  return cp_lower(c) != c;
+  return sl_utf8_is_upper(c);
 }
 static bool cp_is_lower(uint32_t c) {
-  return cp_upper(c) != c || c == 0xDF;
+  return sl_utf8_is_lower(c);
 }
 
 static void put_cp(sl__jrender *r, sl__jbuf *b, uint32_t cp) {
   char o[4];
-  size_t k = 0;
-  if (cp < 0x80) {
-    o[k++] = (char)cp;
-  } else if (cp < 0x800) {
-    o[k++] = (char)(0xC0 | (cp >> 6));
-    o[k++] = (char)(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    o[k++] = (char)(0xE0 | (cp >> 12));
-    o[k++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[k++] = (char)(0x80 | (cp & 0x3F));
-  } else {
-    o[k++] = (char)(0xF0 | (cp >> 18));
-    o[k++] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[k++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[k++] = (char)(0x80 | (cp & 0x3F));
-  }
-  sl__jbuf_put(r, b, o, k);
+  sl__jbuf_put(r, b, o, sl_utf8_encode(cp, o));
 }
 
 /* Appends one code point mapped up (upper) or down; bytes that are not a
@@ -183,7 +93,7 @@ static sl_jv *case_map(sl__jrender *r, const sl_jv *s, int mode) {
   size_t n = s->u.s.n, l;
   bool prev_cased = false, word_start = true;
   for (size_t i = 0; i < n; i += l) {
-    uint32_t cp = cp_at(p, n, i, &l);
+    uint32_t cp = sl_utf8_next(p, n, i, &l);
     bool upper;
     switch (mode) {
     case 0:
@@ -247,7 +157,7 @@ sl_jv *sl__jstr_replace(sl__jrender *r, int line, const sl_jv *s,
       }
       if (i == n)
         break;
-      cp_at(p, n, i, &l);
+      sl_utf8_next(p, n, i, &l);
       sl__jbuf_put(r, &b, p + i, l);
     }
     return sl__jv_str(r, b.p ? b.p : "", b.n);
@@ -278,7 +188,7 @@ static sl_jv *str_split(sl__jrender *r, int line, const sl_jv *s,
     size_t i = 0, len;
     int64_t splits = 0;
     for (;;) {
-      while (i < n && sl__jis_space(cp_at(p, n, i, &len)))
+      while (i < n && sl__jis_space(sl_utf8_next(p, n, i, &len)))
         i += len;
       if (i >= n)
         break;
@@ -292,7 +202,7 @@ static sl_jv *str_split(sl__jrender *r, int line, const sl_jv *s,
         break;
       }
       size_t b = i;
-      while (i < n && !sl__jis_space(cp_at(p, n, i, &len)))
+      while (i < n && !sl__jis_space(sl_utf8_next(p, n, i, &len)))
         i += len;
       sl__jv_list_push(r, l, sl__jv_str(r, p + b, i - b));
       splits++;
@@ -375,11 +285,10 @@ sl_jv *sl__jstr_method(sl__jrender *r, int line, sl_jv *s, const char *m,
                           ? s->u.s.p
                           : memmem(s->u.s.p, s->u.s.n, a0->u.s.p, a0->u.s.n);
       return sl__jv_int(
-          r,
-          h ? (int64_t)sl__utf8_count(s->u.s.p, (size_t)(h - s->u.s.p)) : -1);
+          r, h ? (int64_t)sl_utf8_count(s->u.s.p, (size_t)(h - s->u.s.p)) : -1);
     }
     if (a0->u.s.n == 0)
-      return sl__jv_int(r, (int64_t)sl__utf8_count(s->u.s.p, s->u.s.n) + 1);
+      return sl__jv_int(r, (int64_t)sl_utf8_count(s->u.s.p, s->u.s.n) + 1);
     int64_t c = 0;
     for (size_t i = 0; i + a0->u.s.n <= s->u.s.n;) {
       const char *h = memmem(s->u.s.p + i, s->u.s.n - i, a0->u.s.p, a0->u.s.n);
@@ -408,7 +317,7 @@ sl_jv *sl__jstr_method(sl__jrender *r, int line, sl_jv *s, const char *m,
     bool ok = s->u.s.n > 0, cased = false;
     size_t l;
     for (size_t i = 0; i < s->u.s.n; i += l) {
-      uint32_t c = cp_at(s->u.s.p, s->u.s.n, i, &l);
+      uint32_t c = sl_utf8_next(s->u.s.p, s->u.s.n, i, &l);
       bool d = c >= '0' && c <= '9';
       switch (m[2]) {
       case 'd':

@@ -12,7 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/jinja_impl.h"
+#include "jinja_impl.h"
+#include "sluice/utf8.h"
 #include "sluice/util.h"
 
 typedef struct lexer {
@@ -217,21 +218,7 @@ static char *decode_string(lexer *L, const char *p, size_t n, size_t *out_n) {
     if (cp > 0x10FFFF)
       return NULL;
   encode:
-    if (cp < 0x80) {
-      o[k++] = (char)cp;
-    } else if (cp < 0x800) {
-      o[k++] = (char)(0xC0 | (cp >> 6));
-      o[k++] = (char)(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      o[k++] = (char)(0xE0 | (cp >> 12));
-      o[k++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-      o[k++] = (char)(0x80 | (cp & 0x3F));
-    } else {
-      o[k++] = (char)(0xF0 | (cp >> 18));
-      o[k++] = (char)(0x80 | ((cp >> 12) & 0x3F));
-      o[k++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-      o[k++] = (char)(0x80 | (cp & 0x3F));
-    }
+    k += sl_utf8_encode(cp, o + k);
   }
   o[k] = 0;
   *out_n = k;

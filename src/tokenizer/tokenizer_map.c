@@ -2,8 +2,8 @@
  * map with open addressing (linear probing) and an arena for the keys. */
 #include <string.h>
 
-#include "model/tokenizer_impl.h"
 #include "sluice/util.h"
+#include "tokenizer_impl.h"
 
 sl_status sl__ivec_push(sl__ivec *a, int32_t x) {
   if (a->n == a->cap) {
@@ -160,4 +160,14 @@ bool sl__strmap_get(const sl__strmap *m, const char *k, size_t klen,
     return false;
   *v = m->val[m->slots[i] - 1];
   return true;
+}
+
+/* The vocabulary lookup that the encoders (tokenizer_bpe.c, tokenizer_spm.c)
+ * and the driver (tokenizer.c) share; here, below all three, so that they do
+ * not call each other in a loop. */
+int32_t sl__tok_lookup(const sl_tokenizer_t *t, const char *s, size_t len) {
+  int64_t v;
+  if (sl__strmap_get(&t->tok_map, s, len, &v))
+    return (int32_t)v;
+  return SL_TOKEN_NULL;
 }

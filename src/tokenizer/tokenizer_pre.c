@@ -19,8 +19,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model/tokenizer_impl.h"
 #include "sluice/util.h"
+#include "tokenizer_impl.h"
 
 typedef enum step_kind {
   STEP_GPT2,
@@ -488,7 +488,7 @@ static sl_status regex_step(const pcre2_code *re, const char *subj,
           break;
         at = ms + 1;
         if (b2c)
-          while (at < slen && ((unsigned char)s[at] & 0xC0) == 0x80)
+          while (at < slen && sl_utf8_is_cont((unsigned char)s[at]))
             at++;
         continue;
       }
@@ -590,7 +590,7 @@ sl_status sl__pre_split(const sl__pre *p, const uint32_t *cpts, size_t n,
           if (c > 0x7F && (sl__cpt_flags(c) & SL__CPT_WHITESPACE))
             c = 0x0B;
           cpt_b[i] = bl;
-          size_t k = sl__utf8_encode(c, utf + bl);
+          size_t k = sl_utf8_encode(c, utf + bl);
           for (size_t j = 0; j < k; j++)
             b2c[bl + j] = (uint32_t)i;
           bl += k;

@@ -7,15 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/tokenizer_impl.h"
 #include "sluice/util.h"
-
-int32_t sl__tok_lookup(const sl_tokenizer_t *t, const char *s, size_t len) {
-  int64_t v;
-  if (sl__strmap_get(&t->tok_map, s, len, &v))
-    return (int32_t)v;
-  return SL_TOKEN_NULL;
-}
+#include "tokenizer_impl.h"
 
 /* ---- encode -------------------------------------------------------------- */
 
@@ -151,7 +144,7 @@ static sl_status encode_bpe_text(const sl_tokenizer_t *t, const char *s,
     size_t wl = 0;
     for (size_t k = c0; k < c0 + (size_t)lens.v[i]; k++) {
       char u[4];
-      size_t ul = sl__utf8_encode(cpts[k], u);
+      size_t ul = sl_utf8_encode(cpts[k], u);
       for (size_t j = 0; j < ul; j++)
         wl += sl__byte_to_unicode((uint8_t)u[j], word + wl);
     }

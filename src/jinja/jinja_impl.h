@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "sluice/jinja.h"
+#include "sluice/utf8.h"
 
 /* ---- arena --------------------------------------------------------------- */
 
@@ -358,9 +359,8 @@ sl_jv *sl__jstr_replace(sl__jrender *r, int line, const sl_jv *s,
 sl_jv *sl__jstr_method(sl__jrender *r, int line, sl_jv *s, const char *name,
                        const sl__jargs *args);
 
-/* UTF-8 helpers. */
-size_t sl__utf8_count(const char *p, size_t n);
-/* Byte offsets of each code point (n+1 entries, last = n); arena array. */
+/* UTF-8 (the codec is sluice/utf8.h). Byte offsets of each code point (n+1
+ * entries, last = n); arena array. */
 size_t *sl__utf8_offsets(sl__jrender *r, const char *p, size_t n, size_t *ncp);
 
 #endif
