@@ -12,6 +12,9 @@
 #include "sluice/rt.h"
 #include "sluice/util.h"
 
+#define SL__MAX_CUDA    16
+#define SL__MAX_DEVICES (1 + SL__MAX_CUDA) /* slot 0: cpu; 1..: cuda */
+
 typedef enum sl__stream_kind {
   SL__STREAM_DEFAULT = 0,
   SL__STREAM_GENERATION = 1,
@@ -61,6 +64,12 @@ struct sl_stream {
   _Atomic uint64_t running_seq;
   _Atomic(sl_task_fn) running_fn;
 };
+
+/* Makes a stream of `kind` on dev and registers it (stream.c). */
+sl_status sl__stream_new(sl_device_t *dev, sl__stream_kind kind,
+                         const char *name, sl_stream_t **out);
+/* Drains s, makes the allocator forget it, tears it down (stream.c). */
+void sl__stream_free(sl_stream_t *s);
 
 /* References keep a destroyed (drained) stream's struct readable by tasks on
  * other streams that still wait on its timeline. */
