@@ -128,4 +128,32 @@ struct sl_engine {
   sl__engine_test_hooks hooks;
 };
 
+/* ---- shared by engine.c, scheduler.c and detok.c (executor thread) ---- */
+
+void sl__req_free(sl__req *r);
+void sl__list_push(sl__req **head, sl__req **tail, sl__req *r);
+/* Ends a request: reports, publishes and frees its blocks, frees it. */
+void sl__finish(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,
+                sl_reason reason, const char *msg);
+/* The hook, then the one clear primitive on the engine stream. */
+void sl__clear_at_site(sl_engine_t *e, sl__clear_site site);
+/* Admits the head of the waiting queue: true if it was admitted or failed. */
+bool sl__admit_one(sl_engine_t *e);
+void sl__apply_aborts(sl_engine_t *e);
+/* Builds and runs one batch; false when there was nothing to do. */
+bool sl__step(sl_engine_t *e);
+/* Fails every active request with st (a clear reported an error). */
+void sl__fail_active(sl_engine_t *e, sl_status st);
+void sl__active_remove(sl_engine_t *e, sl__req *r);
+
+/* detok.c: appends a token's text and emits what is safe; true when a stop
+ * string ended the request. */
+bool sl__detok_step(sl_engine_t *e, sl__req *r, int32_t tok, float lp,
+                    const sl_token_logprob *top, int n_top);
+/* Emits the text held back, as a token event with token -1. */
+void sl__detok_flush(sl__req *r);
+/* log-softmax of `lg` at `tok`, and the top-n entries. */
+float sl__logprobs(const float *lg, int nv, int32_t tok, int n_top,
+                   sl_token_logprob *top);
+
 #endif

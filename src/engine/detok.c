@@ -1,0 +1,144 @@
+/* Detokenization and stop strings: the text a request emits. Holds back a
+ * suffix that could begin a stop string and any incomplete UTF-8 sequence;
+ * at a stop string, emits the text before it and ends the request. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_impl.h"
+#include "sluice/alloc.h"
+#include "sluice/kv.h"
+#include "sluice/memsync.h"
+#include "sluice/utf8.h"
+#include "sluice/util.h"
+
+/* The length of the longest prefix of s[0..n) that does not end inside a
+ * UTF-8 sequence (util/utf8's sequence lengths). */
+static size_t utf8_complete_prefix(const char *s, size_t n) {
+  size_t i = n, back = 0;
+  while (i > 0 && back < 4) {
+    unsigned char c = (unsigned char)s[i - 1];
+    if (!sl_utf8_is_cont(c))
+      return back + 1 >= sl_utf8_seq_len(c) ? n : i - 1;
+    i--;
+    back++;
+  }
+  return n;
+}
+
+/* Appends a token's text; emits what is safe; returns true when a stop
+ * string ended the request (text before it was emitted). */
+bool sl__detok_step(sl_engine_t *e, sl__req *r, int32_t tok, float lp,
+                    const sl_token_logprob *top, int n_top) {
+  char piece[512];
+  size_t plen = 0;
+  if (sl_tokenizer_token_to_piece(e->tok, tok, false, piece, sizeof piece,
+                                  &plen) != SL_OK)
+    plen = 0;
+  if (r->pend_len + plen + 1 > r->pend_cap) {
+    size_t cap = (r->pend_len + plen + 1) * 2 + 64;
+    char *np = sl_realloc(r->pend, cap);
+    if (!np)
+      return false;
+    r->pend = np;
+    r->pend_cap = cap;
+  }
+  memcpy(r->pend + r->pend_len, piece, plen);
+  r->pend_len += plen;
+  /* a complete stop string? */
+  size_t cut = SIZE_MAX;
+  for (int i = 0; i < r->params.n_stop; i++) {
+    const char *st = r->params.stop[i];
+    size_t sl = strlen(st);
+    for (size_t k = 0; k + sl <= r->pend_len; k++)
+      if (memcmp(r->pend + k, st, sl) == 0) {
+        if (k < cut)
+          cut = k;
+        break;
+      }
+  }
+  size_t emit;
+  bool stopped = cut != SIZE_MAX;
+  if (stopped) {
+    emit = cut;
+  } else {
+    /* hold back a suffix that could begin a stop string */
+    size_t hold = 0;
+    for (int i = 0; i < r->params.n_stop; i++) {
+      const char *st = r->params.stop[i];
+      size_t sl = strlen(st);
+      for (size_t k = sl - 1; k > hold; k--)
+        if (k <= r->pend_len && memcmp(r->pend + r->pend_len - k, st, k) == 0) {
+          hold = k;
+          break;
+        }
+    }
+    emit = utf8_complete_prefix(r->pend, r->pend_len - hold);
+  }
+  sl_engine_event ev;
+  memset(&ev, 0, sizeof ev);
+  ev.kind = SL_EV_TOKEN;
+  ev.request_id = r->id;
+  ev.token = tok;
+  ev.text = r->pend;
+  ev.text_len = emit;
+  ev.logprob = lp;
+  ev.top = top;
+  ev.n_top = n_top;
+  ev.completion_tokens = r->n_generated;
+  r->cb(r->user, &ev);
+  memmove(r->pend, r->pend + emit, r->pend_len - emit);
+  r->pend_len -= emit;
+  if (stopped)
+    r->pend_len = 0;
+  return stopped;
+}
+
+/* Emits the text held back (a partial stop prefix or UTF-8 sequence is just
+ * text once the request ends) as a token event with token -1. */
+void sl__detok_flush(sl__req *r) {
+  if (!r->pend_len)
+    return;
+  sl_engine_event ev;
+  memset(&ev, 0, sizeof ev);
+  ev.kind = SL_EV_TOKEN;
+  ev.request_id = r->id;
+  ev.token = -1;
+  ev.text = r->pend;
+  ev.text_len = r->pend_len;
+  r->cb(r->user, &ev);
+  r->pend_len = 0;
+}
+
+/* log-softmax of one logit vector (the raw distribution) at `tok`, and the
+ * top-n entries. */
+float sl__logprobs(const float *lg, int nv, int32_t tok, int n_top,
+                   sl_token_logprob *top) {
+  float mx = lg[0];
+  for (int i = 1; i < nv; i++)
+    if (lg[i] > mx)
+      mx = lg[i];
+  double sum = 0;
+  for (int i = 0; i < nv; i++)
+    sum += exp((double)(lg[i] - mx));
+  float lse = mx + (float)log(sum);
+  for (int k = 0; k < n_top; k++) {
+    top[k].id = -1;
+    top[k].logprob = -INFINITY;
+  }
+  for (int i = 0; i < nv && n_top > 0; i++) {
+    float v = lg[i] - lse;
+    if (v <= top[n_top - 1].logprob)
+      continue;
+    int k = n_top - 1;
+    while (k > 0 && top[k - 1].logprob < v) {
+      top[k] = top[k - 1];
+      k--;
+    }
+    top[k].id = i;
+    top[k].logprob = v;
+  }
+  return lg[tok] - lse;
+}
