@@ -21,9 +21,13 @@
  * results equal llama.cpp's bit for bit (rmsnorm and rope likewise).
  *
  * SIMD is chosen at run time: AVX-512 (F+BW+VL), AVX2+FMA+F16C, or scalar. The
- * env var SLUICE_CPU_ISA=scalar|avx2|avx512 caps the level chosen at the first
- * kernel call. Every ISA gives the same results as the scalar reference up to
- * float summation order.
+ * env var SLUICE_ISA=scalar|avx2|avx512 (old name SLUICE_CPU_ISA, read when
+ * SLUICE_ISA is unset) caps the level chosen at the first kernel call; a level
+ * this CPU lacks, or an unknown name, is logged and the best level the CPU has
+ * at or below it is used. Test harnesses must not rely on that fallback: they
+ * read sl_kern_cpu_isa_requested() and compare it with sl_kern_cpu_isa().
+ * Every ISA gives the same results as the scalar reference up to float
+ * summation order.
  *
  * Threading: every kernel may run on any thread at once with others; a pool
  * runs one job at a time (see sl_kern_pool_run).
@@ -38,7 +42,8 @@
 #include "sluice/gguf.h"
 #include "sluice/status.h"
 
-/* ---- ISA selection --------------------------------------------------------- */
+/* ---- ISA selection ---------------------------------------------------------
+ */
 
 typedef enum sl_kern_isa {
   SL_KERN_ISA_SCALAR = 0,
@@ -47,8 +52,14 @@ typedef enum sl_kern_isa {
 } sl_kern_isa;
 
 /* The level the kernels use now (chosen on first use: the best this CPU has,
- * capped by SLUICE_CPU_ISA). */
+ * capped by SLUICE_ISA). */
 sl_kern_isa sl_kern_cpu_isa(void);
+
+/* The level SLUICE_ISA (else SLUICE_CPU_ISA) names: SL_OK with *isa set,
+ * SL_ERR_NOT_FOUND when neither is set (or both are empty),
+ * SL_ERR_INVALID_ARG when the value is not scalar, avx2 or avx512. Says
+ * nothing about whether this CPU can run it (sl_kern_cpu_isa_supported). */
+sl_status sl_kern_cpu_isa_requested(sl_kern_isa *isa);
 
 /* True when this CPU (and OS) can run `isa`. */
 bool sl_kern_cpu_isa_supported(sl_kern_isa isa);
@@ -61,7 +72,8 @@ sl_status sl_kern_cpu_set_isa(sl_kern_isa isa);
 /* "scalar", "avx2", "avx512" ("?" for an unknown value). */
 const char *sl_kern_isa_name(sl_kern_isa isa);
 
-/* ---- types ------------------------------------------------------------------ */
+/* ---- types ------------------------------------------------------------------
+ */
 
 /* Block size in elements and bytes of each type these kernels read or write
  * (F32 F16 BF16 Q4_0 Q4_1 Q8_0 Q8_1 Q4_K Q5_K Q6_K Q8_K). Returns false for
@@ -97,7 +109,8 @@ sl_status sl_kern_quantize_act(sl_ggml_type act, const float *x, void *dst,
 sl_status sl_kern_vec_dot(sl_ggml_type wt, int64_t n, const void *w_row,
                           const void *x_act, float *out);
 
-/* ---- thread pool ------------------------------------------------------------ */
+/* ---- thread pool ------------------------------------------------------------
+ */
 
 typedef struct sl_kern_pool sl_kern_pool_t;
 
@@ -119,7 +132,8 @@ int sl_kern_pool_n_threads(const sl_kern_pool_t *pool);
 void sl_kern_pool_run(sl_kern_pool_t *pool,
                       void (*fn)(void *ctx, int ith, int nth), void *ctx);
 
-/* ---- matmul ------------------------------------------------------------------ */
+/* ---- matmul
+ * ------------------------------------------------------------------ */
 
 /* A weight matrix: `rows` rows of `cols` elements of type `type`, each row
  * sl_kern_row_bytes(type, cols) bytes, rows contiguous (GGUF: ne[0] = cols,
@@ -143,7 +157,8 @@ typedef struct sl_kern_weight {
 sl_status sl_kern_matmul(sl_kern_pool_t *pool, const sl_kern_weight *W,
                          const float *X, float *Y, int64_t n_tokens);
 
-/* ---- small ops (all vectorized; out may alias an input) -------------------- */
+/* ---- small ops (all vectorized; out may alias an input) --------------------
+ */
 
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * (w ? w[i] : 1). */
 void sl_kern_rmsnorm(float *out, const float *x, const float *w, int64_t n,
@@ -177,7 +192,8 @@ void sl_kern_add(float *out, const float *a, const float *b, int64_t n);
 /* dst[i] = src[i] as IEEE half, rounded to nearest even (as F16C). */
 void sl_kern_f32_to_f16(uint16_t *dst, const float *src, int64_t n);
 
-/* ---- attention --------------------------------------------------------------- */
+/* ---- attention
+ * --------------------------------------------------------------- */
 
 #define SL_KERN_ATTN_MAX_HEAD_DIM 1024
 

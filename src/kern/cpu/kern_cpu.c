@@ -83,6 +83,29 @@ static void merge(sl__kern_cpu_ops *dst, const sl__kern_cpu_ops *base,
 #undef SL__OVER
 }
 
+/* SLUICE_ISA, else its old name SLUICE_CPU_ISA; NULL when neither is set. */
+static const char *isa_env(const char **name) {
+  const char *env = getenv("SLUICE_ISA");
+  *name = "SLUICE_ISA";
+  if (!env || !*env) {
+    env = getenv("SLUICE_CPU_ISA");
+    *name = "SLUICE_CPU_ISA";
+  }
+  return env && *env ? env : NULL;
+}
+
+sl_status sl_kern_cpu_isa_requested(sl_kern_isa *isa) {
+  const char *name, *env = isa_env(&name);
+  if (!env)
+    return SL_ERR_NOT_FOUND;
+  for (int i = SL_KERN_ISA_SCALAR; i <= SL_KERN_ISA_AVX512; i++)
+    if (strcmp(env, sl_kern_isa_name((sl_kern_isa)i)) == 0) {
+      *isa = (sl_kern_isa)i;
+      return SL_OK;
+    }
+  return SL_ERR_INVALID_ARG;
+}
+
 static void init_once(void) {
   g_tables[SL_KERN_ISA_SCALAR] = sl__kern_cpu_scalar_ops;
   sl__kern_cpu_ops avx2 = sl__kern_cpu_avx2_ops;
@@ -92,18 +115,21 @@ static void init_once(void) {
   merge(&g_tables[SL_KERN_ISA_AVX2], &g_tables[SL_KERN_ISA_SCALAR], &avx2);
   merge(&g_tables[SL_KERN_ISA_AVX512], &g_tables[SL_KERN_ISA_AVX2],
         &sl__kern_cpu_avx512_ops);
-  int isa = SL_KERN_ISA_AVX512;
-  const char *env = getenv("SLUICE_CPU_ISA");
-  if (env && *env) {
-    if (strcmp(env, "scalar") == 0)
-      isa = SL_KERN_ISA_SCALAR;
-    else if (strcmp(env, "avx2") == 0)
-      isa = SL_KERN_ISA_AVX2;
-    else if (strcmp(env, "avx512") != 0)
-      SL_LOGW("SLUICE_CPU_ISA=%s not understood (scalar|avx2|avx512)", env);
+  sl_kern_isa want = SL_KERN_ISA_AVX512;
+  const char *name, *env = isa_env(&name);
+  sl_status st = sl_kern_cpu_isa_requested(&want);
+  if (st == SL_ERR_INVALID_ARG) {
+    SL_LOGW("%s=%s not understood (scalar|avx2|avx512): using the best "
+            "level this CPU has",
+            name, env);
+    want = SL_KERN_ISA_AVX512;
   }
+  int isa = (int)want;
   while (isa > 0 && !sl_kern_cpu_isa_supported((sl_kern_isa)isa))
     isa--;
+  if (st == SL_OK && isa != (int)want)
+    SL_LOGW("%s=%s: this CPU cannot run it, using %s", name, env,
+            sl_kern_isa_name((sl_kern_isa)isa));
   atomic_store(&g_isa, isa);
   atomic_store(&g_ops, &g_tables[isa]);
 }
@@ -134,7 +160,8 @@ sl_status sl_kern_cpu_set_isa(sl_kern_isa isa) {
   return SL_OK;
 }
 
-/* ---- types ---------------------------------------------------------------- */
+/* ---- types ----------------------------------------------------------------
+ */
 
 bool sl_kern_type_block(sl_ggml_type t, int64_t *block_elems,
                         size_t *block_bytes) {
@@ -269,7 +296,8 @@ sl_status sl_kern_vec_dot(sl_ggml_type wt, int64_t n, const void *w_row,
   return SL_OK;
 }
 
-/* ---- small ops ------------------------------------------------------------ */
+/* ---- small ops ------------------------------------------------------------
+ */
 
 void sl_kern_rmsnorm(float *out, const float *x, const float *w, int64_t n,
                      float eps) {
@@ -311,8 +339,7 @@ void sl_kern_softmax(float *x, int64_t n) {
   sl__kern_cpu_ops_get()->softmax(x, n);
 }
 
-void sl_kern_swiglu(float *out, const float *gate, const float *up,
-                    int64_t n) {
+void sl_kern_swiglu(float *out, const float *gate, const float *up, int64_t n) {
   if (n > 0)
     sl__kern_cpu_ops_get()->swiglu(out, gate, up, n);
 }
@@ -334,8 +361,8 @@ sl_status sl_kern_attn_f16_paged(float *out, const float *q,
                                  int64_t kv_stride, float scale, bool single,
                                  float *scratch) {
   if (!out || !q || !kb || !vb || !scratch || head_dim < 1 ||
-      head_dim > SL_KERN_ATTN_MAX_HEAD_DIM || len < 1 ||
-      kv_stride < head_dim || block_shift < 0 || block_shift > 62)
+      head_dim > SL_KERN_ATTN_MAX_HEAD_DIM || len < 1 || kv_stride < head_dim ||
+      block_shift < 0 || block_shift > 62)
     return SL_ERR_INVALID_ARG;
   int64_t nb = ((len - 1) >> block_shift) + 1;
   for (int64_t i = 0; i < nb; i++)
