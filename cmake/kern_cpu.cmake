@@ -14,7 +14,8 @@ if(Python3_Interpreter_FOUND)
                    ${CMAKE_SOURCE_DIR}/tests/py/test_dequant_vs_gguf.py)
   set_tests_properties(py_dequant_vs_gguf PROPERTIES
     TIMEOUT 600
-    ENVIRONMENT "SLUICE_SOURCE_DIR=${CMAKE_SOURCE_DIR};SL_DEQUANT_TOOL=$<TARGET_FILE:sl_dequant_tool>")
+    # sl_model_tool (cmake/model.cmake) says which ISA levels this CPU runs
+    ENVIRONMENT "SLUICE_SOURCE_DIR=${CMAKE_SOURCE_DIR};SL_DEQUANT_TOOL=$<TARGET_FILE:sl_dequant_tool>;SLUICE_MODEL_TOOL=$<TARGET_FILE:sl_model_tool>")
 endif()
 
 # Kernel tests once per ISA level (SLUICE_ISA=scalar|avx2|avx512): each entry
