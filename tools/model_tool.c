@@ -5,8 +5,13 @@
  *                                         little-endian float32 to stdout
  *   sl_model_tool greedy MODEL N < ids   greedy continuation of N tokens per
  *                                         line; prints the ids, one line each
+ *   sl_model_tool isa                    prints the CPU kernels' ISA level
  *
- * Each line runs in a fresh KV cache. Exit 1 with a message on error. */
+ * Each line runs in a fresh KV cache. Exit 1 with a message on error.
+ *
+ * A test harness: when SLUICE_ISA (or SLUICE_CPU_ISA) names a level, every
+ * mode runs on exactly that level or not at all: exit 77 when this CPU cannot
+ * run it, exit 2 for a name that is not scalar, avx2 or avx512. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,17 +37,44 @@ static int read_line_ids(FILE *f, int32_t *ids, int cap) {
   return n;
 }
 
-int main(int argc, char **argv) {
-  if (argc == 2 && strcmp(argv[1], "isa") == 0) {
-    /* the kernel path in effect (SLUICE_ISA caps it at what the CPU has) */
-    printf("%s\n", sl_kern_isa_name(sl_kern_cpu_isa()));
+/* 0 when the kernels run the level SLUICE_ISA asks for (or it is unset);
+ * else the exit code, with a message. */
+static int check_isa(void) {
+  sl_kern_isa want;
+  sl_status st = sl_kern_cpu_isa_requested(&want);
+  if (st == SL_ERR_NOT_FOUND)
     return 0;
-  }
-  if (argc < 3 || (strcmp(argv[1], "logits") && strcmp(argv[1], "greedy"))) {
-    fprintf(stderr, "usage: sl_model_tool logits|greedy MODEL [N] < ids\n"
-                    "       sl_model_tool isa\n");
+  if (st != SL_OK) {
+    fprintf(stderr, "sl_model_tool: SLUICE_ISA: not scalar, avx2 or avx512\n");
     return 2;
   }
+  if (!sl_kern_cpu_isa_supported(want)) {
+    fprintf(stderr, "sl_model_tool: this CPU cannot run %s\n",
+            sl_kern_isa_name(want));
+    return 77;
+  }
+  if (sl_kern_cpu_isa() != want) {
+    fprintf(stderr, "sl_model_tool: SLUICE_ISA=%s, but the kernels chose %s\n",
+            sl_kern_isa_name(want), sl_kern_isa_name(sl_kern_cpu_isa()));
+    return 1;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int isa_rc = check_isa();
+  if (argc == 2 && strcmp(argv[1], "isa") == 0) {
+    if (isa_rc == 0)
+      printf("%s\n", sl_kern_isa_name(sl_kern_cpu_isa()));
+    return isa_rc;
+  }
+  if (argc < 3 || (strcmp(argv[1], "logits") && strcmp(argv[1], "greedy"))) {
+    fprintf(stderr,
+            "usage: sl_model_tool logits|greedy MODEL [N] < ids | isa\n");
+    return 2;
+  }
+  if (isa_rc)
+    return isa_rc;
   bool greedy = strcmp(argv[1], "greedy") == 0;
   int n_gen = greedy && argc > 3 ? atoi(argv[3]) : 0;
   char err[512];

@@ -7,7 +7,7 @@ are from exact arithmetic on the same quantized weights.
 
 Runs --seqs sequences of --len tokens (from the tokenizer corpus) through the
 reference, llama.cpp (llama-cpp-python) and sl_model_tool (once per CPU ISA in
-SLUICE_ISAS, default "scalar avx2"), and prints, per engine, the mean / p99 /
+SLUICE_ISAS, default "scalar avx2"; a level this CPU lacks is skipped), and prints, per engine, the mean / p99 /
 max relative L2 error of the logits against float64 and top-1 agreement with
 float64, plus each engine against llama.cpp.
 """
@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 class Ref:
     def __init__(self, path):
         self.r = gguf.GGUFReader(path)
-        self._cache = {}
         self.T = {t.name: t for t in self.r.tensors}
+        self._w = {}
         f = self.field
         self.nl = int(f("llama.block_count"))
         self.eps = float(f("llama.attention.layer_norm_rms_epsilon"))
@@ -44,12 +44,12 @@ class Ref:
         return v.parts[v.data[0]][0]
 
     def W(self, name):
-        if name in self._cache:
-            return self._cache[name]
-        self._cache[name] = w = self._dequant(name)
-        return w
+        # dequantized once: a forward pass reads every tensor
+        if name not in self._w:
+            self._w[name] = self._load(name)
+        return self._w[name]
 
-    def _dequant(self, name):
+    def _load(self, name):
         t = self.T[name]
         a = dequantize(t.data, t.tensor_type).astype(np.float64)
         shape = [int(x) for x in reversed(t.shape)]
@@ -132,9 +132,13 @@ def main():
     engines = {"llama.cpp": L}
     inp = "".join(" ".join(map(str, s)) + "\n" for s in seqs).encode()
     for isa in os.environ.get("SLUICE_ISAS", "scalar avx2").split():
+        env = dict(os.environ, SLUICE_ISA=isa)
+        if subprocess.run([a.tool, "isa"], env=env,
+                          capture_output=True).returncode != 0:
+            print(f"sluice-{isa}: this CPU cannot run it")
+            continue
         o = subprocess.run([a.tool, "logits", a.model], input=inp,
-                           capture_output=True, check=True,
-                           env=dict(os.environ, SLUICE_ISA=isa)).stdout
+                           capture_output=True, check=True, env=env).stdout
         engines["sluice-" + isa] = np.frombuffer(o, np.float32).reshape(
             R.shape).astype(np.float64)
     for name, X in engines.items():

@@ -21,9 +21,13 @@
  * results equal llama.cpp's bit for bit (rmsnorm and rope likewise).
  *
  * SIMD is chosen at run time: AVX-512 (F+BW+VL), AVX2+FMA+F16C, or scalar. The
- * env var SLUICE_CPU_ISA=scalar|avx2|avx512 caps the level chosen at the first
- * kernel call. Every ISA gives the same results as the scalar reference up to
- * float summation order.
+ * env var SLUICE_ISA=scalar|avx2|avx512 (old name SLUICE_CPU_ISA, read when
+ * SLUICE_ISA is unset) caps the level chosen at the first kernel call; a level
+ * this CPU lacks, or an unknown name, is logged and the best level the CPU has
+ * at or below it is used. Test harnesses must not rely on that fallback: they
+ * read sl_kern_cpu_isa_requested() and compare it with sl_kern_cpu_isa().
+ * Every ISA gives the same results as the scalar reference up to float
+ * summation order.
  *
  * Threading: every kernel may run on any thread at once with others; a pool
  * runs one job at a time (see sl_kern_pool_run).
@@ -48,8 +52,14 @@ typedef enum sl_kern_isa {
 } sl_kern_isa;
 
 /* The level the kernels use now (chosen on first use: the best this CPU has,
- * capped by SLUICE_CPU_ISA). */
+ * capped by SLUICE_ISA). */
 sl_kern_isa sl_kern_cpu_isa(void);
+
+/* The level SLUICE_ISA (else SLUICE_CPU_ISA) names: SL_OK with *isa set,
+ * SL_ERR_NOT_FOUND when neither is set (or both are empty),
+ * SL_ERR_INVALID_ARG when the value is not scalar, avx2 or avx512. Says
+ * nothing about whether this CPU can run it (sl_kern_cpu_isa_supported). */
+sl_status sl_kern_cpu_isa_requested(sl_kern_isa *isa);
 
 /* True when this CPU (and OS) can run `isa`. */
 bool sl_kern_cpu_isa_supported(sl_kern_isa isa);

@@ -1,10 +1,14 @@
 """sl_kern_dequant_row against gguf.quants.dequantize (the gguf package is
 the layout authority): on real tensors of the default model, one per type
 present, and on random blocks (quantized by gguf.quants where it can quantize
-the type, else random bytes with well-formed scales). Every ISA level is run
-through SLUICE_CPU_ISA (a level the CPU lacks falls back to a lower one).
+the type, else random bytes with well-formed scales). Every ISA level this CPU
+can run is run through SLUICE_ISA; which ones it can run, and that SLUICE_ISA
+really selects them, is asked of SLUICE_MODEL_TOOL (`sl_model_tool isa`, same
+kernels). The tolerance is one float32 rounding: the dequantization of one
+element is a product (and a sum for the types with a minimum) of exact values.
 
-Needs SL_DEQUANT_TOOL (set by ctest) or a build at build-kern/sl_dequant_tool.
+Needs SL_DEQUANT_TOOL and SLUICE_MODEL_TOOL (set by ctest), or builds at
+build-kern/.
 """
 import os
 import subprocess
@@ -21,7 +25,28 @@ SRC = os.environ.get("SLUICE_SOURCE_DIR",
                      os.path.join(os.path.dirname(__file__), "..", ".."))
 TOOL = os.environ.get("SL_DEQUANT_TOOL",
                       os.path.join(SRC, "build-kern", "sl_dequant_tool"))
-ISAS = ["scalar", "avx2", "avx512"]
+MODEL_TOOL = os.environ.get("SLUICE_MODEL_TOOL",
+                            os.path.join(SRC, "build-kern", "sl_model_tool"))
+
+
+def _isas():
+    """The levels this CPU runs: `sl_model_tool isa` exits 77 for the others
+    and prints the level it runs."""
+    out = []
+    for isa in ["scalar", "avx2", "avx512"]:
+        env = dict(os.environ, SLUICE_ISA=isa)
+        env.pop("SLUICE_CPU_ISA", None)
+        r = subprocess.run([MODEL_TOOL, "isa"], env=env, capture_output=True)
+        if r.returncode == 77:
+            continue
+        assert r.returncode == 0, r.stderr.decode()
+        assert r.stdout.decode().strip() == isa
+        out.append(isa)
+    return out
+
+
+# without the model tool, only the level the kernels pick by default (None)
+ISAS = _isas() if os.path.exists(MODEL_TOOL) else [None]
 TYPES = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
 
 
@@ -37,7 +62,11 @@ def run_tool(qtype, raw, n, isa):
         fin, fout = os.path.join(d, "in.bin"), os.path.join(d, "out.bin")
         with open(fin, "wb") as f:
             f.write(raw)
-        env = dict(os.environ, SLUICE_CPU_ISA=isa)
+        env = dict(os.environ)
+        env.pop("SLUICE_CPU_ISA", None)
+        env.pop("SLUICE_ISA", None)
+        if isa:
+            env["SLUICE_ISA"] = isa
         subprocess.run([TOOL, str(int(qtype)), str(n), fin, fout], check=True,
                        env=env)
         return np.fromfile(fout, dtype=np.float32)

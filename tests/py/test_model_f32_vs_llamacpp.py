@@ -14,8 +14,11 @@ program uses for computing), every tensor dequantized to F32. It is cached
 next to the model as <stem>.F32.gguf (models/ is git-ignored), written under
 a temporary name and renamed; it is rebuilt when older than the source.
 
-Then the teacher-forced comparison of test_model_vs_llamacpp (same sequences
-from corpus_tokenize.json, same metrics) runs on the F32 copy.
+Then the teacher-forced comparison of test_model_vs_llamacpp runs on the F32
+copy (same sequences from corpus_tokenize.json, same metrics): sluice and
+llama.cpp each against the float64 reference, sluice no worse than llama.cpp
+by the margins below, at each ISA level of SLUICE_TEST_ISAS (default: the
+one sluice picks here, plus avx2 when that is avx512).
 
 Environment: SLUICE_MODEL_TOOL (set by ctest), SLUICE_MODEL or
 SLUICE_SOURCE_DIR/models/. Skips when llama_cpp, gguf, the model or the tool
@@ -33,19 +36,23 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from test_model_vs_llamacpp import _model_path, teacher_forced  # noqa: E402
+from test_model_vs_llamacpp import (_level, _model_path, check_no_worse,  # noqa: E402
+                                    isa_levels, teacher_forced)
 
-# Measured on the F32 copy (3,328 positions, AVX2 machine): top-1 100.00%
-# (0 disagreements), relative L2 error mean 0.000247, p99 0.00168, max
-# 0.00359; on the Q4_1 file: 95.7%, mean 0.0167, p99 0.090. What remains is
-# summation order (llama.cpp built with LLAMAFILE runs F32 matmuls through
-# llamafile's sgemm, sluice through its own dot_f32) and ggml's approximate
-# exp; both keep K/V in F16. The bounds sit 1.5-1.7x above the measured
-# values.
-TOP1_MIN = 0.99
-REL_ERR_MEAN_MAX = 0.0004
-REL_ERR_P99_MAX = 0.0025
-REL_ERR_MAX_MAX = 0.006
+# With F32 weights nothing is re-quantized: what separates either engine from
+# float64 is F16 K/V (both round K and V to F16 the same way), float32
+# summation order (llama.cpp with LLAMAFILE runs F32 matmuls through
+# llamafile's sgemm, sluice through its own dots) and, in llama.cpp, ggml's
+# approximate exp. The F16 K/V rounding is common to both and dominates, so
+# sluice's distance from float64 follows llama.cpp's closely; top-1 misses
+# against float64 are a few tenths of a percent (near-ties), hence the small
+# absolute top-1 margin; the relative margins are those of the Q4_1 test.
+# A sluice bug that matters (a wrong scale, a wrong row) moves these by
+# multiples, as the Q4_1 test's planted breaks show.
+TOP1_MARGIN = 0.005
+REL_MEAN_MARGIN = 0.10
+REL_P99_MARGIN = 0.15
+KL_MEAN_MARGIN = 0.15
 
 
 def _f32_path(src):
@@ -171,10 +178,15 @@ def env():
     return llm, str(model), tool
 
 
-def test_teacher_forced_logits_f32(env):
+@pytest.fixture(scope="module")
+def measured(env):
     llm, model, tool = env
-    top1, errs = teacher_forced(llm, model, tool, "F32 weights")
-    assert top1 >= TOP1_MIN
-    assert errs.mean() <= REL_ERR_MEAN_MAX
-    assert np.percentile(errs, 99) <= REL_ERR_P99_MAX
-    assert errs.max() <= REL_ERR_MAX_MAX
+    return teacher_forced(llm, model, tool, "F32 weights", isa_levels())
+
+
+@pytest.mark.parametrize("isa", isa_levels())
+def test_teacher_forced_logits_f32(env, measured, isa):
+    _level(env[2], isa)
+    check_no_worse(measured["sluice-" + isa], measured["llama.cpp"],
+                   TOP1_MARGIN, REL_MEAN_MARGIN, REL_P99_MARGIN,
+                   KL_MEAN_MARGIN)

@@ -1,45 +1,67 @@
-"""Compare sluice's forward pass with llama.cpp on the same GGUF file.
+"""Compare sluice's forward pass with llama.cpp on the same GGUF file, both
+measured against a float64 reference on the same (dequantized) weights.
 
 1. Teacher-forced logits: sequences built from the tokenizer corpus (code,
    Unicode, whitespace, numbers, prose), tokenized once by llama.cpp, are run
-   through both; at every position we compare the argmax (top-1 agreement)
-   and the relative error ||sluice - llama.cpp||_2 / ||llama.cpp||_2 of the
-   full logit vector.
-2. Greedy continuation: 64 tokens for a set of prompts must be identical;
-   a divergence is allowed only where, in llama.cpp's own logits at that
-   point, the token sluice chose is within NEAR_TIE of the one llama.cpp
-   chose; every such case is reported.
+   through sluice, llama.cpp and tools/ref_forward.py (float64, exact
+   arithmetic on the quantized weights, no activation quantization). At every
+   position each engine's logits are scored against the reference: top-1
+   agreement with the reference's argmax, relative L2 error
+   ||x - ref||_2 / ||ref||_2, and KL(softmax(ref) || softmax(x)). sluice must
+   be no worse than llama.cpp on the same machine by more than the stated
+   margins. No floor here is a value measured on one machine: llama.cpp
+   takes other kernels on another CPU, and its own distance from float64 is
+   the yardstick.
+2. Greedy continuation: 64 tokens for a set of prompts, compared with
+   llama.cpp's; a divergence is allowed only at a near-tie in the float64
+   reference: there, sluice's token must be within llama.cpp's own logit
+   noise (measured in 1 on this machine) of the reference's best token.
+
+Both run once per ISA level in SLUICE_TEST_ISAS (default: the level sluice
+picks here, plus avx2 when that is avx512); sl_model_tool runs under
+SLUICE_ISA=<level> and a level this CPU cannot run is skipped.
 
 Environment: SLUICE_MODEL_TOOL (set by ctest), SLUICE_MODEL or
-SLUICE_SOURCE_DIR/models/. Skips when llama_cpp, the model or the tool is
-missing.
+SLUICE_SOURCE_DIR/models/. Skips when llama_cpp, gguf, the model or the tool
+is missing.
 """
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
 DEFAULT_MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-# The logits are judged against exact arithmetic, not against one CPU's
-# llama.cpp: both programs run the same sequences, and each one's error is
-# measured against a float64 forward pass on the same dequantized weights
-# (tools/ref_forward.py). Which kernels llama.cpp (and sluice) take depends
-# on the CPU (AVX2, AVX-512, ...), so a floor on their mutual agreement moves
-# with the machine (95.7% on a Zen 2, 94.8% on a Zen 4); the distance of each
-# to float64 does not. sluice must be no further from float64 than llama.cpp,
-# within these stated margins (the noise between two correct Q4_1/Q8_1
-# pipelines; a real bug, such as a 1% scale error in one kernel, is several
-# times larger):
-ERR_MEAN_MARGIN = 1.25   # mean relative L2 error <= 1.25 x llama.cpp's
-ERR_P99_MARGIN = 1.5     # p99 relative L2 error <= 1.5 x llama.cpp's
-TOP1_MARGIN = 0.01       # top-1 agreement with float64 >= llama.cpp's - 1 pt
-NEAR_TIE = 0.5   # logit gap under which a greedy divergence is a tie: the
-                 # noise of llama.cpp's own logits against float64 is ~0.3
+# sluice's error against float64 next to llama.cpp's. Both quantize the
+# activations of every Q4_1 matmul to Q8_1 as ggml does, and on AVX2 sluice
+# follows ggml's arithmetic bit for bit except the exp() in SiLU and
+# softmax, so the two sit at the same distance from float64 (about 1.7%
+# relative L2, 5% top-1 disagreement). What differs between them is which
+# activations land on the other side of a Q8 rounding boundary: positions
+# where the two engines' argmaxes differ number ~4% of ~3300, and each
+# moves the top-1 count by at most one, so the difference of the two top-1
+# rates has a standard deviation of about sqrt(0.04 * 3300) / 3300 = 0.35
+# points. TOP1_MARGIN is three of those. The mean-based metrics average
+# ~3300 positions, so the same boundary noise moves them by a few percent;
+# the relative margins allow ~3 times that. Planted breaks fail them: the
+# AVX-512 rmsnorm's scale times 1.01 gives a mean relative error 0.0268
+# against llama.cpp's 0.0182 (+47%); the AVX2 Q4 gemm's weight scale d
+# times 1.01 gives top-1 84.5% against 95.1%.
+TOP1_MARGIN = 0.010        # absolute, on the top-1 rate against float64
+REL_MEAN_MARGIN = 0.10     # relative, on the mean relative L2 error
+REL_P99_MARGIN = 0.15      # relative, on its 99th percentile
+KL_MEAN_MARGIN = 0.15      # relative, on the mean KL divergence
+# greedy: a divergence is a near-tie when, in the float64 logits, sluice's
+# token is within NEAR_TIE_SCALE times llama.cpp's p99 top-token error
+# (|llama - ref| at the reference's best token, teacher-forced positions)
+# of the best token: noise of llama.cpp's own size could have flipped it.
+NEAR_TIE_SCALE = 1.0
 MIN_POSITIONS = 2000
 SEQ_TOKENS = 256
 
@@ -59,8 +81,33 @@ def _model_path():
     p = os.environ.get("SLUICE_MODEL")
     if p:
         return Path(p)
-    src = Path(os.environ.get("SLUICE_SOURCE_DIR", HERE.parent.parent))
+    src = Path(os.environ.get("SLUICE_SOURCE_DIR", ROOT))
     return src / "models" / DEFAULT_MODEL
+
+
+def _tool_isa(tool, isa=None):
+    """The level sl_model_tool runs under SLUICE_ISA=isa (None: unset);
+    None when this CPU cannot run it."""
+    env = dict(os.environ)
+    env.pop("SLUICE_CPU_ISA", None)
+    if isa:
+        env["SLUICE_ISA"] = isa
+    else:
+        env.pop("SLUICE_ISA", None)
+    r = subprocess.run([tool, "isa"], env=env, capture_output=True)
+    if r.returncode == 77:
+        return None
+    assert r.returncode == 0, r.stderr.decode()
+    got = r.stdout.decode().strip()
+    assert isa is None or got == isa, f"asked for {isa}, got {got}"
+    return got
+
+
+def isa_levels():
+    """Levels to test: SLUICE_TEST_ISAS, else 'default' and 'avx2' (the
+    avx2 one is skipped where it is the default)."""
+    v = os.environ.get("SLUICE_TEST_ISAS")
+    return v.split() if v else ["default", "avx2"]
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +124,17 @@ def env():
     return llm, str(model), tool
 
 
+def reference(model):
+    """tools/ref_forward.py's float64 forward pass on `model`."""
+    pytest.importorskip("gguf")
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from ref_forward import Ref
+    finally:
+        sys.path.pop(0)
+    return Ref(str(model))
+
+
 def _sequences(llm):
     items = json.loads((HERE / "corpus_tokenize.json").read_text())
     texts = [it["text"] for it in items if "text" in it and it["text"].strip()]
@@ -91,158 +149,219 @@ def _sequences(llm):
     return seqs
 
 
-_CACHE = {}
-
-
-def _ref():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "ref_forward", HERE.parent.parent / "tools" / "ref_forward.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _llama_logits(llm, ids):
     llm.reset()
     llm.eval(ids)
-    return np.array(llm.scores[: len(ids)], dtype=np.float32)
+    return np.array(llm.scores[: len(ids)], dtype=np.float64)
 
 
-def _sluice(tool, model, mode, lines, extra=(), env=None):
+def _isa_env(isa):
+    env = dict(os.environ)
+    env.pop("SLUICE_CPU_ISA", None)
+    env.pop("SLUICE_ISA", None)
+    if isa != "default":
+        env["SLUICE_ISA"] = isa
+    return env
+
+
+def _sluice(tool, model, mode, lines, extra=(), isa="default"):
     inp = "".join(" ".join(map(str, ids)) + "\n" for ids in lines)
     r = subprocess.run([tool, mode, model, *extra], input=inp.encode(),
-                       capture_output=True, timeout=900,
-                       env=dict(os.environ, **(env or {})))
+                       capture_output=True, timeout=900, env=_isa_env(isa))
     assert r.returncode == 0, r.stderr.decode()
     return r.stdout
 
 
-def teacher_forced(llm, model, tool, label, isa=None):
-    """Runs the corpus sequences through sluice, llama.cpp and the float64
-    reference; returns, per program, (relative L2 errors vs float64 per
-    position, top-1 agreement with float64), and prints them."""
+class Scores:
+    """Per-position scores of one engine's logits against float64."""
+
+    def __init__(self):
+        self.top1, self.rel, self.kl, self.top_err = [], [], [], []
+
+    def add(self, x, ref):
+        x = np.asarray(x, dtype=np.float64)
+        assert np.isfinite(x).all()
+        best = ref.argmax(1)
+        self.top1.extend(x.argmax(1) == best)
+        self.rel.extend(np.linalg.norm(x - ref, axis=1) /
+                        np.linalg.norm(ref, axis=1))
+        lr = ref - _logsumexp(ref)
+        lx = x - _logsumexp(x)
+        self.kl.extend((np.exp(lr) * (lr - lx)).sum(1))
+        rows = np.arange(len(best))
+        self.top_err.extend(np.abs(x[rows, best] - ref[rows, best]))
+
+    def summary(self):
+        rel = np.array(self.rel)
+        return {"top1": float(np.mean(self.top1)),
+                "rel_mean": float(rel.mean()),
+                "rel_p99": float(np.percentile(rel, 99)),
+                "rel_max": float(rel.max()),
+                "kl_mean": float(np.mean(self.kl)),
+                "top_err_p99": float(np.percentile(self.top_err, 99))}
+
+
+def _logsumexp(a):
+    m = a.max(1, keepdims=True)
+    return m + np.log(np.exp(a - m).sum(1, keepdims=True))
+
+
+def _fmt(s):
+    return (f"top-1 vs fp64 {s['top1']:.4%}, rel L2 mean {s['rel_mean']:.6f} "
+            f"p99 {s['rel_p99']:.6f} max {s['rel_max']:.6f}, KL mean "
+            f"{s['kl_mean']:.3e}, |err| at the top token p99 "
+            f"{s['top_err_p99']:.4f}")
+
+
+def teacher_forced(llm, model, tool, label, isas):
+    """Runs the corpus sequences through the float64 reference, llama.cpp and
+    sluice at each level of `isas` (those this CPU runs); returns the
+    summaries by engine ("llama.cpp", "sluice-<isa>") plus, per ISA, the
+    top-1 agreement of sluice with llama.cpp under "agree-<isa>"."""
     seqs = _sequences(llm)
     npos = sum(len(s) for s in seqs)
     assert npos >= MIN_POSITIONS, f"only {npos} positions"
-    extra_env = {"SLUICE_ISA": isa} if isa else {}
-    raw = _sluice(tool, model, "logits", seqs, env=extra_env)
+    ref = reference(model)
     n_vocab = llm.n_vocab()
-    ours_all = np.frombuffer(raw, dtype=np.float32)
-    assert ours_all.size == npos * n_vocab
-    ours_all = ours_all.reshape(npos, n_vocab)
-    if "ref" not in _CACHE:  # the reference and llama.cpp, once per module
-        ref = _ref().Ref(model)
-        per = []
+    procs = {}
+    for isa in isas:
+        if isa != "default" and _tool_isa(tool, isa) is None:
+            continue
+        procs[isa] = subprocess.Popen([tool, "logits", model],
+                                      stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE,
+                                      env=_isa_env(isa))
+    scores = {"llama.cpp": Scores(), **{i: Scores() for i in procs}}
+    agree = {i: 0 for i in procs}
+    try:
         for ids in seqs:
+            for p in procs.values():  # sluice works while the others do
+                p.stdin.write((" ".join(map(str, ids)) + "\n").encode())
+                p.stdin.flush()
             R = ref.forward(ids)
-            L = _llama_logits(llm, ids).astype(np.float64)
-            nr = np.linalg.norm(R, axis=1)
-            per.append((R.astype(np.float32), nr, R.argmax(1), L.argmax(1),
-                        np.linalg.norm(L - R, axis=1) / nr))
-        _CACHE["ref"] = per
-    e_s, e_l, t_s, t_l, agree, off = [], [], 0, 0, 0, 0
-    for ids, (R32, nr, r_top, l_top, el) in zip(seqs, _CACHE["ref"]):
-        S = ours_all[off: off + len(ids)]
-        off += len(ids)
-        assert np.isfinite(S).all()
-        e_s.extend(np.linalg.norm(S.astype(np.float64) - R32, axis=1) / nr)
-        e_l.extend(el)
-        t_s += int((S.argmax(1) == r_top).sum())
-        t_l += int((l_top == r_top).sum())
-        agree += int((S.argmax(1) == l_top).sum())
-    e_s, e_l = np.array(e_s), np.array(e_l)
+            L = _llama_logits(llm, ids)
+            scores["llama.cpp"].add(L, R)
+            for isa, p in procs.items():
+                nb = len(ids) * n_vocab * 4
+                raw = p.stdout.read(nb)
+                assert len(raw) == nb, f"sluice ({isa}) stopped"
+                S = np.frombuffer(raw, np.float32).reshape(len(ids), n_vocab)
+                scores[isa].add(S, R)
+                agree[isa] += int((S.argmax(1) == L.argmax(1)).sum())
+    finally:
+        for p in procs.values():
+            p.stdin.close()
+            p.wait(timeout=60)
+    for p in procs.values():
+        assert p.returncode == 0
+    out = {}
     print(f"\nteacher-forced ({label}): {npos} positions in {len(seqs)} "
-          f"sequences, against float64:\n"
-          f"  sluice    rel L2 mean {e_s.mean():.5f} p99 "
-          f"{np.percentile(e_s, 99):.5f}; top-1 {t_s / npos:.4%}\n"
-          f"  llama.cpp rel L2 mean {e_l.mean():.5f} p99 "
-          f"{np.percentile(e_l, 99):.5f}; top-1 {t_l / npos:.4%}\n"
-          f"  sluice vs llama.cpp top-1 agreement {agree / npos:.4%}")
-    return (e_s, t_s / npos), (e_l, t_l / npos)
+          "sequences, each engine against float64")
+    for name, sc in scores.items():
+        key = name if name == "llama.cpp" else "sluice-" + name
+        out[key] = sc.summary()
+        extra = "" if name == "llama.cpp" else \
+            f"; top-1 agreement with llama.cpp {agree[name] / npos:.4%}"
+        print(f"  {key:15s} {_fmt(out[key])}{extra}")
+        if name != "llama.cpp":
+            out["agree-" + name] = agree[name] / npos
+    return out
 
 
-def check_vs_reference(ours, theirs):
-    (e_s, t_s), (e_l, t_l) = ours, theirs
-    assert e_s.mean() <= ERR_MEAN_MARGIN * e_l.mean(), \
-        f"mean error {e_s.mean():.5f} vs llama.cpp {e_l.mean():.5f}"
-    assert np.percentile(e_s, 99) <= ERR_P99_MARGIN * np.percentile(e_l, 99), \
-        f"p99 error {np.percentile(e_s, 99):.5f} vs " \
-        f"{np.percentile(e_l, 99):.5f}"
-    assert t_s >= t_l - TOP1_MARGIN, f"top-1 {t_s:.4f} vs llama.cpp {t_l:.4f}"
+def check_no_worse(ours, theirs, top1_margin, rel_mean_margin,
+                   rel_p99_margin, kl_mean_margin):
+    """sluice's distance from float64 against llama.cpp's, with margins."""
+    assert ours["top1"] >= theirs["top1"] - top1_margin, \
+        f"top-1 vs fp64: sluice {ours['top1']:.4f}, llama.cpp " \
+        f"{theirs['top1']:.4f}"
+    assert ours["rel_mean"] <= theirs["rel_mean"] * (1 + rel_mean_margin), \
+        f"mean rel L2: sluice {ours['rel_mean']:.6f}, llama.cpp " \
+        f"{theirs['rel_mean']:.6f}"
+    assert ours["rel_p99"] <= theirs["rel_p99"] * (1 + rel_p99_margin), \
+        f"p99 rel L2: sluice {ours['rel_p99']:.6f}, llama.cpp " \
+        f"{theirs['rel_p99']:.6f}"
+    assert ours["kl_mean"] <= theirs["kl_mean"] * (1 + kl_mean_margin), \
+        f"mean KL: sluice {ours['kl_mean']:.3e}, llama.cpp " \
+        f"{theirs['kl_mean']:.3e}"
 
 
-def test_teacher_forced_logits(env):
+@pytest.fixture(scope="module")
+def measured(env):
     llm, model, tool = env
-    check_vs_reference(*teacher_forced(llm, model, tool, "Q4_1 file"))
+    return teacher_forced(llm, model, tool, "Q4_1 file", isa_levels())
 
 
-@pytest.mark.parametrize("isa", ["avx2", "scalar"])
-def test_teacher_forced_logits_per_isa(env, isa):
-    """The same check on the other kernel paths this CPU can run (SLUICE_ISA;
-    the default path is checked above). The scalar path runs only when
-    SLUICE_TEST_ALL_ISAS=1: the kernel tests compare it op by op already."""
-    llm, model, tool = env
-    if isa == "scalar" and os.environ.get("SLUICE_TEST_ALL_ISAS") != "1":
-        pytest.skip("scalar: set SLUICE_TEST_ALL_ISAS=1")
-    if not _isa_supported(tool, isa):
+def _level(tool, isa):
+    """Skips a level this CPU cannot run, or avx2 where it is the default."""
+    if isa == "default":
+        return
+    if _tool_isa(tool, isa) is None:
         pytest.skip(f"this CPU cannot run {isa}")
-    if _isa_default(tool) == isa:
-        pytest.skip(f"{isa} is this CPU's default path, checked above")
-    check_vs_reference(*teacher_forced(llm, model, tool, f"Q4_1, {isa}",
-                                       isa=isa))
+    if isa == _tool_isa(tool) and "default" in isa_levels():
+        pytest.skip(f"{isa} is the default level here")
 
 
-def _isa_default(tool):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("SLUICE_ISA", "SLUICE_CPU_ISA")}
-    r = subprocess.run([tool, "isa"], capture_output=True, env=env)
-    return r.stdout.decode().strip()
+@pytest.mark.parametrize("isa", isa_levels())
+def test_teacher_forced_logits(env, measured, isa):
+    _level(env[2], isa)
+    check_no_worse(measured["sluice-" + isa], measured["llama.cpp"],
+                   TOP1_MARGIN, REL_MEAN_MARGIN, REL_P99_MARGIN,
+                   KL_MEAN_MARGIN)
 
 
-def _isa_supported(tool, isa):
-    r = subprocess.run([tool, "isa"], capture_output=True,
-                       env=dict(os.environ, SLUICE_ISA=isa))
-    return r.returncode == 0 and r.stdout.decode().strip() == isa
+GREEDY_TOKENS = 64
 
 
-def test_greedy_continuation(env):
-    llm, model, tool = env
-    n_gen = 64
+@pytest.fixture(scope="module")
+def llama_greedy(env):
+    """llama.cpp's greedy continuations of PROMPTS (computed once)."""
+    llm = env[0]
     prompts = [llm.tokenize(p.encode(), add_bos=True, special=True)
                for p in PROMPTS]
-    ours = [list(map(int, line.split()))
-            for line in _sluice(tool, model, "greedy", prompts,
-                                (str(n_gen),)).decode().splitlines()]
-    assert len(ours) == len(prompts)
-    identical, ties = 0, []
-    for p, ids, mine in zip(PROMPTS, prompts, ours):
+    out = []
+    for ids in prompts:
         # incremental: the prompt once, then one token per step (as sluice)
         llm.reset()
         llm.eval(list(ids))
-        ref = []
-        logits_at = []
-        for _ in range(n_gen):
+        theirs = []
+        for _ in range(GREEDY_TOKENS):
             lg = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
             tok = int(lg.argmax())
-            ref.append(tok)
-            logits_at.append(lg)
+            theirs.append(tok)
             llm.eval([tok])
-        if mine == ref:
+        out.append(theirs)
+    return prompts, out
+
+
+@pytest.mark.parametrize("isa", isa_levels())
+def test_greedy_continuation(env, measured, llama_greedy, isa):
+    llm, model, tool = env
+    _level(tool, isa)
+    near_tie = NEAR_TIE_SCALE * measured["llama.cpp"]["top_err_p99"]
+    n_gen = GREEDY_TOKENS
+    prompts, theirs_all = llama_greedy
+    ours = [list(map(int, line.split()))
+            for line in _sluice(tool, model, "greedy", prompts,
+                                (str(n_gen),), isa).decode().splitlines()]
+    assert len(ours) == len(prompts)
+    ref = None
+    identical, ties = 0, []
+    for p, ids, mine, theirs in zip(PROMPTS, prompts, ours, theirs_all):
+        if mine == theirs:
             identical += 1
             continue
-        i = next(k for k in range(n_gen) if mine[k] != ref[k])
-        lg = logits_at[i]
-        top2 = np.sort(lg)[-2:]
-        gap = float(top2[1] - top2[0])
-        ties.append((p, i, gap))
-        print(f"\ndivergence at token {i} for {p!r}: llama.cpp top-2 gap "
-              f"{gap:.4f}; sluice chose {mine[i]} (llama.cpp logit "
-              f"{lg[mine[i]]:.4f}), llama.cpp chose {ref[i]} "
-              f"({lg[ref[i]]:.4f})")
-        # a near-tie: in llama.cpp's own logits, the token sluice chose is
-        # within NEAR_TIE of the token llama.cpp chose
-        assert lg[ref[i]] - lg[mine[i]] < NEAR_TIE, \
-            f"divergence without a near-tie for {p!r}"
-    print(f"\ngreedy: {identical}/{len(prompts)} continuations identical "
-          f"over {n_gen} tokens; {len(ties)} divergence(s) after near-ties")
+        i = next(k for k in range(n_gen) if mine[k] != theirs[k])
+        # the float64 logits after the common prefix
+        ref = ref or reference(model)
+        R = ref.forward(list(ids) + mine[:i])[-1]
+        best = int(R.argmax())
+        miss = float(R[best] - R[mine[i]])
+        ties.append((p, i, miss))
+        print(f"\ndivergence at token {i} for {p!r}: float64 logits: sluice's "
+              f"{mine[i]} {R[mine[i]]:.4f}, llama.cpp's {theirs[i]} "
+              f"{R[theirs[i]]:.4f}, best {best} {R[best]:.4f}; near-tie "
+              f"bound {near_tie:.4f}")
+        assert miss <= near_tie, f"divergence without a near-tie for {p!r}"
+    print(f"\ngreedy ({isa}): {identical}/{len(prompts)} continuations "
+          f"identical over {n_gen} tokens; {len(ties)} divergence(s) at "
+          "near-ties")

@@ -83,6 +83,29 @@ static void merge(sl__kern_cpu_ops *dst, const sl__kern_cpu_ops *base,
 #undef SL__OVER
 }
 
+/* SLUICE_ISA, else its old name SLUICE_CPU_ISA; NULL when neither is set. */
+static const char *isa_env(const char **name) {
+  const char *env = getenv("SLUICE_ISA");
+  *name = "SLUICE_ISA";
+  if (!env || !*env) {
+    env = getenv("SLUICE_CPU_ISA");
+    *name = "SLUICE_CPU_ISA";
+  }
+  return env && *env ? env : NULL;
+}
+
+sl_status sl_kern_cpu_isa_requested(sl_kern_isa *isa) {
+  const char *name, *env = isa_env(&name);
+  if (!env)
+    return SL_ERR_NOT_FOUND;
+  for (int i = SL_KERN_ISA_SCALAR; i <= SL_KERN_ISA_AVX512; i++)
+    if (strcmp(env, sl_kern_isa_name((sl_kern_isa)i)) == 0) {
+      *isa = (sl_kern_isa)i;
+      return SL_OK;
+    }
+  return SL_ERR_INVALID_ARG;
+}
+
 static void init_once(void) {
   g_tables[SL_KERN_ISA_SCALAR] = sl__kern_cpu_scalar_ops;
   sl__kern_cpu_ops avx2 = sl__kern_cpu_avx2_ops;
@@ -92,23 +115,21 @@ static void init_once(void) {
   merge(&g_tables[SL_KERN_ISA_AVX2], &g_tables[SL_KERN_ISA_SCALAR], &avx2);
   merge(&g_tables[SL_KERN_ISA_AVX512], &g_tables[SL_KERN_ISA_AVX2],
         &sl__kern_cpu_avx512_ops);
-  int isa = SL_KERN_ISA_AVX512;
-  /* SLUICE_ISA=scalar|avx2|avx512 caps the kernel path (SLUICE_CPU_ISA is
-   * the older name); a level the CPU lacks falls back to the best it has,
-   * and sl_kern_cpu_isa() says which one runs */
-  const char *env = getenv("SLUICE_ISA");
-  if (!env || !*env)
-    env = getenv("SLUICE_CPU_ISA");
-  if (env && *env) {
-    if (strcmp(env, "scalar") == 0)
-      isa = SL_KERN_ISA_SCALAR;
-    else if (strcmp(env, "avx2") == 0)
-      isa = SL_KERN_ISA_AVX2;
-    else if (strcmp(env, "avx512") != 0)
-      SL_LOGW("SLUICE_ISA=%s not understood (scalar|avx2|avx512)", env);
+  sl_kern_isa want = SL_KERN_ISA_AVX512;
+  const char *name, *env = isa_env(&name);
+  sl_status st = sl_kern_cpu_isa_requested(&want);
+  if (st == SL_ERR_INVALID_ARG) {
+    SL_LOGW("%s=%s not understood (scalar|avx2|avx512): using the best "
+            "level this CPU has",
+            name, env);
+    want = SL_KERN_ISA_AVX512;
   }
+  int isa = (int)want;
   while (isa > 0 && !sl_kern_cpu_isa_supported((sl_kern_isa)isa))
     isa--;
+  if (st == SL_OK && isa != (int)want)
+    SL_LOGW("%s=%s: this CPU cannot run it, using %s", name, env,
+            sl_kern_isa_name((sl_kern_isa)isa));
   atomic_store(&g_isa, isa);
   atomic_store(&g_ops, &g_tables[isa]);
 }
