@@ -457,6 +457,7 @@ static void test_cudafree_outside_allocator_lock(void) {
   CHECK_OK(sl_buf_alloc(cl, 5u << 20, &c));
   sl_buf_release(c);
   CHECK_OK(spin(busy, NULL, 0, 300.0, NULL));
+  uint64_t released0 = sl_alloc_get_stats(g_dev).bytes_released;
   alloc_job j = {other, 0, 0, SL_OK};
   pthread_t th;
   pthread_create(&th, NULL, alloc_body, &j);
@@ -474,7 +475,8 @@ static void test_cudafree_outside_allocator_lock(void) {
             clear_ms);
   CHECK_MSG(j.ms < 150.0, "the allocation waited %.1f ms", j.ms);
   CHECK(sl_stream_query(busy).tasks > 0); /* `busy` was still running */
-  CHECK(sl_alloc_get_stats(g_dev).cache == 0);
+  /* and it did free c (the 3 MiB of the other thread may be cached now) */
+  CHECK(sl_alloc_get_stats(g_dev).bytes_released - released0 >= (5u << 20));
   CHECK_OK(sl_stream_sync(busy));
   sl_stream_destroy(busy);
   sl_stream_destroy(cl);
