@@ -163,8 +163,10 @@ sl_status sl_kern_cpu_set_isa(sl_kern_isa isa) {
 /* ---- types ----------------------------------------------------------------
  */
 
-bool sl_kern_type_block(sl_ggml_type t, int64_t *block_elems,
-                        size_t *block_bytes) {
+/* The types the kernels implement, with the size of their block struct
+ * (0: not implemented). The sizes live in one table (util's ggml type
+ * traits); this only checks that the kernels' structs match it. */
+static size_t kern_block_struct(sl_ggml_type t) {
   int64_t e;
   size_t b;
   switch (t) {
@@ -200,12 +202,24 @@ bool sl_kern_type_block(sl_ggml_type t, int64_t *block_elems,
     e = SL__QK_K, b = sizeof(sl__block_q8_K);
     break;
   default:
-    return false;
+    return 0;
   }
+  (void)e;
+  return b;
+}
+
+bool sl_kern_type_block(sl_ggml_type t, int64_t *block_elems,
+                        size_t *block_bytes) {
+  const sl_ggml_type_traits *tr = sl_ggml_type_traits_of(t);
+  size_t st = kern_block_struct(t);
+  if (!tr || !st)
+    return false;
+  SL_ASSERT_MSG(st == tr->type_size,
+                "a kernel block struct disagrees with the ggml type table");
   if (block_elems)
-    *block_elems = e;
+    *block_elems = tr->blck_size;
   if (block_bytes)
-    *block_bytes = b;
+    *block_bytes = tr->type_size;
   return true;
 }
 
