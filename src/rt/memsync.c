@@ -31,17 +31,16 @@ typedef struct clear_scan {
   size_t n, n_own;
 } clear_scan;
 
-static void scan_add(clear_scan *c, sl_stream_t *s) {
+/* Adds s with its pending tasks, once; each stream is queried once. */
+static void scan_add(clear_scan *c, sl_stream_t *s, bool only_pending) {
   for (size_t i = 0; i < c->n; i++)
     if (c->f[i].stream == s)
       return;
-  if (c->n < MAX_WATCHED)
+  uint64_t tasks = sl_stream_query(s).tasks;
+  if (c->n < MAX_WATCHED && (tasks || !only_pending)) {
+    c->tasks[c->n] = tasks;
     c->f[c->n++] = (sl__inflight){s, 0};
-}
-
-static void scan_stream(sl_stream_t *s, clear_scan *c) {
-  if (sl_stream_query(s).tasks)
-    scan_add(c, s);
+  }
 }
 
 /* Sets s's completion watch at its current submitted seq (if none is set). */
@@ -80,15 +79,13 @@ static void clear_locked(sl_device_t *dev, const char *who, sl_stream_t *owner,
   c.n = 0;
   pthread_mutex_lock(&dev->streams_mu);
   for (size_t i = 0; i < n_own; i++)
-    scan_add(&c, own[i]);
+    scan_add(&c, own[i], false);
   if (all_own)
     for (sl_stream_t *s = dev->streams; s; s = s->reg_next)
-      scan_add(&c, s);
+      scan_add(&c, s, false);
   c.n_own = c.n;
   for (sl_stream_t *s = dev->streams; s; s = s->reg_next)
-    scan_stream(s, &c);
-  for (size_t i = 0; i < c.n; i++)
-    c.tasks[i] = sl_stream_query(c.f[i].stream).tasks;
+    scan_add(&c, s, true); /* others' streams: only those with work */
   char site[96];
   snprintf(site, sizeof site, "the clearing side: %s(%s)", who,
            owner ? owner->name : dev->name);
