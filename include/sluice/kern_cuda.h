@@ -1,0 +1,120 @@
+/* sluice — kern: the CUDA kernels of the forward pass.
+ *
+ * Every function enqueues device work on `stream` (a cudaStream_t: a task's
+ * ctx->native) and returns without waiting. Every pointer is a device
+ * pointer. Launch errors come back as SL_ERR_DEVICE (SL_ERR_DEVICE_FATAL for
+ * a sticky error); bad sizes as SL_ERR_INVALID_ARG; a weight type without a
+ * kernel as SL_ERR_UNSUPPORTED. Built without CUDA, every function returns
+ * SL_ERR_UNSUPPORTED (src/kern/kern_cuda_stub.c).
+ *
+ * Layouts are the CPU kernels' (sluice/kern_cpu.h): row-major f32
+ * activations, weights in their GGUF bytes (sl_kern_weight, `data` a device
+ * pointer), KV in f16 in the paged layout of sluice/kv.h.
+ */
+#ifndef SLUICE_KERN_CUDA_H
+#define SLUICE_KERN_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice/ggml_type.h"
+#include "sluice/kern_cpu.h"
+#include "sluice/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* True when `t` has CUDA matrix kernels: F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+ * Q4_K, Q5_K, Q6_K. */
+bool sl_kcu_type_supported(sl_ggml_type t);
+
+/* Token counts up to this many take the matrix-vector kernels (weights are
+ * read once for all of them); more take dequantization + cuBLAS. */
+#define SL_KCU_MMV_MAX_TOKENS 8
+
+/* Bytes of device scratch sl_kcu_matmul needs for `n` tokens of `w`
+ * (0 on the matrix-vector path). */
+size_t sl_kcu_matmul_scratch_bytes(const sl_kern_weight *w, int n);
+
+/* Y[t][r] = sum_k W[r][k] * X[t][k] for t < n, r < w->rows; X (n, cols) f32,
+ * Y (n, rows) f32. `scratch` holds sl_kcu_matmul_scratch_bytes(w, n) bytes
+ * (may be NULL when that is 0). */
+sl_status sl_kcu_matmul(void *stream, const sl_kern_weight *w, const float *x,
+                        float *y, int n, void *scratch, size_t scratch_bytes);
+
+/* dst[i] (cols f32) = the dequantized row ids[i] of a (rows, cols) matrix of
+ * type t at src, for i < n (the token embedding gather). ids: device int32. */
+sl_status sl_kcu_get_rows(void *stream, sl_ggml_type t, const void *src,
+                          int64_t cols, const int32_t *ids, int n, float *dst);
+
+/* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for rows r < rows of `width`
+ * floats; y may equal x. (q/k norm: rows = tokens * heads, width = hd.) */
+sl_status sl_kcu_rmsnorm(void *stream, float *y, const float *x,
+                         const float *w, int64_t rows, int64_t width,
+                         float eps);
+
+/* y = a + b over n floats (y may alias either). */
+sl_status sl_kcu_add(void *stream, float *y, const float *a, const float *b,
+                     int64_t n);
+
+/* y[r][c] += bias[c] for r < rows, c < width. */
+sl_status sl_kcu_add_bias(void *stream, float *y, const float *bias,
+                          int64_t rows, int64_t width);
+
+/* y = silu(g) * u over n floats (y may alias g). */
+sl_status sl_kcu_swiglu(void *stream, float *y, const float *g, const float *u,
+                        int64_t n);
+
+/* Rotates x (n_tok, n_head * head_dim) in place, token t at position pos[t]
+ * (device int32), the first n_rot dims of each head, as sl_kern_rope does
+ * (mode: SL_KERN_ROPE_NORM adjacent pairs, SL_KERN_ROPE_NEOX halves). */
+sl_status sl_kcu_rope(void *stream, float *x, const int32_t *pos, int n_tok,
+                      int n_head, int head_dim, int n_rot, float base,
+                      float scale, int mode);
+
+/* Writes token t's k and v rows (n_tok, kv_dim) f32 as f16 into the paged
+ * cache of one layer: slot[t] = block * block_tokens + offset (device
+ * int32); K row at k_layer + slot * kv_dim, V likewise at v_layer (the
+ * layer's base: sl_kv_view_k_offset(view, layer, 0)). */
+sl_status sl_kcu_kv_store(void *stream, uint16_t *k_layer, uint16_t *v_layer,
+                          const float *k, const float *v, const int32_t *slot,
+                          int n_tok, int kv_dim);
+
+/* Causal attention of every (token, head) over its sequence's paged KV, one
+ * layer. Token t belongs to sequence tok_seq[t] and sits at position
+ * tok_pos[t]; it attends to positions 0..tok_pos[t] of that sequence, whose
+ * blocks are block_table[seq_blk_off[s] ...]. q, out: (n_tok, n_head * hd)
+ * f32. K of position p of sequence s: k_layer + (block_table[off + p /
+ * block_tokens] * block_tokens + p % block_tokens) * kv_dim + kvh * hd, with
+ * kvh = h / (n_head / n_head_kv). All index arrays are device int32.
+ * Long contexts are split along the positions (chunks of `split` positions,
+ * 0: chosen here); `work` holds sl_kcu_attn_work_bytes() bytes. */
+typedef struct sl_kcu_attn {
+  const float *q;
+  float *out;
+  const uint16_t *k_layer, *v_layer;
+  const int32_t *block_table, *seq_blk_off, *tok_seq, *tok_pos;
+  int n_tok, n_head, n_head_kv, head_dim, kv_dim, block_tokens;
+  int max_len; /* the longest context in the batch (positions) */
+  float scale;
+  void *work;
+  size_t work_bytes;
+} sl_kcu_attn;
+
+size_t sl_kcu_attn_work_bytes(int n_tok, int n_head, int head_dim,
+                              int max_len);
+sl_status sl_kcu_attention(void *stream, const sl_kcu_attn *a);
+
+/* ids[r] = argmax over c < n_vocab of logits[r][c] (the lowest index on a
+ * tie, as the CPU sampler), for r < n_rows; when logprob is not NULL,
+ * logprob[r] = log softmax of that entry. */
+sl_status sl_kcu_argmax(void *stream, const float *logits, int n_rows,
+                        int64_t n_vocab, int32_t *ids, float *logprob);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
