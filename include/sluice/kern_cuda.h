@@ -113,6 +113,26 @@ sl_status sl_kcu_attention(void *stream, const sl_kcu_attn *a);
 sl_status sl_kcu_argmax(void *stream, const float *logits, int n_rows,
                         int64_t n_vocab, int32_t *ids, float *logprob);
 
+
+/* ---- host side (src/kern/kern_cuda_host.c) ---- */
+
+/* Page-locked host memory, so that a copy to or from it is asynchronous
+ * (a copy into pageable memory blocks the host until the stream reaches
+ * it). NULL when it cannot be had (or without CUDA). Free with
+ * sl_kcu_host_free, only when no copy into or out of it is pending. */
+void *sl_kcu_host_alloc(size_t bytes);
+void sl_kcu_host_free(void *p);
+
+/* Asynchronous copies on `stream`; `host` must be page-locked for the copy
+ * to be truly asynchronous. */
+sl_status sl_kcu_copy_h2d(void *stream, void *dev, const void *host,
+                          size_t n);
+sl_status sl_kcu_copy_d2h(void *stream, void *host, const void *dev,
+                          size_t n);
+
+/* Free and total memory of the current CUDA device, in bytes. */
+sl_status sl_kcu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,93 @@
+/* The host side of the CUDA kernels (sluice/kern_cuda.h): page-locked
+ * memory, asynchronous copies and the device's memory figures, through the
+ * CUDA runtime API. Built without CUDA, each reports SL_ERR_UNSUPPORTED. */
+#include "sluice/kern_cuda.h"
+
+#ifdef SLUICE_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+static sl_status from_cuda(cudaError_t e) {
+  if (e == cudaSuccess)
+    return SL_OK;
+  if (e == cudaErrorMemoryAllocation)
+    return SL_ERR_DEVICE_OOM;
+  if (e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure ||
+      e == cudaErrorHardwareStackError || e == cudaErrorIllegalInstruction ||
+      e == cudaErrorMisalignedAddress || e == cudaErrorInvalidPc)
+    return SL_ERR_DEVICE_FATAL;
+  return SL_ERR_DEVICE;
+}
+
+void *sl_kcu_host_alloc(size_t bytes) {
+  void *p = NULL;
+  if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) !=
+      cudaSuccess) {
+    (void)cudaGetLastError(); /* not sticky: clear it */
+    return NULL;
+  }
+  return p;
+}
+
+void sl_kcu_host_free(void *p) {
+  if (p)
+    (void)cudaFreeHost(p);
+}
+
+sl_status sl_kcu_copy_h2d(void *stream, void *dev, const void *host,
+                          size_t n) {
+  if (!n)
+    return SL_OK;
+  return from_cuda(cudaMemcpyAsync(dev, host, n, cudaMemcpyHostToDevice,
+                                   (cudaStream_t)stream));
+}
+
+sl_status sl_kcu_copy_d2h(void *stream, void *host, const void *dev,
+                          size_t n) {
+  if (!n)
+    return SL_OK;
+  return from_cuda(cudaMemcpyAsync(host, dev, n, cudaMemcpyDeviceToHost,
+                                   (cudaStream_t)stream));
+}
+
+sl_status sl_kcu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes) {
+  size_t f = 0, t = 0;
+  sl_status st = from_cuda(cudaMemGetInfo(&f, &t));
+  if (free_bytes)
+    *free_bytes = f;
+  if (total_bytes)
+    *total_bytes = t;
+  return st;
+}
+
+#else
+
+void *sl_kcu_host_alloc(size_t bytes) {
+  (void)bytes;
+  return NULL;
+}
+
+void sl_kcu_host_free(void *p) {
+  (void)p;
+}
+
+sl_status sl_kcu_copy_h2d(void *stream, void *dev, const void *host,
+                          size_t n) {
+  (void)stream, (void)dev, (void)host, (void)n;
+  return SL_ERR_UNSUPPORTED;
+}
+
+sl_status sl_kcu_copy_d2h(void *stream, void *host, const void *dev,
+                          size_t n) {
+  (void)stream, (void)dev, (void)host, (void)n;
+  return SL_ERR_UNSUPPORTED;
+}
+
+sl_status sl_kcu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes) {
+  if (free_bytes)
+    *free_bytes = 0;
+  if (total_bytes)
+    *total_bytes = 0;
+  return SL_ERR_UNSUPPORTED;
+}
+
+#endif
