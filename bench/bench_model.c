@@ -14,6 +14,8 @@
 #include "bench.h"
 #include "sluice/kern_cpu.h"
 #include "sluice/memsync.h"
+#include "sluice/engine.h"
+#include "sluice/kern_cuda.h"
 #include "sluice/model.h"
 #include "sluice/util.h"
 
@@ -68,6 +70,44 @@ static double median(double *v, int n) {
 }
 
 /* Runs the peer and returns its JSON line (caller frees), or NULL. */
+typedef struct read_arg {
+  sl_buf_t *b;
+  size_t bytes;
+} read_arg;
+
+static sl_status read_task(const sl_task_ctx *ctx, void *p) {
+  read_arg *a = p;
+  char *base = sl_buf_ptr(a->b);
+  return sl_kcu_read_bench(ctx->native, base + 64, a->bytes,
+                           (unsigned *)base);
+}
+
+/* Read bandwidth of the device: a pure-read kernel over 4 GiB (or a
+ * quarter of what is free), best of 10 passes. */
+static double measure_device_read_gbps(sl_stream_t *s) {
+  uint64_t total = 0, avail = sl_device_mem_available(sl_stream_device(s),
+                                                      &total);
+  size_t bytes = 4ull << 30;
+  if (avail && bytes > avail / 4)
+    bytes = (size_t)(avail / 4) & ~(size_t)15;
+  sl_buf_t *b = NULL;
+  if (bytes < (64u << 20) || sl_buf_alloc(s, bytes + 64, &b) != SL_OK)
+    return 0;
+  double best = 0;
+  for (int r = 0; r < 10; r++) {
+    read_arg a = {b, bytes};
+    uint64_t t0 = sl_now_ns(), seq;
+    if (sl_stream_submit(s, read_task, &a, sizeof a, &b, 1, &seq) != SL_OK ||
+        sl_stream_wait_seq(s, seq) != SL_OK)
+      break;
+    double gbps = (double)bytes / ((double)(sl_now_ns() - t0));
+    if (r > 0 && gbps > best) /* the first pass warms up */
+      best = gbps;
+  }
+  sl_buf_release(b);
+  return best;
+}
+
 static char *run_peer(const char *model, int threads) {
   char self[PATH_MAX], script[PATH_MAX + 64], cmd[3 * PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -115,9 +155,13 @@ int sl_bench_model_main(int argc, char **argv) {
   const char *model = NULL;
   int threads = 0, reps = 3;
   bool peer = false;
+  sl_engine_device devsel = SL_ENGINE_DEVICE_AUTO;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "-m") && i + 1 < argc)
       model = argv[++i];
+    else if (!strcmp(argv[i], "--device") && i + 1 < argc &&
+             sl_engine_device_parse(argv[i + 1], &devsel))
+      i++;
     else if (!strcmp(argv[i], "-t") && i + 1 < argc)
       threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
@@ -128,7 +172,8 @@ int sl_bench_model_main(int argc, char **argv) {
       i++;
     } else {
       fprintf(stderr, "usage: sluice bench model [-m MODEL] [-t THREADS] "
-                      "[--reps N] [--peer llama-cpp]\n");
+                      "[--reps N] [--peer llama-cpp]\n"
+                      "                          [--device auto|cpu|cuda]\n");
       return 2;
     }
   }
@@ -147,9 +192,12 @@ int sl_bench_model_main(int argc, char **argv) {
     fprintf(stderr, "sluice bench model: %s\n", err);
     return 1;
   }
-  sl_model_prefault(m, true);
+  sl_device_t *dev = sl_engine_resolve_device(devsel);
+  bool gpu = sl_device_kind_of(dev) == SL_DEVICE_CUDA;
+  if (!gpu)
+    sl_model_prefault(m, true);
   const sl_model_hparams *hp = sl_model_hparams_of(m);
-  sl_stream_t *s = sl_thread_stream(sl_cpu_device());
+  sl_stream_t *s = sl_thread_stream(dev);
   sl_ctx_t *c = NULL;
   int rc = 1;
   enum { PP = 512, TG = 128 };
@@ -179,24 +227,30 @@ int sl_bench_model_main(int argc, char **argv) {
   }
   struct rusage ru; /* before the bandwidth probe's 512 MiB buffer */
   getrusage(RUSAGE_SELF, &ru);
-  sl_kern_pool_t *pool = sl_kern_pool_create(threads);
-  double read_gbps = pool ? measure_read_gbps(pool) : 0;
-  sl_kern_pool_destroy(pool);
+  double read_gbps = 0;
+  if (gpu) {
+    read_gbps = measure_device_read_gbps(s);
+  } else {
+    sl_kern_pool_t *pool = sl_kern_pool_create(threads);
+    read_gbps = pool ? measure_read_gbps(pool) : 0;
+    sl_kern_pool_destroy(pool);
+  }
   struct stat sb;
   uint64_t model_bytes = stat(model, &sb) == 0 ? (uint64_t)sb.st_size : 0;
   double pp_tps = median(pp, reps), tg_tps = median(tg, reps);
   double dec_gbps = (double)sl_model_weight_bytes(m) * tg_tps / 1e9;
-  printf("{\"bench\": \"model\", \"model\": \"%s\", \"arch\": \"%s\", "
+  printf("{\"bench\": \"model\", \"device\": \"%s\", \"model\": \"%s\", "
+         "\"arch\": \"%s\", "
          "\"threads\": %d, \"reps\": %d, \"model_bytes\": %llu, "
          "\"weight_bytes_per_token\": %llu, \"isa\": \"%s\",\n"
          " \"pp512_tps\": %.2f, \"tg128_tps\": %.2f, \"decode_gbps\": %.3f, "
-         "\"mem_read_gbps\": %.3f, \"decode_bw_fraction\": %.3f, "
+         "\"%s\": %.3f, \"decode_bw_fraction\": %.3f, "
          "\"peak_rss_bytes\": %llu",
-         model, sl_arch_name(hp->arch), threads, reps,
+         sl_device_name(dev), model, sl_arch_name(hp->arch), threads, reps,
          (unsigned long long)model_bytes,
          (unsigned long long)sl_model_weight_bytes(m),
          sl_kern_isa_name(sl_kern_cpu_isa()), pp_tps, tg_tps, dec_gbps,
-         read_gbps, read_gbps > 0 ? dec_gbps / read_gbps : 0.0,
+         gpu ? "hbm_read_gbps" : "mem_read_gbps", read_gbps, read_gbps > 0 ? dec_gbps / read_gbps : 0.0,
          (unsigned long long)ru.ru_maxrss * 1024ull);
   if (peer) {
     char *pj = run_peer(model, threads);

@@ -78,6 +78,8 @@ typedef struct bench_cfg {
   int max_seqs;
   int timeout_s; /* per-socket send/receive timeout */
   bool peer;
+  const char *peer_server; /* llama-server binary (--peer llama-server=PATH) */
+  const char *device;      /* --device, passed to sluice serve */
   size_t story_bytes; /* bytes of the repeated STORY after the header */
 } bench_cfg;
 
@@ -979,6 +981,12 @@ static void usage(FILE *f) {
              "                          [--requests-per-client 2] [--port P]\n"
              "                          [--max-seqs 16] [--timeout 600] "
              "[--peer llama-cpp]\n"
+             "                          [--peer llama-server=PATH] "
+             "[--device auto|cpu|cuda]\n"
+             "  llama-server runs with one slot per client of the largest "
+             "phase\n"
+             "  (-np), its context that many times 2048, all layers on the "
+             "GPU\n"
              "  --timeout: seconds a socket may wait (llama-cpp-python serves "
              "one request\n"
              "  at a time, so at N = 16 the last client waits for the other "
@@ -1020,9 +1028,14 @@ int sl_bench_serve_main(int argc, char **argv) {
       ok = parse_int(v, 1, 86400, &cfg.timeout_s);
     else if (!strcmp(a, "--max-seqs"))
       ok = parse_int(v, 1, 4096, &cfg.max_seqs);
+    else if (!strcmp(a, "--device"))
+      ok = !strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "cuda"),
+      cfg.device = v;
     else if (!strcmp(a, "--peer")) {
-      ok = !strcmp(v, "llama-cpp");
+      ok = !strcmp(v, "llama-cpp") || !strncmp(v, "llama-server=", 13);
       cfg.peer = ok;
+      if (!strncmp(v, "llama-server=", 13))
+        cfg.peer_server = v + 13;
     } else
       ok = false;
     if (!ok) {
@@ -1050,7 +1063,7 @@ int sl_bench_serve_main(int argc, char **argv) {
       cfg.model_name[n - 5] = 0;
   }
   char script[PATH_MAX + 64];
-  if (cfg.peer && !peer_script(script, sizeof script)) {
+  if (cfg.peer && !cfg.peer_server && !peer_script(script, sizeof script)) {
     fprintf(stderr, "sluice bench serve: scripts/peer_llamacpp_server.py not "
                     "found (set SLUICE_SOURCE_DIR)\n");
     return 1;
@@ -1081,9 +1094,13 @@ int sl_bench_serve_main(int argc, char **argv) {
   snprintf(port_s, sizeof port_s, "%d", sp.port);
   snprintf(thr_s, sizeof thr_s, "%d", cfg.threads);
   snprintf(seqs_s, sizeof seqs_s, "%d", cfg.max_seqs);
-  char *sargv[] = {self,         "serve", "-m", (char *)cfg.model,
-                   "--port",     port_s,  "-t", thr_s,
-                   "--max-seqs", seqs_s,  NULL};
+  char *sargv[] = {self,       "serve",
+                   "-m",       (char *)cfg.model,
+                   "--port",   port_s,
+                   "-t",       thr_s,
+                   "--max-seqs", seqs_s,
+                   "--device", (char *)(cfg.device ? cfg.device : "auto"),
+                   NULL};
   if (sp.port <= 0 || server_start(&sp, sargv) != SL_OK) {
     fprintf(stderr, "sluice bench serve: sluice serve did not start\n");
     return 1;
@@ -1095,7 +1112,32 @@ int sl_bench_serve_main(int argc, char **argv) {
     char *pargv[] = {"python3", script, "-m", (char *)cfg.model,
                      "--port",  port_s, "-t", thr_s,
                      NULL};
-    if (pp.port <= 0 || server_start(&pp, pargv) != SL_OK) {
+    int slots = 1;
+    for (int i = 0; i < cfg.n_phases; i++)
+      if (cfg.clients[i] > slots)
+        slots = cfg.clients[i];
+    char np_s[16], ctx_s[24];
+    snprintf(np_s, sizeof np_s, "%d", slots);
+    snprintf(ctx_s, sizeof ctx_s, "%d", slots * 2048);
+    char *largv[] = {(char *)cfg.peer_server,
+                     "-m",
+                     (char *)cfg.model,
+                     "--port",
+                     port_s,
+                     "-t",
+                     thr_s,
+                     "-np",
+                     np_s,
+                     "-c",
+                     ctx_s,
+                     "-ngl",
+                     "99",
+                     "--cont-batching",
+                     NULL};
+    if (cfg.peer_server)
+      pp.what = "llama-server peer";
+    if (pp.port <= 0 ||
+        server_start(&pp, cfg.peer_server ? largv : pargv) != SL_OK) {
       fprintf(stderr, "sluice bench serve: the llama-cpp peer did not start "
                       "(is llama-cpp-python installed?)\n");
       goto fail_servers;
@@ -1112,7 +1154,8 @@ int sl_bench_serve_main(int argc, char **argv) {
   server_stop(&sp);
 
   int actual_prompt = ours[0].prompt_tokens;
-  printf("{\"bench\": \"serve\", \"model\": ");
+  printf("{\"bench\": \"serve\", \"device\": \"%s\", \"model\": ",
+         cfg.device ? cfg.device : "auto");
   json_put_str(stdout, cfg.model);
   printf(", \"threads\": %d, \"max_seqs\": %d, \"prompt_tokens\": %d, "
          "\"prompt_tokens_actual\": %d, \"max_tokens\": %d, "
@@ -1130,10 +1173,23 @@ int sl_bench_serve_main(int argc, char **argv) {
   for (int i = 0; i < cfg.n_phases; i++)
     failed += ours[i].failed + (cfg.peer ? theirs[i].failed : 0);
   if (cfg.peer) {
-    printf(",\n \"peer\": {\"engine\": \"llama-cpp-python\", \"schedule\": "
+    printf(",\n \"peer\": {\"engine\": \"%s\", \"schedule\": "
            "\"both servers up at once, phases alternate (sluice N, then "
-           "peer N), warm-up request each, not counted\", \"runs\": ");
+           "peer N), warm-up request each, not counted\", \"runs\": ",
+           cfg.peer_server ? "llama-server" : "llama-cpp-python");
     print_runs(theirs, cfg.n_phases);
+    printf("}");
+    /* sluice / peer tokens per second, per phase */
+    printf(",\n \"ratio_tokens_per_s\": {");
+    for (int i = 0; i < cfg.n_phases; i++) {
+      bool okr = !ours[i].failed && !theirs[i].failed &&
+                 theirs[i].tokens_per_s > 0;
+      printf("%s\"%d\": ", i ? ", " : "", cfg.clients[i]);
+      if (okr)
+        printf("%.3f", ours[i].tokens_per_s / theirs[i].tokens_per_s);
+      else
+        printf("null");
+    }
     printf("}");
     int a16 = find_phase(ours, cfg.n_phases, 16);
     int a1 = find_phase(ours, cfg.n_phases, 1);

@@ -9,6 +9,9 @@
  *
  * Each line runs in a fresh KV cache. Exit 1 with a message on error.
  *
+ * SLUICE_DEVICE=cpu|cuda|auto picks the device (default cpu); cuda without
+ * a GPU exits 77.
+ *
  * A test harness: when SLUICE_ISA (or SLUICE_CPU_ISA) names a level, every
  * mode runs on exactly that level or not at all: exit 77 when this CPU cannot
  * run it, exit 2 for a name that is not scalar, avx2 or avx512. */
@@ -16,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sluice/engine.h"
 #include "sluice/kern_cpu.h"
 #include "sluice/memsync.h"
 #include "sluice/model.h"
@@ -86,7 +90,20 @@ int main(int argc, char **argv) {
   }
   const sl_model_hparams *hp = sl_model_hparams_of(m);
   int n_ctx = 2048;
-  sl_stream_t *s = sl_thread_stream(sl_cpu_device());
+  sl_device_t *dev = sl_cpu_device();
+  const char *dv = getenv("SLUICE_DEVICE");
+  sl_engine_device want = SL_ENGINE_DEVICE_CPU;
+  if (dv && *dv && !sl_engine_device_parse(dv, &want)) {
+    fprintf(stderr, "sl_model_tool: SLUICE_DEVICE: not cpu, cuda or auto\n");
+    return 2;
+  }
+  if (want != SL_ENGINE_DEVICE_CPU) {
+    dev = sl_engine_resolve_device(want);
+    if (want == SL_ENGINE_DEVICE_CUDA &&
+        sl_device_kind_of(dev) != SL_DEVICE_CUDA)
+      return 77;
+  }
+  sl_stream_t *s = sl_thread_stream(dev);
   sl_ctx_t *c;
   if ((st = sl_ctx_create(m, s, n_ctx, 0, &c)) != SL_OK) {
     fprintf(stderr, "sl_model_tool: context: %s\n", sl_status_str(st));

@@ -22,7 +22,21 @@
 
 typedef struct sl_engine sl_engine_t;
 
+typedef enum sl_engine_device {
+  SL_ENGINE_DEVICE_AUTO = 0, /* the GPU when one is present, else the CPU */
+  SL_ENGINE_DEVICE_CPU = 1,
+  SL_ENGINE_DEVICE_CUDA = 2, /* falls back to the CPU, with a warning */
+} sl_engine_device;
+
+/* "auto", "cpu", "cuda" -> *out; false for anything else. */
+bool sl_engine_device_parse(const char *s, sl_engine_device *out);
+
+/* The device `d` resolves to on this machine: the CUDA device, or the CPU
+ * with one log line saying why (a build without CUDA, no GPU). */
+sl_device_t *sl_engine_resolve_device(sl_engine_device d);
+
 typedef struct sl_engine_config {
+  sl_engine_device device; /* --device */
   int n_threads;          /* compute threads (<= 0: all CPUs) */
   int n_ctx;              /* max tokens per sequence */
   int kv_block_tokens;    /* --kv-block-tokens: a power of two */
@@ -125,5 +139,10 @@ typedef struct sl_engine_stats {
 } sl_engine_stats;
 
 sl_engine_stats sl_engine_get_stats(sl_engine_t *e);
+
+/* The device the model runs on ("cpu", "cuda:0"), known once the engine is
+ * created. */
+const char *sl_engine_device_name(const sl_engine_t *e);
+sl_device_t *sl_engine_device_of(const sl_engine_t *e);
 
 #endif

@@ -44,6 +44,24 @@ size_t sl_kcu_matmul_scratch_bytes(const sl_kern_weight *w, int n);
 sl_status sl_kcu_matmul(void *stream, const sl_kern_weight *w, const float *x,
                         float *y, int n, void *scratch, size_t scratch_bytes);
 
+/* Which kernels sl_kcu_matmul_path takes. */
+typedef enum sl_kcu_mm_path {
+  SL_KCU_MM_AUTO = 0, /* as sl_kcu_matmul: by n */
+  SL_KCU_MM_VEC = 1,  /* the matrix-vector kernels, on slices of at most
+                         SL_KCU_MMV_MAX_TOKENS tokens, for any n */
+  SL_KCU_MM_GEMM = 2, /* dequantization + cuBLAS, for any n */
+} sl_kcu_mm_path;
+
+/* As sl_kcu_matmul, on a given path. A token's result on one path does not
+ * depend on n or on the other tokens: what the engine needs for a token's
+ * arithmetic not to depend on its batch. */
+size_t sl_kcu_matmul_path_scratch_bytes(const sl_kern_weight *w, int n,
+                                        sl_kcu_mm_path path);
+sl_status sl_kcu_matmul_path(void *stream, const sl_kern_weight *w,
+                             const float *x, float *y, int n,
+                             sl_kcu_mm_path path, void *scratch,
+                             size_t scratch_bytes);
+
 /* dst[i] (cols f32) = the dequantized row ids[i] of a (rows, cols) matrix of
  * type t at src, for i < n (the token embedding gather). ids: device int32. */
 sl_status sl_kcu_get_rows(void *stream, sl_ggml_type t, const void *src,
@@ -113,6 +131,12 @@ sl_status sl_kcu_attention(void *stream, const sl_kcu_attn *a);
 sl_status sl_kcu_argmax(void *stream, const float *logits, int n_rows,
                         int64_t n_vocab, int32_t *ids, float *logprob);
 
+
+/* Reads `bytes` (a multiple of 16) at `buf` once, as fast as the device
+ * can (the bandwidth probe of `sluice bench model`); `sink` is a device
+ * word it may write. (src/kern/cuda/bw.cu) */
+sl_status sl_kcu_read_bench(void *stream, const void *buf, size_t bytes,
+                            unsigned *sink);
 
 /* ---- host side (src/kern/kern_cuda_host.c) ---- */
 

@@ -99,6 +99,13 @@ typedef struct sl_batch_seq {
   int n;
   bool want_logits; /* logits of its last token in this batch */
   bool all_logits;  /* logits of every one of its tokens (implies the last) */
+  bool argmax_only; /* the caller reads only the argmax of its rows: the
+                       device may leave their logits where they are */
+  bool decode;      /* one generated token (not a prompt token). On a GPU,
+                       decode tokens take the matrix-vector kernels and
+                       prompt tokens the batched ones, whatever else is in
+                       the batch, so that a token's arithmetic does not
+                       depend on its batch. Decode sequences come first. */
 } sl_batch_seq;
 
 typedef struct sl_batch {
@@ -110,11 +117,37 @@ typedef struct sl_batch {
 
 typedef struct sl_batch_ctx sl_batch_ctx_t;
 
+/* What a step gives back, per logits row in batch order (one for each
+ * sequence with want_logits, n for one with all_logits). Each may be NULL. */
+typedef struct sl_batch_out {
+  float *logits;         /* (rows, n_vocab); rows of argmax_only sequences
+                            may be left unwritten on a GPU */
+  int32_t *argmax;       /* (rows) the argmax (lowest id on a tie) */
+  float *argmax_logprob; /* (rows) its log-probability */
+} sl_batch_out;
+
 /* Makes the scratch state for batched forward passes of `m` over `kv`, run
- * as tasks on `stream` with n_threads compute threads. */
+ * as tasks on `stream` with n_threads compute threads (CPU). On a CUDA
+ * stream the weights are uploaded to the device here (a progress bar on a
+ * terminal); a weight type without CUDA kernels gives SL_ERR_UNSUPPORTED.
+ * `err` (may be NULL) receives a message on failure. */
+sl_status sl_batch_ctx_create2(sl_model_t *m, const sl_kv_view *kv,
+                               sl_stream_t *stream, int n_threads,
+                               sl_batch_ctx_t **out, char *err, size_t errcap);
 sl_status sl_batch_ctx_create(sl_model_t *m, const sl_kv_view *kv,
                               sl_stream_t *stream, int n_threads,
                               sl_batch_ctx_t **out);
+
+/* Device bytes a CUDA batch context's weights take (what
+ * sl_batch_ctx_create2 will allocate for them). */
+uint64_t sl_model_device_weight_bytes(const sl_model_t *m);
+
+/* Queues one batch on the context's stream and returns without waiting for
+ * it; sl_batch_ctx_wait waits and fills `out`. `b`, its arrays and `out`
+ * must stay valid until then; one batch at a time. */
+sl_status sl_batch_ctx_submit(sl_batch_ctx_t *c, const sl_batch *b,
+                              const sl_batch_out *out);
+sl_status sl_batch_ctx_wait(sl_batch_ctx_t *c);
 void sl_batch_ctx_free(sl_batch_ctx_t *c);
 
 /* Runs one batch and waits for it: writes the K/V of every token into its

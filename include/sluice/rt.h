@@ -56,6 +56,11 @@ bool sl_cuda_available(void);
 sl_device_kind sl_device_kind_of(const sl_device_t *dev);
 const char *sl_device_name(const sl_device_t *dev); /* "cpu", "cuda:0" */
 
+/* Bytes that can still be allocated on `dev` (CUDA: free device memory;
+ * CPU: MemAvailable), and in *total (may be NULL) the device's size. 0 when
+ * unknown. */
+uint64_t sl_device_mem_available(sl_device_t *dev, uint64_t *total);
+
 /* Number of live streams of `dev`, the two built-in ones included. */
 int sl_device_stream_count(sl_device_t *dev);
 

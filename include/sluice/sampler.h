@@ -4,6 +4,7 @@
 #ifndef SLUICE_SAMPLER_H
 #define SLUICE_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "sluice/status.h"
@@ -37,5 +38,10 @@ void sl_sampler_accept(sl_sampler_t *s, int32_t token);
 /* Picks the next token from logits[n_vocab]. The logits are modified
  * (penalties applied). */
 int32_t sl_sampler_sample(sl_sampler_t *s, float *logits);
+
+/* True when sl_sampler_sample returns the argmax of the logits as given
+ * (lowest id on a tie): greedy, with no penalty that changes them. Then a
+ * device's argmax may stand in for the sampler. */
+bool sl_sampler_is_argmax(const sl_sampler_t *s);
 
 #endif

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "sluice/engine.h"
 #include "sluice/gguf.h"
 #include "sluice/jinja.h"
 #include "sluice/memsync.h"
@@ -23,6 +24,7 @@ static void run_usage(void) {
       "usage: sluice run [-m MODEL] [-p PROMPT | --chat] [-n N] [--temp T]\n"
       "                  [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
       "                  [--repeat-penalty R] [-c CTX] [-t THREADS]\n"
+      "                  [--device auto|cpu|cuda]\n"
       "  without -p the prompt is read from stdin; --chat wraps it as one\n"
       "  user message in the model's chat template; --temp 0 is greedy.\n");
 }
@@ -95,6 +97,7 @@ int sl_cli_run_main(int argc, char **argv) {
   bool chat = false;
   long n_predict = 128, ctx = 2048, threads = 0;
   sl_sampler_params sp = sl_sampler_defaults();
+  sl_engine_device devsel = SL_ENGINE_DEVICE_AUTO;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     long lv;
@@ -122,6 +125,8 @@ int sl_cli_run_main(int argc, char **argv) {
       NEED_VALUE if (!sl_cli_parse_long(v, 16, 1 << 20, &ctx)) BAD_VALUE
     } else if (!strcmp(a, "-t")) {
       NEED_VALUE if (!sl_cli_parse_long(v, 1, 1024, &threads)) BAD_VALUE
+    } else if (!strcmp(a, "--device")) {
+      NEED_VALUE if (!sl_engine_device_parse(v, &devsel)) BAD_VALUE
     } else if (!strcmp(a, "--temp")) {
       NEED_VALUE if (!sl_cli_parse_double(v, 0, 100, &dv))
           BAD_VALUE sp.temperature = (float)dv;
@@ -179,7 +184,9 @@ int sl_cli_run_main(int argc, char **argv) {
     fprintf(stderr, "sluice run: cannot load '%s': %s\n", model, err);
     goto out;
   }
-  sl_model_prefault(m, true);
+  sl_device_t *dev = sl_engine_resolve_device(devsel);
+  if (sl_device_kind_of(dev) == SL_DEVICE_CPU)
+    sl_model_prefault(m, true);
   if (sl_tokenizer_load(sl_model_gguf(m), &tok, err, sizeof err) != SL_OK) {
     fprintf(stderr, "sluice run: tokenizer: %s\n", err);
     goto out;
@@ -210,7 +217,6 @@ int sl_cli_run_main(int argc, char **argv) {
             n_ids, n_predict, ctx);
     goto out;
   }
-  sl_device_t *dev = sl_cpu_device();
   sl_stream_t *stream = sl_thread_stream(dev); /* this thread is the engine */
   if ((st = sl_ctx_create(m, stream, (int)ctx, (int)threads, &c)) != SL_OK) {
     fprintf(stderr, "sluice run: cannot make a context: %s\n",

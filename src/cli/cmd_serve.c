@@ -28,6 +28,7 @@ static void serve_usage(FILE *f) {
       f, "usage: sluice serve [-m MODEL] [--host H] [--port P] [--api-key K]\n"
          "                    [--model-name NAME] [-c CTX] [-t THREADS]\n"
          "                    [--max-memory BYTES] [--max-seqs N]\n"
+      "                    [--device auto|cpu|cuda]\n"
          "                    [--max-batched-tokens N] [--prefill-chunk N]\n"
          "                    [--kv-block-tokens N] [--http-timeout S]\n"
          "                    [--max-body BYTES] [--grace-ms MS]\n"
@@ -130,6 +131,8 @@ int sl_cli_serve_main(int argc, char **argv) {
           BAD_VALUE ecfg.n_threads = (int)lv;
     } else if (!strcmp(a, "--max-memory")) {
       NEED_VALUE if (!parse_bytes(v, &bv)) BAD_VALUE ecfg.max_memory = bv;
+    } else if (!strcmp(a, "--device")) {
+      NEED_VALUE if (!sl_engine_device_parse(v, &ecfg.device)) BAD_VALUE
     } else if (!strcmp(a, "--max-seqs")) {
       NEED_VALUE if (!sl_cli_parse_long(v, 1, 4096, &lv))
           BAD_VALUE ecfg.max_seqs = (int)lv;
@@ -184,7 +187,8 @@ int sl_cli_serve_main(int argc, char **argv) {
     fprintf(stderr, "sluice serve: cannot load '%s': %s\n", model, err);
     goto out;
   }
-  sl_model_prefault(m, true);
+  if (ecfg.device == SL_ENGINE_DEVICE_CPU || !sl_cuda_available())
+    sl_model_prefault(m, true); /* on a GPU the upload reads them */
   if (sl_tokenizer_load(sl_model_gguf(m), &tok, err, sizeof err) != SL_OK) {
     fprintf(stderr, "sluice serve: tokenizer: %s\n", err);
     goto out_model;
@@ -209,8 +213,9 @@ int sl_cli_serve_main(int argc, char **argv) {
   }
   const char *host = scfg.host ? scfg.host : "127.0.0.1";
   bool v6 = strchr(host, ':') != NULL;
-  fprintf(stderr, "sluice: serving %s at http://%s%s%s:%d\n", scfg.model_name,
-          v6 ? "[" : "", host, v6 ? "]" : "", sl_server_port(srv));
+  fprintf(stderr, "sluice: serving %s on %s at http://%s%s%s:%d\n",
+          scfg.model_name, sl_engine_device_name(engine), v6 ? "[" : "", host,
+          v6 ? "]" : "", sl_server_port(srv));
   fflush(stderr);
 
   int sig = 0;

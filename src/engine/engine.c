@@ -154,9 +154,52 @@ sl__site_stats sl__engine_site_stats(sl_engine_t *e, sl__clear_site site) {
 /* ---- the executor thread
  * --------------------------------------------------------- */
 
+bool sl_engine_device_parse(const char *s, sl_engine_device *out) {
+  if (!s)
+    return false;
+  if (!strcmp(s, "auto"))
+    *out = SL_ENGINE_DEVICE_AUTO;
+  else if (!strcmp(s, "cpu"))
+    *out = SL_ENGINE_DEVICE_CPU;
+  else if (!strcmp(s, "cuda"))
+    *out = SL_ENGINE_DEVICE_CUDA;
+  else
+    return false;
+  return true;
+}
+
+const char *sl_engine_device_name(const sl_engine_t *e) {
+  return e->dev ? sl_device_name(e->dev) : "none";
+}
+
+sl_device_t *sl_engine_device_of(const sl_engine_t *e) {
+  return e->dev;
+}
+
+/* The device the config asks for, or the CPU with one log line saying why
+ * not. */
+sl_device_t *sl_engine_resolve_device(sl_engine_device d) {
+  if (d == SL_ENGINE_DEVICE_CPU)
+    return sl_cpu_device();
+  sl_device_t *dev = NULL;
+  sl_status st = sl_device_get(SL_DEVICE_CUDA, 0, &dev);
+  if (st == SL_OK)
+    return dev;
+  const char *why = st == SL_ERR_UNSUPPORTED
+                        ? "this build has no CUDA backend"
+                        : "no CUDA device could be opened";
+  if (d == SL_ENGINE_DEVICE_CUDA)
+    SL_LOGW("--device cuda: %s; running on the CPU", why);
+  else
+    SL_LOGI("device auto: %s; running on the CPU", why);
+  return sl_cpu_device();
+}
+
 static sl_status executor_init(sl_engine_t *e) {
   const sl_model_hparams *hp = sl_model_hparams_of(e->model);
-  e->stream = sl_thread_stream(sl_cpu_device());
+  e->dev = sl_engine_resolve_device(e->cfg.device);
+  bool gpu = sl_device_kind_of(e->dev) == SL_DEVICE_CUDA;
+  e->stream = sl_thread_stream(e->dev);
   if (!e->stream)
     return SL_ERR_NOMEM;
   int T = e->cfg.kv_block_tokens;
@@ -178,22 +221,45 @@ static sl_status executor_init(sl_engine_t *e) {
   sl_kv_config kc = {(int)hp->n_layer, (int)(hp->n_head_kv * hp->head_dim), T,
                      n_blocks,
                      sl_kv_fingerprint(sl_model_fingerprint(e->model), T)};
+  if (gpu) {
+    /* does it fit? weights, the KV pool and a step's activations */
+    uint64_t need = sl_model_device_weight_bytes(e->model) +
+                    (uint64_t)n_blocks * bb +
+                    sl_batch_activation_bytes(e->model,
+                                              e->cfg.max_batched_tokens);
+    uint64_t total_b = 0, free_b = sl_device_mem_available(e->dev, &total_b);
+    if (total_b && need > free_b) {
+      SL_LOGE("the model does not fit on %s: it needs %llu bytes (weights "
+              "%llu, KV cache %llu), and %llu bytes of %llu are free",
+              sl_device_name(e->dev), (unsigned long long)need,
+              (unsigned long long)sl_model_device_weight_bytes(e->model),
+              (unsigned long long)((uint64_t)n_blocks * bb),
+              (unsigned long long)free_b, (unsigned long long)total_b);
+      return SL_ERR_DEVICE_OOM;
+    }
+  }
   sl_status st = sl_kv_pool_create(&kc, e->stream, &e->kv);
   if (st != SL_OK)
     return st;
   sl_kv_view view = sl_kv_view_of(e->kv);
-  if ((st = sl_batch_ctx_create(e->model, &view, e->stream, e->cfg.n_threads,
-                                &e->bctx)) != SL_OK)
+  char err[256];
+  if ((st = sl_batch_ctx_create2(e->model, &view, e->stream, e->cfg.n_threads,
+                                 &e->bctx, err, sizeof err)) != SL_OK) {
+    SL_LOGE("engine on %s: %s", sl_device_name(e->dev),
+            err[0] ? err : sl_status_str(st));
     return st;
+  }
   size_t ms = (size_t)e->cfg.max_seqs + 1;
   size_t bt = (size_t)e->cfg.max_batched_tokens;
   e->active = sl_calloc(ms, sizeof *e->active);
   e->logits = sl_malloc(sizeof(float) * (size_t)hp->n_vocab * ms);
   e->logits_tmp = sl_malloc(sizeof(float) * (size_t)hp->n_vocab);
+  e->argmax = sl_malloc(sizeof(int32_t) * ms);
   e->batch_tokens = sl_malloc(sizeof(int32_t) * bt);
   e->batch_seqs = sl_malloc(sizeof(sl_batch_seq) * (ms + bt));
   e->batch_reqs = sl_malloc(sizeof(sl__req *) * (ms + bt));
-  if (!e->active || !e->logits || !e->logits_tmp || !e->batch_tokens ||
+  if (!e->active || !e->logits || !e->logits_tmp || !e->argmax ||
+      !e->batch_tokens ||
       !e->batch_seqs || !e->batch_reqs)
     return SL_ERR_NOMEM;
   return SL_OK;
@@ -227,6 +293,7 @@ static void executor_fini(sl_engine_t *e) {
   sl_free(e->active);
   sl_free(e->logits);
   sl_free(e->logits_tmp);
+  sl_free(e->argmax);
   sl_free(e->batch_tokens);
   sl_free(e->batch_seqs);
   sl_free(e->batch_reqs);

@@ -39,6 +39,8 @@ typedef struct sl__site_stats {
   uint64_t engine_pending_max; /* engine-stream tasks pending after a clear */
   uint64_t inflight_bytes_max; /* bytes with pending uses at the clear */
   double inflight_ms_max;
+  uint64_t reached_busy; /* reached with engine-stream work still pending */
+  double busy_drain_ms_max; /* the longest such drain: work in flight then */
 } sl__site_stats;
 
 sl__site_stats sl__engine_site_stats(sl_engine_t *e, sl__clear_site site);
@@ -117,6 +119,8 @@ struct sl_engine {
   int n_active;
   float *logits;     /* (max_seqs, n_vocab) */
   float *logits_tmp; /* (n_vocab) */
+  int32_t *argmax;   /* (max_seqs) the device's argmax per logits row */
+  sl_device_t *dev;  /* where the model runs */
   int32_t *batch_tokens;
   sl_batch_seq *batch_seqs;
   sl__req **batch_reqs;

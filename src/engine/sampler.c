@@ -171,6 +171,12 @@ static void sort_best(struct cand *c, int n, int k) {
   qsort(c, (size_t)k, sizeof *c, cmp_cand);
 }
 
+bool sl_sampler_is_argmax(const sl_sampler_t *s) {
+  const sl_sampler_params *p = &s->p;
+  return p->temperature <= 0.0f && p->repeat_penalty == 1.0f &&
+         p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f;
+}
+
 int32_t sl_sampler_sample(sl_sampler_t *s, float *logits) {
   const sl_sampler_params *p = &s->p;
   int n = s->n_vocab;

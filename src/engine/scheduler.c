@@ -42,7 +42,10 @@ const char *sl__clear_site_name(sl__clear_site s) {
  * evidence that nothing was in flight on it. */
 static void clear_at(sl_engine_t *e, sl__clear_site site) {
   sl_stream_evidence before = sl_stream_clear_evidence(e->stream);
+  bool busy = sl_stream_query(e->stream).tasks > 0;
+  uint64_t t0 = sl_now_ns();
   sl_status st = sl_sync_and_clear_cache(e->stream);
+  double drain_ms = sl_ns_to_ms(sl_now_ns() - t0);
   if (st != SL_OK) {
     /* a task of ours failed: take the error off the stream (the clear left
      * it there) and fail the requests whose work it was, after this step */
@@ -60,6 +63,11 @@ static void clear_at(sl_engine_t *e, sl__clear_site site) {
   pthread_mutex_lock(&e->mu);
   sl__site_stats *s = &e->sites[site];
   s->count++;
+  if (busy) {
+    s->reached_busy++;
+    if (drain_ms > s->busy_drain_ms_max)
+      s->busy_drain_ms_max = drain_ms;
+  }
   if (q.tasks > s->engine_pending_max)
     s->engine_pending_max = q.tasks;
   if (found && after.own.tasks_last > s->engine_pending_max)
@@ -139,13 +147,16 @@ void sl__finish(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,
 
 /* Samples the next token of r from `lg` and reports it. Returns true when the
  * request finished (and was freed). */
-static bool sample_and_emit(sl_engine_t *e, sl__req *r, float *lg) {
+static bool sample_and_emit(sl_engine_t *e, sl__req *r, float *lg,
+                            int32_t argmax) {
   int nv = (int)sl_model_hparams_of(e->model)->n_vocab;
   sl_token_logprob top[SL_MAX_TOP_LOGPROBS];
   float lp = 0;
   int n_top = 0;
   int32_t tok;
-  if (r->params.top_logprobs >= 0) {
+  if (r->params.top_logprobs < 0 && sl_sampler_is_argmax(r->sampler)) {
+    tok = argmax; /* the device's argmax of these logits (maybe not copied) */
+  } else if (r->params.top_logprobs >= 0) {
     memcpy(e->logits_tmp, lg, sizeof(float) * (size_t)nv);
     tok = sl_sampler_sample(r->sampler, lg);
     n_top = r->params.top_logprobs;
@@ -400,6 +411,26 @@ void sl__apply_aborts(sl_engine_t *e) {
   sl_free(ids);
 }
 
+/* The decode clear sites, reached once per step (with the step in flight:
+ * each drains the engine stream before it frees anything). */
+static void decode_clear_sites(sl_engine_t *e) {
+  if (e->cfg.clear_every_tokens > 0 &&
+      e->tokens_since_clear >= (uint64_t)e->cfg.clear_every_tokens) {
+    e->tokens_since_clear = 0;
+    sl__clear_at_site(e, SL__SITE_DECODE_EVERY_N);
+  }
+  if (e->cfg.hot_loop_steps > 0 &&
+      e->steps % (uint64_t)e->cfg.hot_loop_steps == 0 &&
+      sl_alloc_get_stats(sl_stream_device(e->stream)).cache >=
+          e->cfg.hot_loop_cache_bytes)
+    sl__clear_at_site(e, SL__SITE_DECODE_HOT_LOOP);
+  if (e->finished_since_clear &&
+      ++e->finished_since_clear > AFTER_FINISH_STEPS) {
+    e->finished_since_clear = 0;
+    sl__clear_at_site(e, SL__SITE_DECODE_AFTER_FINISH);
+  }
+}
+
 /* Builds and runs one batch; returns false when there was nothing to do. */
 bool sl__step(sl_engine_t *e) {
   const sl_model_hparams *hp = sl_model_hparams_of(e->model);
@@ -412,7 +443,15 @@ bool sl__step(sl_engine_t *e) {
       continue;
     e->batch_tokens[nt] = r->tokens[r->n_tokens - 1];
     e->batch_seqs[nb] = (sl_batch_seq){
-        r->blocks, r->n_blocks, r->n_computed, nt, 1, true, false};
+        r->blocks,
+        r->n_blocks,
+        r->n_computed,
+        nt,
+        1,
+        true,
+        false,
+        r->params.top_logprobs < 0 && sl_sampler_is_argmax(r->sampler),
+        true};
     e->batch_reqs[nb++] = r;
     nt++;
   }
@@ -457,7 +496,15 @@ bool sl__step(sl_engine_t *e) {
            sizeof(int32_t) * (size_t)chunk);
     bool last = r->n_computed + chunk == r->n_prompt;
     e->batch_seqs[nb] = (sl_batch_seq){
-        r->blocks, r->n_blocks, r->n_computed, nt, chunk, last, false};
+        r->blocks,
+        r->n_blocks,
+        r->n_computed,
+        nt,
+        chunk,
+        last,
+        false,
+        r->params.top_logprobs < 0 && sl_sampler_is_argmax(r->sampler),
+        false};
     e->batch_reqs[nb++] = r;
     nt += chunk;
     any_prefill = true;
@@ -482,8 +529,25 @@ bool sl__step(sl_engine_t *e) {
       e->hooks.fail_oom_chunk = adm ? e->hooks.fail_oom_chunk : 0;
     }
   }
+  /* The step is queued and not waited for: the clear sites it reaches
+   * (DESIGN.md) run while its forward pass is in flight on the engine
+   * stream, and each drains that stream first. Then its results. */
+  sl_batch_out out = {e->logits, e->argmax, NULL};
   if (st == SL_OK)
-    st = sl_batch_ctx_run(e->bctx, &batch, e->logits);
+    st = sl_batch_ctx_submit(e->bctx, &batch, &out);
+  bool submitted = st == SL_OK;
+  if (submitted) {
+    if (any_prefill)
+      sl__clear_at_site(e, SL__SITE_PREFILL_CHUNK);
+    for (int s = 0; s < nb; s++) {
+      sl__req *r = e->batch_reqs[s];
+      if (r->state == SL__REQ_PREFILLING &&
+          r->n_computed + e->batch_seqs[s].n == r->n_prompt)
+        sl__clear_at_site(e, SL__SITE_PREFILL_END);
+    }
+    decode_clear_sites(e);
+    st = sl_batch_ctx_wait(e->bctx);
+  }
   if (is_oom(st)) {
     bool any = false;
     for (int s = 0; s < nb; s++) {
@@ -514,8 +578,6 @@ bool sl__step(sl_engine_t *e) {
     }
     return true;
   }
-  if (any_prefill)
-    sl__clear_at_site(e, SL__SITE_PREFILL_CHUNK);
   int li = 0;
   for (int s = 0; s < nb; s++) {
     sl__req *r = e->batch_reqs[s];
@@ -528,27 +590,11 @@ bool sl__step(sl_engine_t *e) {
       if (r->n_computed < r->n_prompt)
         continue;
       r->state = SL__REQ_RUNNING;
-      sl__clear_at_site(e, SL__SITE_PREFILL_END);
     }
-    if (lg && sample_and_emit(e, r, lg))
+    int32_t am = q->want_logits ? e->argmax[li - 1] : 0;
+    if (lg && sample_and_emit(e, r, lg, am))
       sl__active_remove(e,
                         r); /* finished and freed: only the pointer is used */
-  }
-  /* decode clear sites */
-  if (e->cfg.clear_every_tokens > 0 &&
-      e->tokens_since_clear >= (uint64_t)e->cfg.clear_every_tokens) {
-    e->tokens_since_clear = 0;
-    sl__clear_at_site(e, SL__SITE_DECODE_EVERY_N);
-  }
-  if (e->cfg.hot_loop_steps > 0 &&
-      e->steps % (uint64_t)e->cfg.hot_loop_steps == 0 &&
-      sl_alloc_get_stats(sl_stream_device(e->stream)).cache >=
-          e->cfg.hot_loop_cache_bytes)
-    sl__clear_at_site(e, SL__SITE_DECODE_HOT_LOOP);
-  if (e->finished_since_clear &&
-      ++e->finished_since_clear > AFTER_FINISH_STEPS) {
-    e->finished_since_clear = 0;
-    sl__clear_at_site(e, SL__SITE_DECODE_AFTER_FINISH);
   }
   pthread_mutex_lock(&e->mu);
   e->stats.steps = e->steps;

@@ -82,6 +82,12 @@ sl_status sl_kcu_copy_d2h(void *stream, void *host, const void *dev,
   return SL_ERR_UNSUPPORTED;
 }
 
+sl_status sl_kcu_read_bench(void *stream, const void *buf, size_t bytes,
+                            unsigned *sink) {
+  (void)stream, (void)buf, (void)bytes, (void)sink;
+  return SL_ERR_UNSUPPORTED;
+}
+
 sl_status sl_kcu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes) {
   if (free_bytes)
     *free_bytes = 0;

@@ -304,8 +304,6 @@ sl_status sl_ctx_create(sl_model_t *m, sl_stream_t *stream, int n_ctx,
                         int n_threads, sl_ctx_t **out) {
   if (!m || !stream || !out || n_ctx <= 0 || n_ctx > (1 << 22))
     return SL_ERR_INVALID_ARG;
-  if (sl_device_kind_of(sl_stream_device(stream)) != SL_DEVICE_CPU)
-    return SL_ERR_UNSUPPORTED;
   const sl_model_hparams *hp = &m->hp;
   sl_ctx_t *c = sl_calloc(1, sizeof *c);
   if (!c)
@@ -379,7 +377,9 @@ sl_status sl_ctx_eval(sl_ctx_t *c, const int32_t *tokens, int n, float *logits,
                         0,
                         chunk,
                         logits && (last || all_logits),
-                        logits && all_logits};
+                        logits && all_logits,
+                        false,
+                        chunk == 1}; /* one sequence: no batch to vary */
     sl_batch b = {tokens + done, chunk, &seq, 1};
     float *out = !logits      ? NULL
                  : all_logits ? logits + (size_t)done * (size_t)nv

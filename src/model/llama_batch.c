@@ -21,6 +21,13 @@ struct sl_batch_ctx {
   sl_kv_view kv;
   sl_stream_t *stream;
   sl_kern_pool_t *pool;
+  sl__cu_ctx *cu; /* on a CUDA stream: the GPU forward pass, else NULL */
+  /* the CPU step in flight */
+  bool pending;
+  uint64_t seq;
+  sl_buf_t *act;
+  sl_batch_out out;
+  int rows;
 };
 
 /* Dequantizes token `tok`'s embedding row into out (n_embd). */
@@ -59,9 +66,22 @@ static sl_status llama_qk_prep(const sl_model_t *m, const sl__layer_w *w,
   return st;
 }
 
+uint64_t sl_model_device_weight_bytes(const sl_model_t *m) {
+  return sl__cu_weight_bytes(m);
+}
+
 sl_status sl_batch_ctx_create(sl_model_t *m, const sl_kv_view *kv,
                               sl_stream_t *stream, int n_threads,
                               sl_batch_ctx_t **out) {
+  return sl_batch_ctx_create2(m, kv, stream, n_threads, out, NULL, 0);
+}
+
+sl_status sl_batch_ctx_create2(sl_model_t *m, const sl_kv_view *kv,
+                               sl_stream_t *stream, int n_threads,
+                               sl_batch_ctx_t **out, char *err,
+                               size_t errcap) {
+  if (err && errcap)
+    err[0] = 0;
   if (!m || !kv || !stream || !out)
     return SL_ERR_INVALID_ARG;
   const sl_kv_view *kc = kv;
@@ -76,6 +96,15 @@ sl_status sl_batch_ctx_create(sl_model_t *m, const sl_kv_view *kv,
   c->m = m;
   c->kv = *kv;
   c->stream = stream;
+  if (sl_device_kind_of(sl_stream_device(stream)) == SL_DEVICE_CUDA) {
+    sl_status st = sl__cu_create(m, kv, stream, &c->cu, err, errcap);
+    if (st != SL_OK) {
+      sl_free(c);
+      return st;
+    }
+    *out = c;
+    return SL_OK;
+  }
   c->pool = sl_kern_pool_create(n_threads);
   if (!c->pool) {
     sl_free(c);
@@ -88,6 +117,9 @@ sl_status sl_batch_ctx_create(sl_model_t *m, const sl_kv_view *kv,
 void sl_batch_ctx_free(sl_batch_ctx_t *c) {
   if (!c)
     return;
+  if (c->pending)
+    (void)sl_batch_ctx_wait(c);
+  sl__cu_free(c->cu);
   sl_stream_sync(c->stream);
   sl_kern_pool_destroy(c->pool);
   sl_free(c);
@@ -329,10 +361,23 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
   return st;
 }
 
-sl_status sl_batch_ctx_run(sl_batch_ctx_t *c, const sl_batch *b,
-                           float *logits) {
-  if (!c || !b || b->n_tokens <= 0 || b->n_seqs <= 0 || !b->tokens || !b->seqs)
+/* The rows of logits a batch gives back. */
+static int logits_rows(const sl_batch *b) {
+  int rows = 0;
+  for (int s = 0; s < b->n_seqs; s++)
+    rows += b->seqs[s].all_logits ? b->seqs[s].n
+            : b->seqs[s].want_logits ? 1
+                                     : 0;
+  return rows;
+}
+
+sl_status sl_batch_ctx_submit(sl_batch_ctx_t *c, const sl_batch *b,
+                              const sl_batch_out *out) {
+  if (!c || !b || !out || b->n_tokens <= 0 || b->n_seqs <= 0 || !b->tokens ||
+      !b->seqs)
     return SL_ERR_INVALID_ARG;
+  if (c->pending)
+    return SL_ERR_STATE;
   const sl_model_hparams *hp = &c->m->hp;
   const sl_kv_view *kc = &c->kv;
   size_t max_len = 0;
@@ -349,6 +394,10 @@ sl_status sl_batch_ctx_run(sl_batch_ctx_t *c, const sl_batch *b,
   for (int t = 0; t < b->n_tokens; t++)
     if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab)
       return SL_ERR_INVALID_ARG;
+  if (c->cu)
+    return sl__cu_submit(c->cu, b, out);
+  if ((out->argmax || out->argmax_logprob) && !out->logits)
+    return SL_ERR_INVALID_ARG; /* the CPU takes the argmax from the logits */
   int total_blocks = 0;
   for (int s = 0; s < b->n_seqs; s++)
     total_blocks += (b->seqs[s].pos0 + b->seqs[s].n + kc->block_tokens - 1) /
@@ -358,12 +407,57 @@ sl_status sl_batch_ctx_run(sl_batch_ctx_t *c, const sl_batch *b,
   sl_status st = sl_buf_alloc(c->stream, L.total * 4, &act);
   if (st != SL_OK)
     return st;
-  run_arg a = {c, b, logits, act, max_len, total_blocks};
+  run_arg a = {c, b, out->logits, act, max_len, total_blocks};
   sl_buf_t *bufs[2] = {act, c->kv.buf};
-  uint64_t seq;
-  st = sl_stream_submit(c->stream, run_task, &a, sizeof a, bufs, 2, &seq);
-  if (st == SL_OK)
-    st = sl_stream_wait_seq(c->stream, seq);
-  sl_buf_release(act);
-  return st;
+  st = sl_stream_submit(c->stream, run_task, &a, sizeof a, bufs, 2, &c->seq);
+  if (st != SL_OK) {
+    sl_buf_release(act);
+    return st;
+  }
+  c->act = act;
+  c->out = *out;
+  c->rows = logits_rows(b);
+  c->pending = true;
+  return SL_OK;
+}
+
+sl_status sl_batch_ctx_wait(sl_batch_ctx_t *c) {
+  if (!c)
+    return SL_ERR_INVALID_ARG;
+  if (c->cu)
+    return sl__cu_wait(c->cu);
+  if (!c->pending)
+    return SL_ERR_STATE;
+  sl_status st = sl_stream_wait_seq(c->stream, c->seq);
+  c->pending = false;
+  sl_buf_release(c->act);
+  c->act = NULL;
+  if (st != SL_OK || (!c->out.argmax && !c->out.argmax_logprob))
+    return st;
+  int64_t nv = c->m->hp.n_vocab;
+  for (int r = 0; r < c->rows; r++) {
+    const float *lg = c->out.logits + (size_t)r * (size_t)nv;
+    int64_t best = 0;
+    for (int64_t i = 1; i < nv; i++)
+      if (lg[i] > lg[best])
+        best = i;
+    if (c->out.argmax)
+      c->out.argmax[r] = (int32_t)best;
+    if (c->out.argmax_logprob) {
+      double sum = 0;
+      for (int64_t i = 0; i < nv; i++)
+        sum += exp((double)lg[i] - (double)lg[best]);
+      c->out.argmax_logprob[r] = (float)-log(sum);
+    }
+  }
+  return SL_OK;
+}
+
+sl_status sl_batch_ctx_run(sl_batch_ctx_t *c, const sl_batch *b,
+                           float *logits) {
+  sl_batch_out out = {logits, NULL, NULL};
+  sl_status st = sl_batch_ctx_submit(c, b, &out);
+  if (st != SL_OK)
+    return st;
+  return sl_batch_ctx_wait(c);
 }

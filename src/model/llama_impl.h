@@ -26,4 +26,17 @@ struct sl_model {
   uint8_t fingerprint[16]; /* sl_gguf_fingerprint of the file */
 };
 
+/* The CUDA forward pass (llama_cuda.c), behind sl_batch_ctx on a CUDA
+ * stream. */
+typedef struct sl__cu_ctx sl__cu_ctx;
+sl_status sl__cu_create(sl_model_t *m, const sl_kv_view *kv,
+                        sl_stream_t *stream, sl__cu_ctx **out, char *err,
+                        size_t errcap);
+void sl__cu_free(sl__cu_ctx *c);
+sl_status sl__cu_submit(sl__cu_ctx *c, const sl_batch *b,
+                        const sl_batch_out *out);
+sl_status sl__cu_wait(sl__cu_ctx *c);
+/* Device bytes the weights take once uploaded. */
+uint64_t sl__cu_weight_bytes(const sl_model_t *m);
+
 #endif

@@ -156,3 +156,11 @@ const sl__backend_ops *sl__cuda_backend(void) {
   return NULL;
 }
 #endif
+
+uint64_t sl_device_mem_available(sl_device_t *dev, uint64_t *total) {
+  if (total)
+    *total = 0;
+  if (!dev || !dev->ops->mem_avail)
+    return 0;
+  return dev->ops->mem_avail(dev, total);
+}

@@ -114,6 +114,8 @@ typedef struct sl__backend_ops {
   void (*poison)(sl_device_t *dev, void *p, size_t n);
   bool (*poison_intact)(sl_device_t *dev, const void *p, size_t n);
   uint64_t (*footprint)(sl_device_t *dev);
+  /* bytes that can still be allocated on the device (0 when unknown) */
+  uint64_t (*mem_avail)(sl_device_t *dev, uint64_t *total);
 } sl__backend_ops;
 
 /* ---- allocator internals (alloc.c) ---- */

@@ -75,7 +75,7 @@ typedef struct snapshot {
 } snapshot;
 
 static void take(sl_server_t *s, snapshot *sn) {
-  sl_device_t *dev = sl_cpu_device();
+  sl_device_t *dev = sl_engine_device_of(s->engine);
   sn->e = sl_engine_get_stats(s->engine);
   sn->a = sl_alloc_get_stats(dev);
   sn->footprint = sl_footprint_bytes(dev);
@@ -187,6 +187,8 @@ json_t *sl__srv_stats_json(sl_server_t *s) {
   if (!o)
     return NULL;
   json_object_set_new(o, "model", json_string(s->model_name));
+  json_object_set_new(o, "device",
+                      json_string(sl_engine_device_name(s->engine)));
   json_object_set_new(o, "uptime_s",
                       json_real((double)(sl_now_ns() - s->t_start_ns) / 1e9));
   json_object_set_new(

@@ -12,6 +12,7 @@ import http.client
 import json
 import os
 import random
+import re
 import signal
 import socket
 import threading
@@ -649,5 +650,6 @@ def test_sigterm_finishes_in_flight_and_exits_0(sluice_server):
     # the request got an answer: finished within the grace period or cut
     # short by the abort, never a dropped connection
     assert "r" in result, result
-    assert "sluice: serving %s at http://127.0.0.1:%d" % (
-        MODEL_NAME, srv.port) in srv.log_text()
+    assert re.search(r"sluice: serving %s on (cpu|cuda:\d+) at "
+                     r"http://127\.0\.0\.1:%d" % (re.escape(MODEL_NAME),
+                                                 srv.port), srv.log_text())

@@ -203,6 +203,26 @@ static bool cpu_poison_intact(sl_device_t *dev, const void *p, size_t n) {
 }
 
 /* Resident set size from /proc/self/statm (pages * page size). */
+/* MemAvailable and MemTotal from /proc/meminfo. */
+static uint64_t cpu_mem_avail(sl_device_t *dev, uint64_t *total) {
+  (void)dev;
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f)
+    return 0;
+  char line[256];
+  unsigned long long kb, avail = 0, tot = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+      avail = kb * 1024ull;
+    else if (sscanf(line, "MemTotal: %llu kB", &kb) == 1)
+      tot = kb * 1024ull;
+  }
+  fclose(f);
+  if (total)
+    *total = tot;
+  return avail;
+}
+
 static uint64_t cpu_footprint(sl_device_t *dev) {
   FILE *f = fopen("/proc/self/statm", "r");
   if (!f)
@@ -233,4 +253,5 @@ const sl__backend_ops sl__cpu_backend = {
     .poison = cpu_poison,
     .poison_intact = cpu_poison_intact,
     .footprint = cpu_footprint,
+    .mem_avail = cpu_mem_avail,
 };

@@ -335,16 +335,22 @@ static void cuda_poll(sl_stream_t *s) {
 static cudaError_t event_wait(cudaEvent_t ev, uint64_t deadline) {
   if (deadline == UINT64_MAX)
     return cudaEventSynchronize(ev);
+  /* A step's results are waited for here: for the first 200 ms the sleep
+   * stays under 20 us, so a wait ends at most ~tens of us late (the step
+   * takes milliseconds); a long drain backs off to 1 ms polls. */
   unsigned sleep_us = 0;
+  uint64_t t0 = sl_now_ns();
   for (;;) {
     cudaError_t e = cudaEventQuery(ev);
     if (e != cudaErrorNotReady)
       return e;
-    if (sl_now_ns() >= deadline)
+    uint64_t now = sl_now_ns();
+    if (now >= deadline)
       return cudaErrorNotReady;
     if (sleep_us)
       usleep(sleep_us);
-    sleep_us = sleep_us ? (sleep_us < 1000 ? sleep_us * 2 : 1000) : 1;
+    unsigned cap = now - t0 < 200000000ull ? 16 : 1000;
+    sleep_us = sleep_us ? (sleep_us * 2 < cap ? sleep_us * 2 : cap) : 1;
   }
 }
 
@@ -510,6 +516,19 @@ static uint64_t cuda_footprint(sl_device_t *dev) {
   return (uint64_t)(total_b - free_b);
 }
 
+static uint64_t cuda_mem_avail(sl_device_t *dev, uint64_t *total) {
+  use_device(dev);
+  size_t free_b = 0, total_b = 0;
+  cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
+  if (e != cudaSuccess) {
+    fail(dev, e, "cudaMemGetInfo");
+    return 0;
+  }
+  if (total)
+    *total = total_b;
+  return (uint64_t)free_b;
+}
+
 static const sl__backend_ops cuda_ops = {
     .name = "cuda",
     .device_open = cuda_device_open,
@@ -528,6 +547,7 @@ static const sl__backend_ops cuda_ops = {
     .poison = cuda_poison,
     .poison_intact = cuda_poison_intact,
     .footprint = cuda_footprint,
+    .mem_avail = cuda_mem_avail,
 };
 
 const sl__backend_ops *sl__cuda_backend(void) {

@@ -1,0 +1,586 @@
+/* The batched forward pass on a CUDA device: the engine's path on the GPU.
+ *
+ * Weights are uploaded once, in their GGUF formats, into one buffer from the
+ * runtime's caching allocator (owned by the engine stream, so they count in
+ * the device's active bytes and in the memory guard). A step is one task on
+ * the engine stream: the task copies the step's indices from page-locked
+ * memory, enqueues every kernel of every layer on the stream's native
+ * cudaStream_t, the argmax of each logits row, and the copies of the ids (and
+ * of the logits rows the host asked for) back into page-locked memory. It
+ * does not wait: sl__cu_wait waits for that one task's event, then copies
+ * the results out. Nothing here synchronizes the device or the legacy
+ * default stream.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "llama_impl.h"
+#include "sluice/alloc.h"
+#include "sluice/kern_cuda.h"
+#include "sluice/util.h"
+
+#define ALIGN 256
+
+static size_t up(size_t n) {
+  return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+}
+
+struct sl__cu_ctx {
+  sl_model_t *m;
+  sl_kv_view kv;
+  sl_stream_t *stream;
+  sl_buf_t *wbuf;          /* every tensor of the file */
+  sl__layer_w *layers;     /* device pointers */
+  sl_kern_weight output;   /* device */
+  const float *out_norm;   /* device */
+  const void *embd;        /* device */
+  /* page-locked staging: the step's indices in, the results out */
+  int32_t *h_in;
+  size_t h_in_cap;
+  char *h_out;
+  size_t h_out_cap;
+  /* the step in flight */
+  bool pending;
+  uint64_t seq;
+  sl_buf_t *act;
+  sl_batch_out out;
+  int n_rows;            /* logits rows */
+  const sl_batch *b;
+  size_t out_ids_off;    /* in h_out: ids (n_rows int32), logprobs, logits */
+  size_t out_lp_off;
+  size_t out_logits_off;
+  uint8_t *row_copied;   /* (rows) whose logits came back */
+  size_t row_copied_cap;
+};
+
+/* ---- weights ---- */
+
+static const void *dev_ptr(const sl_gguf_t *g, const size_t *offs, char *base,
+                           const void *host) {
+  if (!host)
+    return NULL;
+  int64_t nt = sl_gguf_n_tensors(g);
+  for (int64_t i = 0; i < nt; i++) {
+    const sl_gguf_tensor *t = sl_gguf_tensor_at(g, i);
+    const char *d = t->data;
+    if ((const char *)host >= d && (const char *)host < d + t->nbytes)
+      return base + offs[i] + ((const char *)host - d);
+  }
+  return NULL;
+}
+
+static sl_kern_weight dev_weight(const sl_gguf_t *g, const size_t *offs,
+                                 char *base, sl_kern_weight w) {
+  w.data = dev_ptr(g, offs, base, w.data);
+  return w;
+}
+
+uint64_t sl__cu_weight_bytes(const sl_model_t *m) {
+  const sl_gguf_t *g = m->g;
+  uint64_t total = 0;
+  for (int64_t i = 0; i < sl_gguf_n_tensors(g); i++)
+    total += up(sl_gguf_tensor_at(g, i)->nbytes);
+  return total;
+}
+
+static const char *type_name(sl_ggml_type t) {
+  const sl_ggml_type_traits *tr = sl_ggml_type_traits_of(t);
+  return tr ? tr->name : "unknown";
+}
+
+static bool weight_ok(const sl_kern_weight *w, char *err, size_t cap) {
+  if (sl_kcu_type_supported(w->type))
+    return true;
+  snprintf(err, cap, "weight type %s has no CUDA kernel",
+           type_name(w->type));
+  return false;
+}
+
+static sl_status upload(sl__cu_ctx *c, bool progress) {
+  const sl_gguf_t *g = c->m->g;
+  int64_t nt = sl_gguf_n_tensors(g);
+  size_t *offs = sl_malloc(sizeof(size_t) * (size_t)(nt > 0 ? nt : 1));
+  if (!offs)
+    return SL_ERR_NOMEM;
+  size_t total = 0;
+  for (int64_t i = 0; i < nt; i++) {
+    offs[i] = total;
+    total += up(sl_gguf_tensor_at(g, i)->nbytes);
+  }
+  sl_status st = sl_buf_alloc(c->stream, total ? total : ALIGN, &c->wbuf);
+  if (st != SL_OK) {
+    sl_free(offs);
+    return st;
+  }
+  bool tty = progress && isatty(STDERR_FILENO);
+  uint64_t done = 0;
+  int last = -1;
+  const size_t chunk = 64u << 20;
+  for (int64_t i = 0; i < nt && st == SL_OK; i++) {
+    const sl_gguf_tensor *t = sl_gguf_tensor_at(g, i);
+    for (size_t o = 0; o < t->nbytes && st == SL_OK; o += chunk) {
+      size_t n = t->nbytes - o < chunk ? t->nbytes - o : chunk;
+      st = sl_buf_write(c->wbuf, offs[i] + o, (const char *)t->data + o, n);
+      done += n;
+      int pct = total ? (int)(100 * done / total) : 100;
+      if (tty && pct != last) {
+        int bar = pct / 4;
+        fprintf(stderr, "\ruploading to %s [%.*s%*s] %3d%%",
+                sl_device_name(sl_stream_device(c->stream)), bar,
+                "#########################", 25 - bar, "", pct);
+        last = pct;
+      }
+    }
+  }
+  if (tty)
+    fputc('\n', stderr);
+  if (st != SL_OK) {
+    sl_free(offs);
+    return st;
+  }
+  char *base = sl_buf_ptr(c->wbuf);
+  const sl_model_t *m = c->m;
+  int64_t L = m->hp.n_layer;
+  c->layers = sl_calloc((size_t)L, sizeof *c->layers);
+  if (!c->layers) {
+    sl_free(offs);
+    return SL_ERR_NOMEM;
+  }
+  for (int64_t l = 0; l < L; l++) {
+    const sl__layer_w *h = &m->layers[l];
+    sl__layer_w *d = &c->layers[l];
+    d->wq = dev_weight(g, offs, base, h->wq);
+    d->wk = dev_weight(g, offs, base, h->wk);
+    d->wv = dev_weight(g, offs, base, h->wv);
+    d->wo = dev_weight(g, offs, base, h->wo);
+    d->w_gate = dev_weight(g, offs, base, h->w_gate);
+    d->w_up = dev_weight(g, offs, base, h->w_up);
+    d->w_down = dev_weight(g, offs, base, h->w_down);
+    d->attn_norm = dev_ptr(g, offs, base, h->attn_norm);
+    d->ffn_norm = dev_ptr(g, offs, base, h->ffn_norm);
+    d->bq = dev_ptr(g, offs, base, h->bq);
+    d->bk = dev_ptr(g, offs, base, h->bk);
+    d->bv = dev_ptr(g, offs, base, h->bv);
+    d->q_norm = dev_ptr(g, offs, base, h->q_norm);
+    d->k_norm = dev_ptr(g, offs, base, h->k_norm);
+  }
+  c->output = dev_weight(g, offs, base, m->output);
+  c->out_norm = dev_ptr(g, offs, base, m->output_norm);
+  c->embd = dev_ptr(g, offs, base, m->tok_embd->data);
+  sl_free(offs);
+  return SL_OK;
+}
+
+sl_status sl__cu_create(sl_model_t *m, const sl_kv_view *kv,
+                        sl_stream_t *stream, sl__cu_ctx **out, char *err,
+                        size_t errcap) {
+  char tmp[160];
+  if (!err) {
+    err = tmp;
+    errcap = sizeof tmp;
+  }
+  err[0] = 0;
+  for (int64_t l = 0; l < m->hp.n_layer; l++) {
+    const sl__layer_w *w = &m->layers[l];
+    const sl_kern_weight *ws[] = {&w->wq,     &w->wk,   &w->wv,    &w->wo,
+                                  &w->w_gate, &w->w_up, &w->w_down};
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+      if (!weight_ok(ws[i], err, errcap))
+        return SL_ERR_UNSUPPORTED;
+  }
+  if (!weight_ok(&m->output, err, errcap))
+    return SL_ERR_UNSUPPORTED;
+  if (!sl_kcu_type_supported(m->tok_embd->type)) {
+    snprintf(err, errcap, "embedding type %s has no CUDA kernel",
+             type_name(m->tok_embd->type));
+    return SL_ERR_UNSUPPORTED;
+  }
+  if (m->hp.head_dim % 32 != 0 || m->hp.head_dim > 256) {
+    snprintf(err, errcap, "head size %lld has no CUDA attention kernel",
+             (long long)m->hp.head_dim);
+    return SL_ERR_UNSUPPORTED;
+  }
+  sl__cu_ctx *c = sl_calloc(1, sizeof *c);
+  if (!c)
+    return SL_ERR_NOMEM;
+  c->m = m;
+  c->kv = *kv;
+  c->stream = stream;
+  sl_status st = upload(c, true);
+  if (st != SL_OK) {
+    snprintf(err, errcap, "uploading the weights: %s", sl_status_str(st));
+    sl__cu_free(c);
+    return st;
+  }
+  *out = c;
+  return SL_OK;
+}
+
+void sl__cu_free(sl__cu_ctx *c) {
+  if (!c)
+    return;
+  sl_stream_sync(c->stream); /* nothing may still read the staging */
+  sl_buf_release(c->act);
+  sl_buf_release(c->wbuf);
+  sl_kcu_host_free(c->h_in);
+  sl_kcu_host_free(c->h_out);
+  sl_free(c->layers);
+  sl_free(c->row_copied);
+  sl_free(c);
+}
+
+/* ---- a step ---- */
+
+/* Offsets in the activation buffer (bytes) and in the index array (int32). */
+typedef struct step_layout {
+  size_t x, xn, q, k, v, att, g, u, logits, ids, lp, idx, mm, attn, total;
+  size_t mm_bytes, attn_bytes;
+  /* index array: */
+  size_t i_tok, i_pos, i_seq, i_slot, i_boff, i_btab, i_rows, i_total;
+} step_layout;
+
+/* Scratch of one product on both paths: n_dec tokens on VEC, the rest on
+ * GEMM (each path's scratch is used by one call at a time). */
+static size_t mm_scratch(const sl_kern_weight *w, int n, int n_dec) {
+  size_t a = n_dec > 0 ? sl_kcu_matmul_path_scratch_bytes(w, n_dec,
+                                                          SL_KCU_MM_VEC)
+                       : 0;
+  size_t b = n - n_dec > 0 ? sl_kcu_matmul_path_scratch_bytes(
+                                 w, n - n_dec, SL_KCU_MM_GEMM)
+                           : 0;
+  return a > b ? a : b;
+}
+
+static size_t max_mm(const sl_model_t *m, const sl__layer_w *l0, int n,
+                     int n_dec, int rows, int rows_dec) {
+  size_t s = 0, t;
+  const sl_kern_weight *ws[] = {&l0->wq,     &l0->wk,   &l0->wv,    &l0->wo,
+                                &l0->w_gate, &l0->w_up, &l0->w_down};
+  for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+    if ((t = mm_scratch(ws[i], n, n_dec)) > s)
+      s = t;
+  if (rows > 0 && (t = mm_scratch(&m->output, rows, rows_dec)) > s)
+    s = t;
+  return s;
+}
+
+static step_layout layout(const sl__cu_ctx *c, const sl_batch *b, int rows,
+                          int total_blocks, int max_len, int n_dec,
+                          int rows_dec) {
+  const sl_model_hparams *hp = &c->m->hp;
+  size_t n = (size_t)b->n_tokens, d = (size_t)hp->n_embd,
+         qd = (size_t)(hp->n_head * hp->head_dim),
+         kvd = (size_t)(hp->n_head_kv * hp->head_dim), ff = (size_t)hp->n_ff,
+         nv = (size_t)hp->n_vocab;
+  step_layout L;
+  size_t o = 0;
+  L.x = o, o += up(n * d * 4);
+  L.xn = o, o += up(n * d * 4);
+  L.q = o, o += up(n * qd * 4);
+  L.k = o, o += up(n * kvd * 4);
+  L.v = o, o += up(n * kvd * 4);
+  L.att = o, o += up(n * qd * 4);
+  L.g = o, o += up(n * ff * 4);
+  L.u = o, o += up(n * ff * 4);
+  L.logits = o, o += up((size_t)rows * nv * 4);
+  L.ids = o, o += up((size_t)rows * 4);
+  L.lp = o, o += up((size_t)rows * 4);
+  size_t i = 0;
+  L.i_tok = i, i += n;
+  L.i_pos = i, i += n;
+  L.i_seq = i, i += n;
+  L.i_slot = i, i += n;
+  L.i_boff = i, i += (size_t)b->n_seqs;
+  L.i_btab = i, i += (size_t)total_blocks;
+  L.i_rows = i, i += (size_t)rows;
+  L.i_total = i;
+  L.idx = o, o += up(i * 4);
+  /* the matmul scratch is sized from the first layer's weights (every layer
+   * has the same shapes and, in the files we load, the same types per role;
+   * a mixed file sizes from each layer below) */
+  L.mm_bytes = 0;
+  for (int64_t l = 0; l < hp->n_layer; l++) {
+    size_t s = max_mm(c->m, &c->layers[l], b->n_tokens, n_dec, rows,
+                      rows_dec);
+    if (s > L.mm_bytes)
+      L.mm_bytes = s;
+  }
+  L.mm = o, o += up(L.mm_bytes);
+  L.attn_bytes = sl_kcu_attn_work_bytes(b->n_tokens, (int)hp->n_head,
+                                        (int)hp->head_dim, max_len);
+  L.attn = o, o += up(L.attn_bytes);
+  L.total = o;
+  return L;
+}
+
+typedef struct cu_arg {
+  sl__cu_ctx *c;
+  const sl_batch *b;
+  step_layout L;
+  int rows, max_len;
+  int n_dec, rows_dec; /* leading decode tokens and their logits rows */
+  bool any_logits; /* some row's logits go back to the host */
+} cu_arg;
+
+#define TRY(x)                                                                 \
+  do {                                                                         \
+    sl_status st_ = (x);                                                       \
+    if (st_ != SL_OK)                                                          \
+      return st_;                                                              \
+  } while (0)
+
+/* y = x W^T for n tokens: the first n_dec (decode) on the matrix-vector
+ * kernels, the rest (prompt tokens) on the batched ones. */
+static sl_status mm(void *s, const sl_kern_weight *w, const float *x,
+                    float *y, int n, int n_dec, void *scratch, size_t bytes) {
+  sl_status st = SL_OK;
+  if (n_dec > 0)
+    st = sl_kcu_matmul_path(s, w, x, y, n_dec, SL_KCU_MM_VEC, scratch, bytes);
+  if (st == SL_OK && n > n_dec)
+    st = sl_kcu_matmul_path(s, w, x + (size_t)n_dec * (size_t)w->cols,
+                            y + (size_t)n_dec * (size_t)w->rows, n - n_dec,
+                            SL_KCU_MM_GEMM, scratch, bytes);
+  return st;
+}
+
+static sl_status step_task(const sl_task_ctx *tctx, void *p) {
+  cu_arg *a = p;
+  sl__cu_ctx *c = a->c;
+  const sl_batch *b = a->b;
+  const sl_model_hparams *hp = &c->m->hp;
+  const step_layout *L = &a->L;
+  void *s = tctx->native;
+  int n = b->n_tokens;
+  int64_t d = hp->n_embd, hd = hp->head_dim, qd = hp->n_head * hd,
+          kvd = hp->n_head_kv * hd, ff = hp->n_ff, nv = hp->n_vocab;
+  char *base = sl_buf_ptr(c->act);
+  float *x = (float *)(base + L->x), *xn = (float *)(base + L->xn),
+        *q = (float *)(base + L->q), *k = (float *)(base + L->k),
+        *v = (float *)(base + L->v), *att = (float *)(base + L->att),
+        *g = (float *)(base + L->g), *u = (float *)(base + L->u),
+        *logits = (float *)(base + L->logits), *lp = (float *)(base + L->lp);
+  int32_t *ids = (int32_t *)(base + L->ids), *idx = (int32_t *)(base + L->idx);
+  void *mmw = L->mm_bytes ? base + L->mm : NULL;
+  uint16_t *kvmem = sl_buf_ptr(c->kv.buf);
+  size_t vhalf = sl_kv_view_half_elems(&c->kv);
+
+  TRY(sl_kcu_copy_h2d(s, idx, c->h_in, L->i_total * 4));
+  TRY(sl_kcu_get_rows(s, c->m->tok_embd->type, c->embd, d, idx + L->i_tok, n,
+                      x));
+  for (int64_t l = 0; l < hp->n_layer; l++) {
+    const sl__layer_w *w = &c->layers[l];
+    TRY(sl_kcu_rmsnorm(s, xn, x, w->attn_norm, n, d, hp->rms_eps));
+    TRY(mm(s, &w->wq, xn, q, n, a->n_dec, mmw, L->mm_bytes));
+    TRY(mm(s, &w->wk, xn, k, n, a->n_dec, mmw, L->mm_bytes));
+    TRY(mm(s, &w->wv, xn, v, n, a->n_dec, mmw, L->mm_bytes));
+    if (w->bq) {
+      TRY(sl_kcu_add_bias(s, q, w->bq, n, qd));
+      TRY(sl_kcu_add_bias(s, k, w->bk, n, kvd));
+      TRY(sl_kcu_add_bias(s, v, w->bv, n, kvd));
+    }
+    if (w->q_norm) {
+      TRY(sl_kcu_rmsnorm(s, q, q, w->q_norm, (int64_t)n * hp->n_head, hd,
+                         hp->rms_eps));
+      TRY(sl_kcu_rmsnorm(s, k, k, w->k_norm, (int64_t)n * hp->n_head_kv, hd,
+                         hp->rms_eps));
+    }
+    TRY(sl_kcu_rope(s, q, idx + L->i_pos, n, (int)hp->n_head, (int)hd,
+                    (int)hp->n_rot, hp->rope_base, hp->rope_scale,
+                    hp->rope_mode));
+    TRY(sl_kcu_rope(s, k, idx + L->i_pos, n, (int)hp->n_head_kv, (int)hd,
+                    (int)hp->n_rot, hp->rope_base, hp->rope_scale,
+                    hp->rope_mode));
+    uint16_t *kl = kvmem + sl_kv_view_k_offset(&c->kv, (int)l, 0);
+    TRY(sl_kcu_kv_store(s, kl, kl + vhalf, k, v, idx + L->i_slot, n,
+                        (int)kvd));
+    sl_kcu_attn aa = {.q = q,
+                      .out = att,
+                      .k_layer = kl,
+                      .v_layer = kl + vhalf,
+                      .block_table = idx + L->i_btab,
+                      .seq_blk_off = idx + L->i_boff,
+                      .tok_seq = idx + L->i_seq,
+                      .tok_pos = idx + L->i_pos,
+                      .n_tok = n,
+                      .n_head = (int)hp->n_head,
+                      .n_head_kv = (int)hp->n_head_kv,
+                      .head_dim = (int)hd,
+                      .kv_dim = (int)kvd,
+                      .block_tokens = c->kv.block_tokens,
+                      .max_len = a->max_len,
+                      .scale = 1.0f / sqrtf((float)hd),
+                      .work = L->attn_bytes ? base + L->attn : NULL,
+                      .work_bytes = L->attn_bytes};
+    TRY(sl_kcu_attention(s, &aa));
+    TRY(mm(s, &w->wo, att, xn, n, a->n_dec, mmw, L->mm_bytes));
+    TRY(sl_kcu_add(s, x, x, xn, (int64_t)n * d));
+    TRY(sl_kcu_rmsnorm(s, xn, x, w->ffn_norm, n, d, hp->rms_eps));
+    TRY(mm(s, &w->w_gate, xn, g, n, a->n_dec, mmw, L->mm_bytes));
+    TRY(mm(s, &w->w_up, xn, u, n, a->n_dec, mmw, L->mm_bytes));
+    TRY(sl_kcu_swiglu(s, g, g, u, (int64_t)n * ff));
+    TRY(mm(s, &w->w_down, g, xn, n, a->n_dec, mmw, L->mm_bytes));
+    TRY(sl_kcu_add(s, x, x, xn, (int64_t)n * d));
+  }
+  int rows = a->rows;
+  if (rows == 0)
+    return SL_OK;
+  /* the rows whose logits are wanted, normed, through the output matrix */
+  TRY(sl_kcu_get_rows(s, SL_GGML_F32, x, d, idx + L->i_rows, rows, xn));
+  TRY(sl_kcu_rmsnorm(s, xn, xn, c->out_norm, rows, d, hp->rms_eps));
+  TRY(mm(s, &c->output, xn, logits, rows, a->rows_dec, mmw, L->mm_bytes));
+  TRY(sl_kcu_argmax(s, logits, rows, nv, ids, lp));
+  TRY(sl_kcu_copy_d2h(s, c->h_out + c->out_ids_off, ids, (size_t)rows * 4));
+  TRY(sl_kcu_copy_d2h(s, c->h_out + c->out_lp_off, lp, (size_t)rows * 4));
+  if (a->any_logits) {
+    /* one copy per run of consecutive rows that the host wants */
+    for (int r = 0; r < rows;) {
+      if (!c->row_copied[r]) {
+        r++;
+        continue;
+      }
+      int e = r;
+      while (e < rows && c->row_copied[e])
+        e++;
+      TRY(sl_kcu_copy_d2h(
+          s, c->h_out + c->out_logits_off + (size_t)r * (size_t)nv * 4,
+          logits + (size_t)r * (size_t)nv, (size_t)(e - r) * (size_t)nv * 4));
+      r = e;
+    }
+  }
+  return SL_OK;
+}
+
+static sl_status grow_host(void **p, size_t *cap, size_t need) {
+  if (*cap >= need)
+    return SL_OK;
+  size_t n = *cap ? *cap : 4096;
+  while (n < need)
+    n *= 2;
+  void *q = sl_kcu_host_alloc(n);
+  if (!q)
+    return SL_ERR_NOMEM;
+  sl_kcu_host_free(*p);
+  *p = q;
+  *cap = n;
+  return SL_OK;
+}
+
+sl_status sl__cu_submit(sl__cu_ctx *c, const sl_batch *b,
+                        const sl_batch_out *out) {
+  if (c->pending)
+    return SL_ERR_STATE;
+  const sl_model_hparams *hp = &c->m->hp;
+  int T = c->kv.block_tokens;
+  int rows = 0, total_blocks = 0, max_len = 0;
+  for (int s = 0; s < b->n_seqs; s++) {
+    const sl_batch_seq *q = &b->seqs[s];
+    rows += q->all_logits ? q->n : q->want_logits ? 1 : 0;
+    total_blocks += (q->pos0 + q->n + T - 1) / T;
+    if (q->pos0 + q->n > max_len)
+      max_len = q->pos0 + q->n;
+  }
+  if (!out->logits && !out->argmax)
+    rows = 0;
+  /* the leading decode sequences: their tokens and logits rows */
+  int n_dec = 0, rows_dec = 0;
+  for (int s = 0; s < b->n_seqs && b->seqs[s].decode; s++) {
+    n_dec += b->seqs[s].n;
+    rows_dec += b->seqs[s].want_logits || b->seqs[s].all_logits
+                    ? (b->seqs[s].all_logits ? b->seqs[s].n : 1)
+                    : 0;
+  }
+  if (rows_dec > rows)
+    rows_dec = rows;
+  step_layout L = layout(c, b, rows, total_blocks, max_len, n_dec, rows_dec);
+  size_t nv = (size_t)hp->n_vocab;
+  /* which rows' logits go back: all of them unless the caller takes only
+   * the argmax of a sequence's row */
+  if ((size_t)rows > c->row_copied_cap) {
+    uint8_t *rc = sl_realloc(c->row_copied, (size_t)rows);
+    if (!rc)
+      return SL_ERR_NOMEM;
+    c->row_copied = rc;
+    c->row_copied_cap = (size_t)rows;
+  }
+  bool any_logits = false;
+  for (int s = 0, r = 0; s < b->n_seqs; s++) {
+    const sl_batch_seq *q = &b->seqs[s];
+    int nr = q->all_logits ? q->n : q->want_logits ? 1 : 0;
+    for (int i = 0; i < nr && r < rows; i++, r++) {
+      c->row_copied[r] = out->logits && !q->argmax_only;
+      any_logits |= c->row_copied[r];
+    }
+  }
+  sl_status st;
+  if ((st = grow_host((void **)&c->h_in, &c->h_in_cap, L.i_total * 4)) !=
+          SL_OK ||
+      (st = grow_host((void **)&c->h_out, &c->h_out_cap,
+                      (size_t)rows * 8 +
+                          (any_logits ? (size_t)rows * nv * 4 : 0) + 64)) !=
+          SL_OK)
+    return st;
+  c->out_ids_off = 0;
+  c->out_lp_off = (size_t)rows * 4;
+  c->out_logits_off = (size_t)rows * 8;
+  /* the indices */
+  int32_t *in = c->h_in;
+  memcpy(in + L.i_tok, b->tokens, sizeof(int32_t) * (size_t)b->n_tokens);
+  for (int s = 0, o = 0, r = 0; s < b->n_seqs; s++) {
+    const sl_batch_seq *q = &b->seqs[s];
+    int nblk = (q->pos0 + q->n + T - 1) / T;
+    in[L.i_boff + (size_t)s] = o;
+    for (int bi = 0; bi < nblk; bi++)
+      in[L.i_btab + (size_t)o++] = q->block_table[bi];
+    for (int i = 0; i < q->n; i++) {
+      int t = q->first + i, pos = q->pos0 + i;
+      in[L.i_pos + (size_t)t] = pos;
+      in[L.i_seq + (size_t)t] = s;
+      in[L.i_slot + (size_t)t] = q->block_table[pos / T] * T + pos % T;
+    }
+    int from = q->all_logits ? 0 : q->want_logits ? q->n - 1 : q->n;
+    for (int i = from; i < q->n && r < rows; i++)
+      in[L.i_rows + (size_t)r++] = q->first + i;
+  }
+  sl_buf_t *act = NULL;
+  if ((st = sl_buf_alloc(c->stream, L.total, &act)) != SL_OK)
+    return st;
+  c->act = act;
+  c->b = b;
+  c->out = *out;
+  c->n_rows = rows;
+  cu_arg a = {c, b, L, rows, max_len, n_dec, rows_dec, any_logits};
+  sl_buf_t *bufs[3] = {act, c->kv.buf, c->wbuf};
+  st = sl_stream_submit(c->stream, step_task, &a, sizeof a, bufs, 3, &c->seq);
+  if (st != SL_OK) {
+    sl_buf_release(act);
+    c->act = NULL;
+    return st;
+  }
+  c->pending = true;
+  return SL_OK;
+}
+
+sl_status sl__cu_wait(sl__cu_ctx *c) {
+  if (!c->pending)
+    return SL_ERR_STATE;
+  sl_status st = sl_stream_wait_seq(c->stream, c->seq);
+  c->pending = false;
+  sl_buf_release(c->act); /* RETIRING until its uses are done: they are */
+  c->act = NULL;
+  if (st != SL_OK)
+    return st;
+  int rows = c->n_rows;
+  size_t nv = (size_t)c->m->hp.n_vocab;
+  if (c->out.argmax)
+    memcpy(c->out.argmax, c->h_out + c->out_ids_off, (size_t)rows * 4);
+  if (c->out.argmax_logprob)
+    memcpy(c->out.argmax_logprob, c->h_out + c->out_lp_off, (size_t)rows * 4);
+  if (c->out.logits)
+    for (int r = 0; r < rows; r++)
+      if (c->row_copied[r])
+        memcpy(c->out.logits + (size_t)r * nv,
+               c->h_out + c->out_logits_off + (size_t)r * nv * 4, nv * 4);
+  return SL_OK;
+}
