@@ -612,13 +612,15 @@ typedef struct attn_dev {
 /* Runs c's batch on the GPU into out (host); returns the status and the
  * work bytes it was given. */
 static sl_status attn_gpu(const attn_case *c, const attn_dev *d, float *out,
-                          size_t *work_bytes) {
+                          int n_split_tok, size_t *work_bytes) {
   size_t nq = (size_t)c->n_tok * c->n_head * c->hd;
   float *dq = dev_upload(c->q, nq * sizeof(float));
   float *dout = dev_alloc(nq * sizeof(float));
   int32_t *dseq = dev_upload(c->tok_seq, sizeof(int32_t) * c->n_tok);
   int32_t *dpos = dev_upload(c->tok_pos, sizeof(int32_t) * c->n_tok);
-  size_t wb = sl_kcu_attn_work_bytes(c->n_tok, c->n_head, c->hd, c->max_len);
+  size_t wb = n_split_tok ? sl_kcu_attn_work_bytes(n_split_tok, c->n_head,
+                                                   c->hd, c->max_len)
+                          : 0;
   void *work = wb ? dev_alloc(wb) : NULL;
   /* NaN in out: a row the kernel never writes fails the comparison */
   CHECK(cudaMemset(dout, 0xff, nq * sizeof(float)) == cudaSuccess);
@@ -638,6 +640,7 @@ static sl_status attn_gpu(const attn_case *c, const attn_dev *d, float *out,
       .kv_dim = c->kv_dim,
       .block_tokens = BT,
       .max_len = c->max_len,
+      .n_split_tok = n_split_tok,
       .scale = c->scale,
       .work = work,
       .work_bytes = wb,
@@ -680,23 +683,47 @@ static void test_attention(void) {
       size_t n = (size_t)c.n_tok * c.n_head * c.hd;
       float *got = xmalloc(n * sizeof(float)), *rc = xmalloc(n * sizeof(float)),
             *rd = xmalloc(n * sizeof(float));
-      size_t wb = 0;
-      CHECK_OK(attn_gpu(&c, &d, got, &wb));
       attn_ref_cpu(&c, rc);
       attn_ref_f64(&c, rd);
       int64_t rows = (int64_t)c.n_tok * c.n_head;
-      double e_cpu = row_rel_err(got, rc, rows, c.hd, 1e-6);
-      double e_f64 = row_rel_err(got, rd, rows, c.hd, 1e-6);
-      fprintf(stderr,
-              "   hd %3d heads %2d/%d %-7s n_tok %3d work %8zu B: vs cpu "
-              "%.2e, vs f64 %.2e\n",
-              c.hd, c.n_head, c.n_head_kv, names[b], c.n_tok, wb, e_cpu, e_f64);
-      CHECK_MSG(e_cpu <= ATTN_TOL_CPU, "%s hd %d: vs cpu %.3g", names[b], c.hd,
-                e_cpu);
-      CHECK_MSG(e_f64 <= ATTN_TOL_F64, "%s hd %d: vs f64 %.3g", names[b], c.hd,
-                e_f64);
-      /* the long batches must take the split path, the short one not */
-      CHECK(b == 2 ? wb == 0 : wb > 0);
+      /* every batch both unsplit (prompt tokens) and split (decode) */
+      for (int sp = 0; sp < 2; sp++) {
+        size_t wb = 0;
+        CHECK_OK(attn_gpu(&c, &d, got, sp ? c.n_tok : 0, &wb));
+        double e_cpu = row_rel_err(got, rc, rows, c.hd, 1e-6);
+        double e_f64 = row_rel_err(got, rd, rows, c.hd, 1e-6);
+        fprintf(stderr,
+                "   hd %3d heads %2d/%d %-7s %s n_tok %3d work %8zu B: vs cpu "
+                "%.2e, vs f64 %.2e\n",
+                c.hd, c.n_head, c.n_head_kv, names[b], sp ? "split  " : "unsplit",
+                c.n_tok, wb, e_cpu, e_f64);
+        CHECK_MSG(e_cpu <= ATTN_TOL_CPU, "%s hd %d: vs cpu %.3g", names[b],
+                  c.hd, e_cpu);
+        CHECK_MSG(e_f64 <= ATTN_TOL_F64, "%s hd %d: vs f64 %.3g", names[b],
+                  c.hd, e_f64);
+        /* split tokens longer than one chunk take the split path */
+        CHECK(sp && c.max_len > SL_KCU_ATTN_CHUNK ? wb > 0 : wb == 0);
+      }
+      /* batch invariance: the last token alone, split, gives its row of
+       * the batch bit for bit */
+      if (b == 0) {
+        size_t wb = 0;
+        CHECK_OK(attn_gpu(&c, &d, got, c.n_tok, &wb));
+        attn_case one = c;
+        one.n_tok = 1;
+        one.tok_seq += c.n_tok - 1;
+        one.tok_pos += c.n_tok - 1;
+        one.q += (size_t)(c.n_tok - 1) * c.n_head * c.hd;
+        one.max_len = one.tok_pos[0] + 1;
+        float *alone = xmalloc(sizeof(float) * c.n_head * c.hd);
+        CHECK_OK(attn_gpu(&one, &d, alone, 1, &wb));
+        CHECK_MSG(!memcmp(alone,
+                          got + (size_t)(c.n_tok - 1) * c.n_head * c.hd,
+                          sizeof(float) * c.n_head * c.hd),
+                  "hd %d: a token alone differs from its row in the batch",
+                  c.hd);
+        free(alone);
+      }
       free(got);
       free(rc);
       free(rd);
@@ -814,7 +841,7 @@ static int bench(void) {
   float *dout = dev_alloc(sizeof(float) * 512 * nh * hd);
   CHECK(cudaMemset(dq, 0, sizeof(float) * 512 * nh * hd) == cudaSuccess);
   size_t wb = sl_kcu_attn_work_bytes(n_seq, nh, hd, ctx);
-  size_t wb_pf = sl_kcu_attn_work_bytes(512, nh, hd, ctx);
+  size_t wb_pf = 0; /* prompt tokens are not split */
   void *work = dev_alloc(wb > wb_pf ? wb : wb_pf);
   sl_kcu_attn a = {
       .q = dq,
@@ -832,6 +859,7 @@ static int bench(void) {
       .kv_dim = kv_dim,
       .block_tokens = BT,
       .max_len = ctx,
+      .n_split_tok = n_seq,
       .scale = 1.0f / sqrtf((float)hd),
       .work = work,
       .work_bytes = wb,
@@ -866,6 +894,7 @@ static int bench(void) {
   a.tok_seq = dseq2;
   a.tok_pos = dpos2;
   a.n_tok = 512;
+  a.n_split_tok = 0;
   a.work_bytes = wb_pf;
   for (int i = 0; i < 2; i++)
     CHECK_OK(sl_kcu_attention(g_stream, &a));

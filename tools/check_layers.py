@@ -37,7 +37,7 @@ HEADER_LAYER = {
     "status": "util", "util": "util", "heap": "util", "ggml_type": "util",
     "utf8": "util", "reason": "util",
     "rt": "rt", "alloc": "rt", "memsync": "rt",
-    "kern": "kern", "kern_cpu": "kern",
+    "kern": "kern", "kern_cpu": "kern", "kern_cuda": "kern",
     "gguf": "gguf",
     "jinja": "jinja",
     "tokenizer": "tokenizer",

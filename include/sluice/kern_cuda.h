@@ -107,15 +107,20 @@ sl_status sl_kcu_kv_store(void *stream, uint16_t *k_layer, uint16_t *v_layer,
  * f32. K of position p of sequence s: k_layer + (block_table[off + p /
  * block_tokens] * block_tokens + p % block_tokens) * kv_dim + kvh * hd, with
  * kvh = h / (n_head / n_head_kv). All index arrays are device int32.
- * Long contexts are split along the positions (chunks of `split` positions,
- * 0: chosen here); `work` holds sl_kcu_attn_work_bytes() bytes. */
+ * Tokens [0, n_split_tok) (decode tokens) are split along their positions
+ * in chunks of SL_KCU_ATTN_CHUNK, the rest (prompt tokens) are not; how a
+ * token is cut depends only on its own length, so that its result does not
+ * depend on its batch. `work` holds sl_kcu_attn_work_bytes(n_split_tok,
+ * n_head, head_dim, max_len) bytes (0 when nothing is split). */
+#define SL_KCU_ATTN_CHUNK 256
 typedef struct sl_kcu_attn {
   const float *q;
   float *out;
   const uint16_t *k_layer, *v_layer;
   const int32_t *block_table, *seq_blk_off, *tok_seq, *tok_pos;
   int n_tok, n_head, n_head_kv, head_dim, kv_dim, block_tokens;
-  int max_len; /* the longest context in the batch (positions) */
+  int max_len;     /* the longest context in the batch (positions) */
+  int n_split_tok; /* the leading tokens that may be split */
   float scale;
   void *work;
   size_t work_bytes;

@@ -28,7 +28,7 @@ static void serve_usage(FILE *f) {
       f, "usage: sluice serve [-m MODEL] [--host H] [--port P] [--api-key K]\n"
          "                    [--model-name NAME] [-c CTX] [-t THREADS]\n"
          "                    [--max-memory BYTES] [--max-seqs N]\n"
-      "                    [--device auto|cpu|cuda]\n"
+      "                    [--device auto|cpu|cuda] [--clear-every-tokens N]\n"
          "                    [--max-batched-tokens N] [--prefill-chunk N]\n"
          "                    [--kv-block-tokens N] [--http-timeout S]\n"
          "                    [--max-body BYTES] [--grace-ms MS]\n"
@@ -131,6 +131,9 @@ int sl_cli_serve_main(int argc, char **argv) {
           BAD_VALUE ecfg.n_threads = (int)lv;
     } else if (!strcmp(a, "--max-memory")) {
       NEED_VALUE if (!parse_bytes(v, &bv)) BAD_VALUE ecfg.max_memory = bv;
+    } else if (!strcmp(a, "--clear-every-tokens")) {
+      NEED_VALUE if (!sl_cli_parse_long(v, 0, 1 << 30, &lv))
+          BAD_VALUE ecfg.clear_every_tokens = (int)lv;
     } else if (!strcmp(a, "--device")) {
       NEED_VALUE if (!sl_engine_device_parse(v, &ecfg.device)) BAD_VALUE
     } else if (!strcmp(a, "--max-seqs")) {

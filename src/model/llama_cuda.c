@@ -308,8 +308,9 @@ static step_layout layout(const sl__cu_ctx *c, const sl_batch *b, int rows,
       L.mm_bytes = s;
   }
   L.mm = o, o += up(L.mm_bytes);
-  L.attn_bytes = sl_kcu_attn_work_bytes(b->n_tokens, (int)hp->n_head,
-                                        (int)hp->head_dim, max_len);
+  L.attn_bytes = n_dec > 0 ? sl_kcu_attn_work_bytes(n_dec, (int)hp->n_head,
+                                                    (int)hp->head_dim, max_len)
+                          : 0;
   L.attn = o, o += up(L.attn_bytes);
   L.total = o;
   return L;
@@ -410,6 +411,7 @@ static sl_status step_task(const sl_task_ctx *tctx, void *p) {
                       .kv_dim = (int)kvd,
                       .block_tokens = c->kv.block_tokens,
                       .max_len = a->max_len,
+                      .n_split_tok = a->n_dec,
                       .scale = 1.0f / sqrtf((float)hd),
                       .work = L->attn_bytes ? base + L->attn : NULL,
                       .work_bytes = L->attn_bytes};

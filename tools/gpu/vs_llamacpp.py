@@ -11,6 +11,8 @@ from), so the comparison of tests/py/test_model_vs_llamacpp.py is split:
     writes the sequences, llama.cpp's argmax at every position and its
     scores against float64.
 
+  f32 SRC DST: writes the test's F32 copy of SRC (needs only gguf, numpy).
+
   check (on the GPU machine):
       SLUICE_DEVICE=cuda python3 tools/gpu/vs_llamacpp.py check MODEL \
           IN.json SL_MODEL_TOOL
@@ -111,6 +113,12 @@ def check(model, inp, tool, min_agree):
 
 
 def main():
+    if len(sys.argv) >= 4 and sys.argv[1] == "f32":
+        # the test's own F32 copy (metadata verbatim, tensors dequantized)
+        import gguf
+        import test_model_f32_vs_llamacpp as F
+        F._convert(gguf, Path(sys.argv[2]), Path(sys.argv[3]))
+        return 0
     if len(sys.argv) >= 4 and sys.argv[1] == "prepare":
         prepare(sys.argv[2], sys.argv[3])
         return 0

@@ -15,10 +15,11 @@
  * writes `out`; with several it writes (unnormalized out, max, sum) per
  * (token, head, split) into `work`, and a second kernel combines the splits.
  *
- * The split count depends on n_tok, n_head and max_len only (so that
- * sl_kcu_attn_work_bytes can bound `work` from those): enough (token, head,
- * split) items to fill the GPU, and at least MIN_CHUNK positions per split.
- * Splits past a token's own length are empty and cost one store.
+ * Tokens [0, n_split_tok) (the engine's decode tokens) are split in fixed
+ * chunks of SL_KCU_ATTN_CHUNK positions, the others (prompt tokens, many
+ * per step) are not: how a token is cut depends on its own length alone,
+ * so its result does not depend on the rest of the batch. Splits past a
+ * token's own length return at once.
  *
  * Precision: q and the probabilities stay in float (the CPU reference rounds
  * both to f16, as ggml does), products and sums in float.
@@ -33,8 +34,7 @@
 namespace {
 
 constexpr int NW = 4;          /* warps per block */
-constexpr int MIN_CHUNK = 256; /* positions per split, at least */
-constexpr int TARGET = 8192;   /* (token, head, split) items worth having */
+constexpr int CHUNK = SL_KCU_ATTN_CHUNK; /* positions per split */
 constexpr int MAX_HD = 256;    /* head_dim: a multiple of 32 up to this */
 constexpr float LOG2E = 1.4426950408889634f;
 
@@ -59,12 +59,9 @@ sl_status launch_status() {
   }
 }
 
-/* The number of splits for these sizes (>= 1). */
-int n_split_for(int n_tok, int n_head, int max_len) {
-  int64_t rows = (int64_t)n_tok * n_head;
-  int64_t by_len = ((int64_t)max_len + MIN_CHUNK - 1) / MIN_CHUNK;
-  int64_t by_par = rows > 0 ? (TARGET + rows - 1) / rows : 1;
-  int64_t n = by_len < by_par ? by_len : by_par;
+/* The most splits a token of max_len positions takes (>= 1). */
+int n_split_for(int max_len) {
+  int64_t n = ((int64_t)max_len + CHUNK - 1) / CHUNK;
   return n < 1 ? 1 : (int)n;
 }
 
@@ -77,6 +74,7 @@ struct attn_params {
   float *wm;   /* (n_tok * n_head, n_split): running max, base 2 */
   float *wl;   /* (n_tok * n_head, n_split): sum of exp2(s - max) */
   int n_head, group, n_chunk, hd, kv_dim, block_tokens, chunk, n_split;
+  int n_split_tok; /* tokens [0, n_split_tok) may be split */
   float qscale; /* scale * log2(e) */
 };
 
@@ -142,23 +140,14 @@ __global__ void __launch_bounds__(NW * 32) attn_kernel(const attn_params P) {
   const int nh = min(HG, (kvh + 1) * P.group - h0);
   const int split = blockIdx.z;
   const int len = P.tok_pos[t] + 1;
-  const int beg = split * P.chunk;
-  const int end = split == P.n_split - 1 ? len : min(len, beg + P.chunk);
-  const int64_t row0 = (int64_t)t * P.n_head + h0; /* (token, head) row */
-
-  if (beg >= end) { /* nothing of this token in this split */
-    if (P.n_split > 1) {
-      if (threadIdx.x < nh) {
-        int64_t w = (row0 + threadIdx.x) * P.n_split + split;
-        P.wm[w] = -INFINITY;
-        P.wl[w] = 0.0f;
-      }
-    } else {
-      for (int i = threadIdx.x; i < nh * P.hd; i += blockDim.x)
-        P.out[row0 * P.hd + i] = 0.0f;
-    }
+  /* a token's splits depend on its own length alone (fixed chunks), never
+   * on the rest of the batch: its result is the same in any batch */
+  const int my_ns = t < P.n_split_tok ? (len + P.chunk - 1) / P.chunk : 1;
+  if (split >= my_ns)
     return;
-  }
+  const int beg = my_ns == 1 ? 0 : split * P.chunk;
+  const int end = my_ns == 1 ? len : min(len, beg + P.chunk);
+  const int64_t row0 = (int64_t)t * P.n_head + h0; /* (token, head) row */
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int32_t *bt = P.block_table + P.seq_blk_off[P.tok_seq[t]];
@@ -256,7 +245,7 @@ __global__ void __launch_bounds__(NW * 32) attn_kernel(const attn_params P) {
       L = fmaf(s_l[w][g], f, L);
       A = fmaf(s_acc[w][g][d], f, A);
     }
-    if (P.n_split == 1) {
+    if (my_ns == 1) {
       P.out[(row0 + g) * P.hd + d] = A / L;
     } else {
       const int64_t w = (row0 + g) * P.n_split + split;
@@ -273,13 +262,17 @@ __global__ void __launch_bounds__(NW * 32) attn_kernel(const attn_params P) {
 __global__ void attn_combine_kernel(const attn_params P) {
   const int64_t row = blockIdx.x;
   const int d = threadIdx.x;
+  const int len = P.tok_pos[row / P.n_head] + 1;
+  const int my_ns = (len + P.chunk - 1) / P.chunk;
+  if (my_ns == 1)
+    return; /* written by attn_kernel */
   const float *wm = P.wm + row * P.n_split, *wl = P.wl + row * P.n_split;
   const float *wa = P.wacc + row * P.n_split * P.hd + d;
   float M = -INFINITY;
-  for (int s = 0; s < P.n_split; s++)
+  for (int s = 0; s < my_ns; s++)
     M = fmaxf(M, wm[s]);
   float L = 0.0f, A = 0.0f;
-  for (int s = 0; s < P.n_split; s++) {
+  for (int s = 0; s < my_ns; s++) {
     const float ms = wm[s];
     if (ms == -INFINITY)
       continue;
@@ -315,7 +308,7 @@ extern "C" size_t sl_kcu_attn_work_bytes(int n_tok, int n_head, int head_dim,
                                          int max_len) {
   if (n_tok < 1 || n_head < 1 || head_dim < 1 || max_len < 1)
     return 0;
-  int ns = n_split_for(n_tok, n_head, max_len);
+  int ns = n_split_for(max_len);
   if (ns == 1)
     return 0;
   return (size_t)n_tok * (size_t)n_head * (size_t)ns * ((size_t)head_dim + 2) *
@@ -341,10 +334,15 @@ extern "C" sl_status sl_kcu_attention(void *stream, const sl_kcu_attn *a) {
       a->kv_dim % 8 != 0)
     return SL_ERR_INVALID_ARG;
 
-  const int ns = n_split_for(a->n_tok, a->n_head, a->max_len);
+  if (a->n_split_tok < 0 || a->n_split_tok > a->n_tok)
+    return SL_ERR_INVALID_ARG;
+  const int ns = n_split_for(a->max_len);
+  const bool any_split = ns > 1 && a->n_split_tok > 0;
   const size_t need =
-      sl_kcu_attn_work_bytes(a->n_tok, a->n_head, hd, a->max_len);
-  if (ns > 1 && (!a->work || a->work_bytes < need))
+      any_split
+          ? sl_kcu_attn_work_bytes(a->n_split_tok, a->n_head, hd, a->max_len)
+          : 0;
+  if (any_split && (!a->work || a->work_bytes < need))
     return SL_ERR_INVALID_ARG;
   if (ns > 65535)
     return SL_ERR_INVALID_ARG; /* grid z; needs a max_len past 16M */
@@ -368,23 +366,24 @@ extern "C" sl_status sl_kcu_attention(void *stream, const sl_kcu_attn *a) {
   p.seq_blk_off = a->seq_blk_off;
   p.tok_seq = a->tok_seq;
   p.tok_pos = a->tok_pos;
-  const size_t rows = (size_t)a->n_tok * (size_t)a->n_head;
-  p.wacc = ns > 1 ? (float *)a->work : nullptr;
-  p.wm = ns > 1 ? p.wacc + rows * ns * hd : nullptr;
-  p.wl = ns > 1 ? p.wm + rows * ns : nullptr;
+  const size_t rows = (size_t)a->n_split_tok * (size_t)a->n_head;
+  p.wacc = any_split ? (float *)a->work : nullptr;
+  p.wm = any_split ? p.wacc + rows * ns * hd : nullptr;
+  p.wl = any_split ? p.wm + rows * ns : nullptr;
+  p.n_split_tok = any_split ? a->n_split_tok : 0;
   p.n_head = a->n_head;
   p.group = group;
   p.n_chunk = n_chunk;
   p.hd = hd;
   p.kv_dim = a->kv_dim;
   p.block_tokens = a->block_tokens;
-  p.chunk = (a->max_len + ns - 1) / ns;
-  p.n_split = ns;
+  p.chunk = CHUNK;
+  p.n_split = any_split ? ns : 1;
   p.qscale = a->scale * LOG2E;
 
   cudaStream_t s = (cudaStream_t)stream;
   dim3 grid((unsigned)a->n_tok, (unsigned)(a->n_head_kv * n_chunk),
-            (unsigned)ns);
+            (unsigned)p.n_split);
   switch (E) {
   case 1:
     launch_e<1>(hg, grid, s, p);
@@ -412,7 +411,7 @@ extern "C" sl_status sl_kcu_attention(void *stream, const sl_kcu_attn *a) {
     break;
   }
   sl_status st = launch_status();
-  if (st != SL_OK || ns == 1)
+  if (st != SL_OK || !any_split)
     return st;
   attn_combine_kernel<<<(unsigned)rows, hd, 0, s>>>(p);
   return launch_status();

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""A short, mixed load on a running `sluice serve` (for compute-sanitizer
+runs): N concurrent streamed chats, a repeat of one prompt (a prefix-cache
+hit), and one client that hangs up mid-stream (an abort). Exit 1 when a
+request that should have succeeded did not.
+
+    python3 tools/gpu/load.py PORT [N]
+"""
+import http.client
+import json
+import sys
+import threading
+import time
+
+PORT = int(sys.argv[1])
+N = int(sys.argv[2]) if len(sys.argv) > 2 else 8
+STORY = ("The lighthouse keeper wrote every evening in his log about the "
+         "ships that passed and the weather over the rocks. ") * 6
+failures = []
+
+
+def chat(i, text, max_tokens=24, hang_up_after=None):
+    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
+    body = {"messages": [{"role": "user", "content": text}],
+            "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    c.request("POST", "/v1/chat/completions", json.dumps(body),
+              {"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        failures.append((i, r.status, r.read()[:200]))
+        return
+    chunks = 0
+    for line in r:
+        if line.startswith(b"data: ") and line.strip() != b"data: [DONE]":
+            chunks += 1
+            if hang_up_after is not None and chunks >= hang_up_after:
+                c.sock.close()  # the client goes away: an abort
+                return
+    if chunks == 0:
+        failures.append((i, "no chunks"))
+
+
+def main():
+    ts = [threading.Thread(target=chat, args=(i, f"Client {i}: {STORY}"))
+          for i in range(N)]
+    ts.append(threading.Thread(target=chat, args=(N, STORY, 200, 3)))
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    chat(N + 1, "Client 0: " + STORY)  # the same prompt again: cached
+    time.sleep(0.5)
+    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
+    c.request("GET", "/admin/api/stats")
+    st = json.loads(c.getresponse().read())
+    print("stats:", json.dumps({k: st.get(k) for k in
+                                ("device", "requests", "tokens")}))
+    if st.get("tokens", {}).get("cached", 0) <= 0:
+        failures.append(("no prefix-cache hit",))
+    if failures:
+        print("FAILED:", failures)
+        return 1
+    print("load ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
