@@ -9,6 +9,10 @@
  * stream's submit lock (tasks run inside sl_stream_submit); a per-handle
  * mutex makes concurrent calls on one stream from outside tasks safe too.
  *
+ * The same handles serve the CUDA matrix kernels (gemm.cu: cublasGemmEx)
+ * through sl_kcu::cublas_acquire / cublas_release (mm_impl.cuh), which lock
+ * the handle's mutex for the caller's call sequence.
+ *
  * cuBLAS is loaded with dlopen on first use, not linked: mapping
  * libcublas/libcublasLt at start-up costs every process ~200 MB of resident
  * memory, CPU-only runs included. No cuBLAS: SL_ERR_UNSUPPORTED.
@@ -20,21 +24,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "mm_impl.cuh"
+
 extern "C" {
 #include "rt/cuda/cuda_hooks.h"
 #include "sluice/status.h"
 }
 
+using sl_kcu::cublas_api;
+
 namespace {
 
-/* The cuBLAS entry points sluice uses, resolved at first use. */
-struct cublas_api {
-  decltype(&cublasCreate_v2) create;
-  decltype(&cublasDestroy_v2) destroy;
-  decltype(&cublasSetStream_v2) set_stream;
-  decltype(&cublasSetMathMode) set_math_mode;
-  decltype(&cublasSgemm_v2) sgemm;
-};
 cublas_api g_cb;
 bool g_cb_ok;
 pthread_once_t g_cb_once = PTHREAD_ONCE_INIT;
@@ -49,13 +49,13 @@ void cb_load() {
     return;
   g_cb.create = (decltype(g_cb.create))dlsym(lib, "cublasCreate_v2");
   g_cb.destroy = (decltype(g_cb.destroy))dlsym(lib, "cublasDestroy_v2");
-  g_cb.set_stream =
-      (decltype(g_cb.set_stream))dlsym(lib, "cublasSetStream_v2");
+  g_cb.set_stream = (decltype(g_cb.set_stream))dlsym(lib, "cublasSetStream_v2");
   g_cb.set_math_mode =
       (decltype(g_cb.set_math_mode))dlsym(lib, "cublasSetMathMode");
   g_cb.sgemm = (decltype(g_cb.sgemm))dlsym(lib, "cublasSgemm_v2");
+  g_cb.gemm_ex = (sl_kcu::gemm_ex_fn)dlsym(lib, "cublasGemmEx");
   g_cb_ok = g_cb.create && g_cb.destroy && g_cb.set_stream &&
-            g_cb.set_math_mode && g_cb.sgemm;
+            g_cb.set_math_mode && g_cb.sgemm && g_cb.gemm_ex;
 }
 
 bool cb_ready() {
@@ -99,22 +99,7 @@ void install_hook() {
 }
 
 bool sticky_pending() {
-  cudaError_t e = cudaPeekAtLastError();
-  switch (e) {
-  case cudaErrorIllegalAddress:
-  case cudaErrorLaunchFailure:
-  case cudaErrorIllegalInstruction:
-  case cudaErrorMisalignedAddress:
-  case cudaErrorInvalidPc:
-  case cudaErrorHardwareStackError:
-  case cudaErrorECCUncorrectable:
-  case cudaErrorAssert:
-  case cudaErrorLaunchTimeout:
-  case cudaErrorUnknown:
-    return true;
-  default:
-    return false;
-  }
+  return sl_kcu::status_of(cudaPeekAtLastError()) == SL_ERR_DEVICE_FATAL;
 }
 
 /* The handle for (current device, stream), made on first use. Returns NULL
@@ -167,14 +152,40 @@ handle_entry *handle_for(cudaStream_t stream, sl_status *st) {
 
 } // namespace
 
+sl_status sl_kcu::cublas_acquire(cudaStream_t stream, cublas_lease *out) {
+  if (!cb_ready())
+    return SL_ERR_UNSUPPORTED; /* no libcublas on this machine */
+  sl_status st = SL_OK;
+  handle_entry *e = handle_for(stream, &st);
+  if (!e)
+    return st;
+  pthread_mutex_lock(&e->mu);
+  out->api = &g_cb;
+  out->h = e->h;
+  out->mu = &e->mu;
+  return SL_OK;
+}
+
+void sl_kcu::cublas_release(cublas_lease *l) {
+  pthread_mutex_unlock(l->mu);
+  l->mu = nullptr;
+  l->h = nullptr;
+}
+
+sl_status sl_kcu::cublas_status(cublasStatus_t cs) {
+  if (cs == CUBLAS_STATUS_SUCCESS)
+    return SL_OK;
+  return sticky_pending() ? SL_ERR_DEVICE_FATAL : SL_ERR_DEVICE;
+}
+
 /* C(m×n) = alpha · A(m×k) · B(k×n), all row-major, enqueued on
  * `native_stream` (a cudaStream_t) on the current device; does not wait.
  * Row-major C is column-major Cᵀ = Bᵀ·Aᵀ, so cuBLAS gets (B, A) swapped.
  * Returns SL_ERR_DEVICE (SL_ERR_DEVICE_FATAL after a sticky CUDA error) when
  * cuBLAS refuses. Thread-safe. */
 extern "C" sl_status sl__kern_cuda_sgemm(void *native_stream, const float *A,
-                                         const float *B, float *C, int m,
-                                         int n, int k, float alpha) {
+                                         const float *B, float *C, int m, int n,
+                                         int k, float alpha) {
   if (!A || !B || !C || m <= 0 || n <= 0 || k <= 0)
     return SL_ERR_INVALID_ARG;
   if (!cb_ready())
@@ -186,7 +197,7 @@ extern "C" sl_status sl__kern_cuda_sgemm(void *native_stream, const float *A,
   const float beta = 0.0f;
   pthread_mutex_lock(&e->mu);
   cublasStatus_t cs = g_cb.sgemm(e->h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k,
-                                  &alpha, B, n, A, k, &beta, C, n);
+                                 &alpha, B, n, A, k, &beta, C, n);
   pthread_mutex_unlock(&e->mu);
   if (cs != CUBLAS_STATUS_SUCCESS)
     return sticky_pending() ? SL_ERR_DEVICE_FATAL : SL_ERR_DEVICE;

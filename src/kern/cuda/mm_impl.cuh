@@ -1,0 +1,89 @@
+/* sluice — kern/cuda: what the matrix kernels (mmv.cu, gemm.cu) and the
+ * cuBLAS loader (sgemm.cu) share. Private to src/kern/cuda. */
+#ifndef SLUICE_KERN_CUDA_MM_IMPL_CUH
+#define SLUICE_KERN_CUDA_MM_IMPL_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+
+extern "C" {
+#include "sluice/kern_cuda.h"
+#include "sluice/status.h"
+}
+
+namespace sl_kcu {
+
+/* The status of a launch just made: cudaGetLastError, a sticky error (the
+ * context is lost) as SL_ERR_DEVICE_FATAL, any other as SL_ERR_DEVICE. */
+inline sl_status status_of(cudaError_t e) {
+  switch (e) {
+  case cudaSuccess:
+    return SL_OK;
+  case cudaErrorIllegalAddress:
+  case cudaErrorLaunchFailure:
+  case cudaErrorIllegalInstruction:
+  case cudaErrorMisalignedAddress:
+  case cudaErrorInvalidPc:
+  case cudaErrorHardwareStackError:
+  case cudaErrorECCUncorrectable:
+  case cudaErrorAssert:
+  case cudaErrorLaunchTimeout:
+  case cudaErrorUnknown:
+    return SL_ERR_DEVICE_FATAL;
+  default:
+    return SL_ERR_DEVICE;
+  }
+}
+inline sl_status launch_status() {
+  return status_of(cudaGetLastError());
+}
+
+/* cublasGemmEx, the exported symbol (C++ also sees an inline overload that
+ * takes a cudaDataType compute type). */
+typedef cublasStatus_t (*gemm_ex_fn)(cublasHandle_t, cublasOperation_t,
+                                     cublasOperation_t, int, int, int,
+                                     const void *, const void *, cudaDataType,
+                                     int, const void *, cudaDataType, int,
+                                     const void *, void *, cudaDataType, int,
+                                     cublasComputeType_t, cublasGemmAlgo_t);
+
+/* The cuBLAS entry points sluice uses, resolved by dlopen (sgemm.cu). */
+struct cublas_api {
+  decltype(&cublasCreate_v2) create;
+  decltype(&cublasDestroy_v2) destroy;
+  decltype(&cublasSetStream_v2) set_stream;
+  decltype(&cublasSetMathMode) set_math_mode;
+  decltype(&cublasSgemm_v2) sgemm;
+  gemm_ex_fn gemm_ex;
+};
+
+/* A cuBLAS handle held for one call sequence: the handle of (current device,
+ * stream), its mutex locked. */
+struct cublas_lease {
+  const cublas_api *api;
+  cublasHandle_t h;
+  pthread_mutex_t *mu;
+};
+
+/* Takes the handle of (current device, `stream`), made and bound to the
+ * stream on first use (sgemm.cu: one handle per native stream, dropped by
+ * the backend's stream-fini hook), and locks it. SL_ERR_UNSUPPORTED without
+ * libcublas; SL_ERR_DEVICE / SL_ERR_DEVICE_OOM / SL_ERR_NOMEM when the
+ * handle cannot be made. Release with cublas_release. Thread-safe. */
+sl_status cublas_acquire(cudaStream_t stream, cublas_lease *out);
+void cublas_release(cublas_lease *l);
+
+/* The status after cuBLAS returned cs: SL_ERR_DEVICE_FATAL when a sticky
+ * CUDA error is pending, SL_ERR_DEVICE for any other failure. */
+sl_status cublas_status(cublasStatus_t cs);
+
+/* The matrix-vector path (mmv.cu): Y = X W^T for 1 <= n <=
+ * SL_KCU_MMV_MAX_TOKENS, arguments checked by the caller (type supported,
+ * cols a multiple of the block, alignments of sl_kcu_matmul). */
+sl_status mmv(cudaStream_t stream, const sl_kern_weight *w, const float *x,
+              float *y, int n);
+
+} // namespace sl_kcu
+
+#endif
