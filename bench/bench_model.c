@@ -12,10 +12,10 @@
 #include <unistd.h>
 
 #include "bench.h"
-#include "sluice/kern_cpu.h"
-#include "sluice/memsync.h"
 #include "sluice/engine.h"
+#include "sluice/kern_cpu.h"
 #include "sluice/kern_cuda.h"
+#include "sluice/memsync.h"
 #include "sluice/model.h"
 #include "sluice/util.h"
 
@@ -78,15 +78,14 @@ typedef struct read_arg {
 static sl_status read_task(const sl_task_ctx *ctx, void *p) {
   read_arg *a = p;
   char *base = sl_buf_ptr(a->b);
-  return sl_kcu_read_bench(ctx->native, base + 64, a->bytes,
-                           (unsigned *)base);
+  return sl_kcu_read_bench(ctx->native, base + 64, a->bytes, (unsigned *)base);
 }
 
 /* Read bandwidth of the device: a pure-read kernel over 4 GiB (or a
  * quarter of what is free), best of 10 passes. */
 static double measure_device_read_gbps(sl_stream_t *s) {
-  uint64_t total = 0, avail = sl_device_mem_available(sl_stream_device(s),
-                                                      &total);
+  uint64_t total = 0,
+           avail = sl_device_mem_available(sl_stream_device(s), &total);
   size_t bytes = 4ull << 30;
   if (avail && bytes > avail / 4)
     bytes = (size_t)(avail / 4) & ~(size_t)15;
@@ -250,7 +249,8 @@ int sl_bench_model_main(int argc, char **argv) {
          (unsigned long long)model_bytes,
          (unsigned long long)sl_model_weight_bytes(m),
          sl_kern_isa_name(sl_kern_cpu_isa()), pp_tps, tg_tps, dec_gbps,
-         gpu ? "hbm_read_gbps" : "mem_read_gbps", read_gbps, read_gbps > 0 ? dec_gbps / read_gbps : 0.0,
+         gpu ? "hbm_read_gbps" : "mem_read_gbps", read_gbps,
+         read_gbps > 0 ? dec_gbps / read_gbps : 0.0,
          (unsigned long long)ru.ru_maxrss * 1024ull);
   if (peer) {
     char *pj = run_peer(model, threads);

@@ -80,7 +80,7 @@ typedef struct bench_cfg {
   bool peer;
   const char *peer_server; /* llama-server binary (--peer llama-server=PATH) */
   const char *device;      /* --device, passed to sluice serve */
-  size_t story_bytes; /* bytes of the repeated STORY after the header */
+  size_t story_bytes;      /* bytes of the repeated STORY after the header */
 } bench_cfg;
 
 typedef struct req_result {
@@ -1094,12 +1094,12 @@ int sl_bench_serve_main(int argc, char **argv) {
   snprintf(port_s, sizeof port_s, "%d", sp.port);
   snprintf(thr_s, sizeof thr_s, "%d", cfg.threads);
   snprintf(seqs_s, sizeof seqs_s, "%d", cfg.max_seqs);
-  char *sargv[] = {self,       "serve",
-                   "-m",       (char *)cfg.model,
-                   "--port",   port_s,
-                   "-t",       thr_s,
+  char *sargv[] = {self,         "serve",
+                   "-m",         (char *)cfg.model,
+                   "--port",     port_s,
+                   "-t",         thr_s,
                    "--max-seqs", seqs_s,
-                   "--device", (char *)(cfg.device ? cfg.device : "auto"),
+                   "--device",   (char *)(cfg.device ? cfg.device : "auto"),
                    NULL};
   if (sp.port <= 0 || server_start(&sp, sargv) != SL_OK) {
     fprintf(stderr, "sluice bench serve: sluice serve did not start\n");
@@ -1182,8 +1182,8 @@ int sl_bench_serve_main(int argc, char **argv) {
     /* sluice / peer tokens per second, per phase */
     printf(",\n \"ratio_tokens_per_s\": {");
     for (int i = 0; i < cfg.n_phases; i++) {
-      bool okr = !ours[i].failed && !theirs[i].failed &&
-                 theirs[i].tokens_per_s > 0;
+      bool okr =
+          !ours[i].failed && !theirs[i].failed && theirs[i].tokens_per_s > 0;
       printf("%s\"%d\": ", i ? ", " : "", cfg.clients[i]);
       if (okr)
         printf("%.3f", ours[i].tokens_per_s / theirs[i].tokens_per_s);

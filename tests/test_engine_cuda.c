@@ -139,9 +139,8 @@ static void check_site(sl_engine_t *e, sl__clear_site site) {
           "  site %-24s reached %llu time(s), %llu with the forward pass in "
           "flight (up to %.3f ms of it drained); after the clear: %llu tasks "
           "pending, %llu bytes in flight, %.3f ms\n",
-          name, (unsigned long long)s.count,
-          (unsigned long long)s.reached_busy, s.busy_drain_ms_max,
-          (unsigned long long)s.engine_pending_max,
+          name, (unsigned long long)s.count, (unsigned long long)s.reached_busy,
+          s.busy_drain_ms_max, (unsigned long long)s.engine_pending_max,
           (unsigned long long)s.inflight_bytes_max, s.inflight_ms_max);
 }
 
@@ -162,8 +161,8 @@ static void test_clear_sites_with_forward_in_flight(void) {
   for (int i = 0; i < 4; i++) {
     result_init(&r[i]);
     sl_gen_params p = greedy(24 + 8 * i);
-    CHECK_OK(sl_engine_submit(e, ids, i == 0 ? n : 20 + i, &p, on_event,
-                              &r[i], NULL));
+    CHECK_OK(sl_engine_submit(e, ids, i == 0 ? n : 20 + i, &p, on_event, &r[i],
+                              NULL));
   }
   for (int i = 0; i < 4; i++) {
     result_wait(&r[i]);
@@ -241,8 +240,8 @@ static void test_batch_invariance_and_cpu_agreement(void) {
   int same = 0;
   for (int p = 0; p < N_PROMPTS; p++) {
     int k = common_prefix(alone[p], cpu[p], N_GEN);
-    fprintf(stderr, "  prompt %d: CPU and GPU agree on %d of %d tokens\n", p,
-            k, N_GEN);
+    fprintf(stderr, "  prompt %d: CPU and GPU agree on %d of %d tokens\n", p, k,
+            N_GEN);
     CHECK_MSG(k >= 16, "prompt %d: CPU and GPU part at token %d", p, k);
     same += k == N_GEN;
   }

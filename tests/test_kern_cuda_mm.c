@@ -528,6 +528,59 @@ out:
 /* ---- --bench ---------------------------------------------------------------
  */
 
+/* Batch invariance (the engine's need): on one path, a token's row of y is
+ * the same bit for bit whether it is computed alone or among others. VEC
+ * must hold it by construction; GEMM relies on cuBLAS computing an output
+ * element the same way for any n, which is checked here. */
+static void check_invariance(sl_ggml_type t, sl_kcu_mm_path path, int n) {
+  mm_case c;
+  if (!case_init(&c, t, 1000, 576, n)) {
+    CHECK_MSG(0, "case_init %d", (int)t);
+    case_fini(&c);
+    return;
+  }
+  sl_kern_weight w = {t, c.rows, c.cols, c.dw};
+  size_t sb = sl_kcu_matmul_path_scratch_bytes(&w, n, path);
+  void *scratch = NULL;
+  if (sb)
+    cudaMalloc(&scratch, sb);
+  float *all = sl_malloc(sizeof(float) * (size_t)(n * c.rows));
+  float *one = sl_malloc(sizeof(float) * (size_t)c.rows);
+  CHECK_OK(sl_kcu_matmul_path(g_s, &w, c.dx, c.dy, n, path, scratch, sb));
+  cudaStreamSynchronize(g_s);
+  cudaMemcpy(all, c.dy, sizeof(float) * (size_t)(n * c.rows),
+             cudaMemcpyDeviceToHost);
+  int diff = 0;
+  for (int i = 0; i < n; i += 5) { /* every fifth token, alone */
+    CHECK_OK(sl_kcu_matmul_path(g_s, &w, c.dx + (size_t)i * (size_t)c.cols,
+                                c.dy, 1, path, scratch, sb));
+    cudaStreamSynchronize(g_s);
+    cudaMemcpy(one, c.dy, sizeof(float) * (size_t)c.rows,
+               cudaMemcpyDeviceToHost);
+    diff += memcmp(one, all + (size_t)i * (size_t)c.rows,
+                   sizeof(float) * (size_t)c.rows) != 0;
+  }
+  fprintf(stderr, "   %-5s %s n=%d: %d token(s) differ alone\n",
+          sl_ggml_type_traits_of(t)->name,
+          path == SL_KCU_MM_VEC ? "vec " : "gemm", n, diff);
+  CHECK_MSG(diff == 0, "%s path %d: a token alone differs from its batch",
+            sl_ggml_type_traits_of(t)->name, (int)path);
+  if (scratch)
+    cudaFree(scratch);
+  sl_free(all);
+  sl_free(one);
+  case_fini(&c);
+}
+
+static void test_batch_invariance(void) {
+  const sl_ggml_type ts[] = {SL_GGML_Q4_0, SL_GGML_Q4_1, SL_GGML_Q8_0,
+                             SL_GGML_F16,  SL_GGML_F32,  SL_GGML_Q6_K};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+    check_invariance(ts[i], SL_KCU_MM_VEC, 21);
+    check_invariance(ts[i], SL_KCU_MM_GEMM, 37);
+  }
+}
+
 static void bench_one(sl_ggml_type t, int64_t rows, int64_t cols) {
   const sl_ggml_type_traits *tr = sl_ggml_type_traits_of(t);
   mm_case c;
@@ -607,6 +660,7 @@ int main(int argc, char **argv) {
     RUN(test_args);
     RUN(test_get_rows);
     RUN(test_matmul);
+    RUN(test_batch_invariance);
   }
   /* the stream's cuBLAS handle stays in kern's list (its stream-fini hook
    * runs only for the backend's own streams): harmless at exit */

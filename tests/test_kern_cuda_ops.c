@@ -695,8 +695,8 @@ static void test_attention(void) {
         fprintf(stderr,
                 "   hd %3d heads %2d/%d %-7s %s n_tok %3d work %8zu B: vs cpu "
                 "%.2e, vs f64 %.2e\n",
-                c.hd, c.n_head, c.n_head_kv, names[b], sp ? "split  " : "unsplit",
-                c.n_tok, wb, e_cpu, e_f64);
+                c.hd, c.n_head, c.n_head_kv, names[b],
+                sp ? "split  " : "unsplit", c.n_tok, wb, e_cpu, e_f64);
         CHECK_MSG(e_cpu <= ATTN_TOL_CPU, "%s hd %d: vs cpu %.3g", names[b],
                   c.hd, e_cpu);
         CHECK_MSG(e_f64 <= ATTN_TOL_F64, "%s hd %d: vs f64 %.3g", names[b],
@@ -717,8 +717,7 @@ static void test_attention(void) {
         one.max_len = one.tok_pos[0] + 1;
         float *alone = xmalloc(sizeof(float) * c.n_head * c.hd);
         CHECK_OK(attn_gpu(&one, &d, alone, 1, &wb));
-        CHECK_MSG(!memcmp(alone,
-                          got + (size_t)(c.n_tok - 1) * c.n_head * c.hd,
+        CHECK_MSG(!memcmp(alone, got + (size_t)(c.n_tok - 1) * c.n_head * c.hd,
                           sizeof(float) * c.n_head * c.hd),
                   "hd %d: a token alone differs from its row in the batch",
                   c.hd);

@@ -37,13 +37,13 @@ sl_device_t *sl_engine_resolve_device(sl_engine_device d);
 
 typedef struct sl_engine_config {
   sl_engine_device device; /* --device */
-  int n_threads;          /* compute threads (<= 0: all CPUs) */
-  int n_ctx;              /* max tokens per sequence */
-  int kv_block_tokens;    /* --kv-block-tokens: a power of two */
-  int kv_blocks;          /* 0: sized from max_memory */
-  int max_seqs;           /* --max-seqs: sequences running at once */
-  int max_batched_tokens; /* --max-batched-tokens: tokens per step */
-  int prefill_chunk;      /* --prefill-chunk: tokens per prefill chunk */
+  int n_threads;           /* compute threads (<= 0: all CPUs) */
+  int n_ctx;               /* max tokens per sequence */
+  int kv_block_tokens;     /* --kv-block-tokens: a power of two */
+  int kv_blocks;           /* 0: sized from max_memory */
+  int max_seqs;            /* --max-seqs: sequences running at once */
+  int max_batched_tokens;  /* --max-batched-tokens: tokens per step */
+  int prefill_chunk;       /* --prefill-chunk: tokens per prefill chunk */
   uint64_t max_memory;    /* --max-memory: the memory guard's limit (0: none) */
   int clear_every_tokens; /* decode clear site: every N generated tokens */
   int hot_loop_steps;     /* decode clear site: every M steps while the  */

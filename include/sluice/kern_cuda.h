@@ -69,9 +69,8 @@ sl_status sl_kcu_get_rows(void *stream, sl_ggml_type t, const void *src,
 
 /* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for rows r < rows of `width`
  * floats; y may equal x. (q/k norm: rows = tokens * heads, width = hd.) */
-sl_status sl_kcu_rmsnorm(void *stream, float *y, const float *x,
-                         const float *w, int64_t rows, int64_t width,
-                         float eps);
+sl_status sl_kcu_rmsnorm(void *stream, float *y, const float *x, const float *w,
+                         int64_t rows, int64_t width, float eps);
 
 /* y = a + b over n floats (y may alias either). */
 sl_status sl_kcu_add(void *stream, float *y, const float *a, const float *b,
@@ -126,8 +125,7 @@ typedef struct sl_kcu_attn {
   size_t work_bytes;
 } sl_kcu_attn;
 
-size_t sl_kcu_attn_work_bytes(int n_tok, int n_head, int head_dim,
-                              int max_len);
+size_t sl_kcu_attn_work_bytes(int n_tok, int n_head, int head_dim, int max_len);
 sl_status sl_kcu_attention(void *stream, const sl_kcu_attn *a);
 
 /* ids[r] = argmax over c < n_vocab of logits[r][c] (the lowest index on a
@@ -135,7 +133,6 @@ sl_status sl_kcu_attention(void *stream, const sl_kcu_attn *a);
  * logprob[r] = log softmax of that entry. */
 sl_status sl_kcu_argmax(void *stream, const float *logits, int n_rows,
                         int64_t n_vocab, int32_t *ids, float *logprob);
-
 
 /* Reads `bytes` (a multiple of 16) at `buf` once, as fast as the device
  * can (the bandwidth probe of `sluice bench model`); `sink` is a device
@@ -154,10 +151,8 @@ void sl_kcu_host_free(void *p);
 
 /* Asynchronous copies on `stream`; `host` must be page-locked for the copy
  * to be truly asynchronous. */
-sl_status sl_kcu_copy_h2d(void *stream, void *dev, const void *host,
-                          size_t n);
-sl_status sl_kcu_copy_d2h(void *stream, void *host, const void *dev,
-                          size_t n);
+sl_status sl_kcu_copy_h2d(void *stream, void *dev, const void *host, size_t n);
+sl_status sl_kcu_copy_d2h(void *stream, void *host, const void *dev, size_t n);
 
 /* Free and total memory of the current CUDA device, in bytes. */
 sl_status sl_kcu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes);

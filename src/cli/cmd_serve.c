@@ -25,17 +25,18 @@ int sl_cli_serve_main(int argc, char **argv);
 
 static void serve_usage(FILE *f) {
   fprintf(
-      f, "usage: sluice serve [-m MODEL] [--host H] [--port P] [--api-key K]\n"
-         "                    [--model-name NAME] [-c CTX] [-t THREADS]\n"
-         "                    [--max-memory BYTES] [--max-seqs N]\n"
+      f,
+      "usage: sluice serve [-m MODEL] [--host H] [--port P] [--api-key K]\n"
+      "                    [--model-name NAME] [-c CTX] [-t THREADS]\n"
+      "                    [--max-memory BYTES] [--max-seqs N]\n"
       "                    [--device auto|cpu|cuda] [--clear-every-tokens N]\n"
-         "                    [--max-batched-tokens N] [--prefill-chunk N]\n"
-         "                    [--kv-block-tokens N] [--http-timeout S]\n"
-         "                    [--max-body BYTES] [--grace-ms MS]\n"
-         "  serves the OpenAI (/v1/chat/completions, /v1/completions,\n"
-         "  /v1/models) and Anthropic (/v1/messages) APIs, /health, /metrics\n"
-         "  and /admin/api/stats; binds 127.0.0.1:8080 unless told otherwise.\n"
-         "  BYTES accept K, M, G suffixes (powers of 1024).\n");
+      "                    [--max-batched-tokens N] [--prefill-chunk N]\n"
+      "                    [--kv-block-tokens N] [--http-timeout S]\n"
+      "                    [--max-body BYTES] [--grace-ms MS]\n"
+      "  serves the OpenAI (/v1/chat/completions, /v1/completions,\n"
+      "  /v1/models) and Anthropic (/v1/messages) APIs, /health, /metrics\n"
+      "  and /admin/api/stats; binds 127.0.0.1:8080 unless told otherwise.\n"
+      "  BYTES accept K, M, G suffixes (powers of 1024).\n");
 }
 
 /* "4G", "512M", "123456", "1.5G" -> bytes. */

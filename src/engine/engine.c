@@ -185,9 +185,8 @@ sl_device_t *sl_engine_resolve_device(sl_engine_device d) {
   sl_status st = sl_device_get(SL_DEVICE_CUDA, 0, &dev);
   if (st == SL_OK)
     return dev;
-  const char *why = st == SL_ERR_UNSUPPORTED
-                        ? "this build has no CUDA backend"
-                        : "no CUDA device could be opened";
+  const char *why = st == SL_ERR_UNSUPPORTED ? "this build has no CUDA backend"
+                                             : "no CUDA device could be opened";
   if (d == SL_ENGINE_DEVICE_CUDA)
     SL_LOGW("--device cuda: %s; running on the CPU", why);
   else
@@ -223,10 +222,9 @@ static sl_status executor_init(sl_engine_t *e) {
                      sl_kv_fingerprint(sl_model_fingerprint(e->model), T)};
   if (gpu) {
     /* does it fit? weights, the KV pool and a step's activations */
-    uint64_t need = sl_model_device_weight_bytes(e->model) +
-                    (uint64_t)n_blocks * bb +
-                    sl_batch_activation_bytes(e->model,
-                                              e->cfg.max_batched_tokens);
+    uint64_t need =
+        sl_model_device_weight_bytes(e->model) + (uint64_t)n_blocks * bb +
+        sl_batch_activation_bytes(e->model, e->cfg.max_batched_tokens);
     uint64_t total_b = 0, free_b = sl_device_mem_available(e->dev, &total_b);
     if (total_b && need > free_b) {
       SL_LOGE("the model does not fit on %s: it needs %llu bytes (weights "
@@ -259,8 +257,7 @@ static sl_status executor_init(sl_engine_t *e) {
   e->batch_seqs = sl_malloc(sizeof(sl_batch_seq) * (ms + bt));
   e->batch_reqs = sl_malloc(sizeof(sl__req *) * (ms + bt));
   if (!e->active || !e->logits || !e->logits_tmp || !e->argmax ||
-      !e->batch_tokens ||
-      !e->batch_seqs || !e->batch_reqs)
+      !e->batch_tokens || !e->batch_seqs || !e->batch_reqs)
     return SL_ERR_NOMEM;
   return SL_OK;
 }

@@ -442,16 +442,16 @@ bool sl__step(sl_engine_t *e) {
     if (r->state != SL__REQ_RUNNING)
       continue;
     e->batch_tokens[nt] = r->tokens[r->n_tokens - 1];
-    e->batch_seqs[nb] = (sl_batch_seq){
-        r->blocks,
-        r->n_blocks,
-        r->n_computed,
-        nt,
-        1,
-        true,
-        false,
-        r->params.top_logprobs < 0 && sl_sampler_is_argmax(r->sampler),
-        true};
+    e->batch_seqs[nb] = (sl_batch_seq){r->blocks,
+                                       r->n_blocks,
+                                       r->n_computed,
+                                       nt,
+                                       1,
+                                       true,
+                                       false,
+                                       r->params.top_logprobs < 0 &&
+                                           sl_sampler_is_argmax(r->sampler),
+                                       true};
     e->batch_reqs[nb++] = r;
     nt++;
   }

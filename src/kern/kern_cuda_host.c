@@ -33,16 +33,14 @@ void sl_kcu_host_free(void *p) {
     (void)cudaFreeHost(p);
 }
 
-sl_status sl_kcu_copy_h2d(void *stream, void *dev, const void *host,
-                          size_t n) {
+sl_status sl_kcu_copy_h2d(void *stream, void *dev, const void *host, size_t n) {
   if (!n)
     return SL_OK;
   return from_cuda(cudaMemcpyAsync(dev, host, n, cudaMemcpyHostToDevice,
                                    (cudaStream_t)stream));
 }
 
-sl_status sl_kcu_copy_d2h(void *stream, void *host, const void *dev,
-                          size_t n) {
+sl_status sl_kcu_copy_d2h(void *stream, void *host, const void *dev, size_t n) {
   if (!n)
     return SL_OK;
   return from_cuda(cudaMemcpyAsync(host, dev, n, cudaMemcpyDeviceToHost,
@@ -70,14 +68,12 @@ void sl_kcu_host_free(void *p) {
   (void)p;
 }
 
-sl_status sl_kcu_copy_h2d(void *stream, void *dev, const void *host,
-                          size_t n) {
+sl_status sl_kcu_copy_h2d(void *stream, void *dev, const void *host, size_t n) {
   (void)stream, (void)dev, (void)host, (void)n;
   return SL_ERR_UNSUPPORTED;
 }
 
-sl_status sl_kcu_copy_d2h(void *stream, void *host, const void *dev,
-                          size_t n) {
+sl_status sl_kcu_copy_d2h(void *stream, void *host, const void *dev, size_t n) {
   (void)stream, (void)dev, (void)host, (void)n;
   return SL_ERR_UNSUPPORTED;
 }

@@ -22,6 +22,18 @@ sl_status sl_kcu_matmul(void *stream, const sl_kern_weight *w, const float *x,
   return SL_ERR_UNSUPPORTED;
 }
 
+size_t sl_kcu_matmul_path_scratch_bytes(const sl_kern_weight *w, int n,
+                                        sl_kcu_mm_path path) {
+  return 0;
+}
+
+sl_status sl_kcu_matmul_path(void *stream, const sl_kern_weight *w,
+                             const float *x, float *y, int n,
+                             sl_kcu_mm_path path, void *scratch,
+                             size_t scratch_bytes) {
+  return SL_ERR_UNSUPPORTED;
+}
+
 sl_status sl_kcu_get_rows(void *stream, sl_ggml_type t, const void *src,
                           int64_t cols, const int32_t *ids, int n, float *dst) {
   return SL_ERR_UNSUPPORTED;

@@ -78,8 +78,7 @@ sl_status sl_batch_ctx_create(sl_model_t *m, const sl_kv_view *kv,
 
 sl_status sl_batch_ctx_create2(sl_model_t *m, const sl_kv_view *kv,
                                sl_stream_t *stream, int n_threads,
-                               sl_batch_ctx_t **out, char *err,
-                               size_t errcap) {
+                               sl_batch_ctx_t **out, char *err, size_t errcap) {
   if (err && errcap)
     err[0] = 0;
   if (!m || !kv || !stream || !out)
@@ -365,7 +364,7 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
 static int logits_rows(const sl_batch *b) {
   int rows = 0;
   for (int s = 0; s < b->n_seqs; s++)
-    rows += b->seqs[s].all_logits ? b->seqs[s].n
+    rows += b->seqs[s].all_logits    ? b->seqs[s].n
             : b->seqs[s].want_logits ? 1
                                      : 0;
   return rows;

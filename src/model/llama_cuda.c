@@ -31,11 +31,11 @@ struct sl__cu_ctx {
   sl_model_t *m;
   sl_kv_view kv;
   sl_stream_t *stream;
-  sl_buf_t *wbuf;          /* every tensor of the file */
-  sl__layer_w *layers;     /* device pointers */
-  sl_kern_weight output;   /* device */
-  const float *out_norm;   /* device */
-  const void *embd;        /* device */
+  sl_buf_t *wbuf;        /* every tensor of the file */
+  sl__layer_w *layers;   /* device pointers */
+  sl_kern_weight output; /* device */
+  const float *out_norm; /* device */
+  const void *embd;      /* device */
   /* page-locked staging: the step's indices in, the results out */
   int32_t *h_in;
   size_t h_in_cap;
@@ -46,12 +46,12 @@ struct sl__cu_ctx {
   uint64_t seq;
   sl_buf_t *act;
   sl_batch_out out;
-  int n_rows;            /* logits rows */
+  int n_rows; /* logits rows */
   const sl_batch *b;
-  size_t out_ids_off;    /* in h_out: ids (n_rows int32), logprobs, logits */
+  size_t out_ids_off; /* in h_out: ids (n_rows int32), logprobs, logits */
   size_t out_lp_off;
   size_t out_logits_off;
-  uint8_t *row_copied;   /* (rows) whose logits came back */
+  uint8_t *row_copied; /* (rows) whose logits came back */
   size_t row_copied_cap;
 };
 
@@ -93,8 +93,7 @@ static const char *type_name(sl_ggml_type t) {
 static bool weight_ok(const sl_kern_weight *w, char *err, size_t cap) {
   if (sl_kcu_type_supported(w->type))
     return true;
-  snprintf(err, cap, "weight type %s has no CUDA kernel",
-           type_name(w->type));
+  snprintf(err, cap, "weight type %s has no CUDA kernel", type_name(w->type));
   return false;
 }
 
@@ -244,11 +243,10 @@ typedef struct step_layout {
 /* Scratch of one product on both paths: n_dec tokens on VEC, the rest on
  * GEMM (each path's scratch is used by one call at a time). */
 static size_t mm_scratch(const sl_kern_weight *w, int n, int n_dec) {
-  size_t a = n_dec > 0 ? sl_kcu_matmul_path_scratch_bytes(w, n_dec,
-                                                          SL_KCU_MM_VEC)
-                       : 0;
-  size_t b = n - n_dec > 0 ? sl_kcu_matmul_path_scratch_bytes(
-                                 w, n - n_dec, SL_KCU_MM_GEMM)
+  size_t a =
+      n_dec > 0 ? sl_kcu_matmul_path_scratch_bytes(w, n_dec, SL_KCU_MM_VEC) : 0;
+  size_t b = n - n_dec > 0 ? sl_kcu_matmul_path_scratch_bytes(w, n - n_dec,
+                                                              SL_KCU_MM_GEMM)
                            : 0;
   return a > b ? a : b;
 }
@@ -302,15 +300,14 @@ static step_layout layout(const sl__cu_ctx *c, const sl_batch *b, int rows,
    * a mixed file sizes from each layer below) */
   L.mm_bytes = 0;
   for (int64_t l = 0; l < hp->n_layer; l++) {
-    size_t s = max_mm(c->m, &c->layers[l], b->n_tokens, n_dec, rows,
-                      rows_dec);
+    size_t s = max_mm(c->m, &c->layers[l], b->n_tokens, n_dec, rows, rows_dec);
     if (s > L.mm_bytes)
       L.mm_bytes = s;
   }
   L.mm = o, o += up(L.mm_bytes);
   L.attn_bytes = n_dec > 0 ? sl_kcu_attn_work_bytes(n_dec, (int)hp->n_head,
                                                     (int)hp->head_dim, max_len)
-                          : 0;
+                           : 0;
   L.attn = o, o += up(L.attn_bytes);
   L.total = o;
   return L;
@@ -322,7 +319,7 @@ typedef struct cu_arg {
   step_layout L;
   int rows, max_len;
   int n_dec, rows_dec; /* leading decode tokens and their logits rows */
-  bool any_logits; /* some row's logits go back to the host */
+  bool any_logits;     /* some row's logits go back to the host */
 } cu_arg;
 
 #define TRY(x)                                                                 \
@@ -334,8 +331,8 @@ typedef struct cu_arg {
 
 /* y = x W^T for n tokens: the first n_dec (decode) on the matrix-vector
  * kernels, the rest (prompt tokens) on the batched ones. */
-static sl_status mm(void *s, const sl_kern_weight *w, const float *x,
-                    float *y, int n, int n_dec, void *scratch, size_t bytes) {
+static sl_status mm(void *s, const sl_kern_weight *w, const float *x, float *y,
+                    int n, int n_dec, void *scratch, size_t bytes) {
   sl_status st = SL_OK;
   if (n_dec > 0)
     st = sl_kcu_matmul_path(s, w, x, y, n_dec, SL_KCU_MM_VEC, scratch, bytes);
@@ -394,8 +391,7 @@ static sl_status step_task(const sl_task_ctx *tctx, void *p) {
                     (int)hp->n_rot, hp->rope_base, hp->rope_scale,
                     hp->rope_mode));
     uint16_t *kl = kvmem + sl_kv_view_k_offset(&c->kv, (int)l, 0);
-    TRY(sl_kcu_kv_store(s, kl, kl + vhalf, k, v, idx + L->i_slot, n,
-                        (int)kvd));
+    TRY(sl_kcu_kv_store(s, kl, kl + vhalf, k, v, idx + L->i_slot, n, (int)kvd));
     sl_kcu_attn aa = {.q = q,
                       .out = att,
                       .k_layer = kl,

@@ -33,9 +33,9 @@
 
 namespace {
 
-constexpr int NW = 4;          /* warps per block */
+constexpr int NW = 4;                    /* warps per block */
 constexpr int CHUNK = SL_KCU_ATTN_CHUNK; /* positions per split */
-constexpr int MAX_HD = 256;    /* head_dim: a multiple of 32 up to this */
+constexpr int MAX_HD = 256; /* head_dim: a multiple of 32 up to this */
 constexpr float LOG2E = 1.4426950408889634f;
 
 sl_status launch_status() {
@@ -75,7 +75,7 @@ struct attn_params {
   float *wl;   /* (n_tok * n_head, n_split): sum of exp2(s - max) */
   int n_head, group, n_chunk, hd, kv_dim, block_tokens, chunk, n_split;
   int n_split_tok; /* tokens [0, n_split_tok) may be split */
-  float qscale; /* scale * log2(e) */
+  float qscale;    /* scale * log2(e) */
 };
 
 __device__ float warp_sum(float v) {

@@ -180,10 +180,11 @@ size_t align256(size_t v) {
 
 /* The scratch layout of the batched path: W in f16 at 0 (w16 bytes, 0 for
  * F16 weights), then X in f16 (x16 bytes); false on overflow. */
-bool layout(const sl_kern_weight *w, int n, size_t *w16, size_t *x16) {
+bool layout(const sl_kern_weight *w, int n, size_t *w16, size_t *x16,
+            bool force_gemm = false) {
   *w16 = *x16 = 0;
-  if (n <= SL_KCU_MMV_MAX_TOKENS || w->type == SL_GGML_F32 || w->rows <= 0 ||
-      w->cols <= 0)
+  if ((n <= SL_KCU_MMV_MAX_TOKENS && !force_gemm) || w->type == SL_GGML_F32 ||
+      w->rows <= 0 || w->cols <= 0 || n <= 0)
     return true;
   const uint64_t lim = SIZE_MAX / 4;
   if ((uint64_t)w->cols > lim / (uint64_t)n ||
@@ -201,7 +202,7 @@ sl_status gemm(cudaStream_t stream, const sl_kern_weight *w, const float *x,
     return SL_ERR_INVALID_ARG; /* cuBLAS takes int dimensions */
   const int m = (int)w->rows, k = (int)w->cols;
   size_t w16b, x16b;
-  if (!layout(w, n, &w16b, &x16b))
+  if (!layout(w, n, &w16b, &x16b, true))
     return SL_ERR_OVERFLOW;
   if (scratch_bytes < w16b + x16b || (w16b + x16b && !scratch) ||
       (uintptr_t)scratch % 16)
@@ -313,6 +314,57 @@ extern "C" sl_status sl_kcu_matmul(void *stream, const sl_kern_weight *w,
     return mmv(s, w, x, y, n);
   }
   return gemm(s, w, x, y, n, scratch, scratch_bytes);
+}
+
+extern "C" size_t sl_kcu_matmul_path_scratch_bytes(const sl_kern_weight *w,
+                                                   int n, sl_kcu_mm_path path) {
+  if (path == SL_KCU_MM_AUTO)
+    return sl_kcu_matmul_scratch_bytes(w, n);
+  if (path == SL_KCU_MM_VEC || !w || !sl_kcu_type_supported(w->type))
+    return 0;
+  size_t w16, x16;
+  if (!layout(w, n, &w16, &x16, true))
+    return SIZE_MAX;
+  return w16 + x16;
+}
+
+/* VEC: slices of at most SL_KCU_MMV_MAX_TOKENS tokens through the
+ * matrix-vector kernels (each token's sums do not depend on the others);
+ * GEMM: the batched path for any n. */
+extern "C" sl_status sl_kcu_matmul_path(void *stream, const sl_kern_weight *w,
+                                        const float *x, float *y, int n,
+                                        sl_kcu_mm_path path, void *scratch,
+                                        size_t scratch_bytes) {
+  if (path == SL_KCU_MM_AUTO)
+    return sl_kcu_matmul(stream, w, x, y, n, scratch, scratch_bytes);
+  if (!w || n < 0 || w->rows < 0 || w->cols < 0 ||
+      (path != SL_KCU_MM_VEC && path != SL_KCU_MM_GEMM))
+    return SL_ERR_INVALID_ARG;
+  int64_t be;
+  size_t bb;
+  if (!blk(w->type, &be, &bb))
+    return SL_ERR_UNSUPPORTED;
+  if (w->cols % be || w->cols > INT_MAX)
+    return SL_ERR_INVALID_ARG;
+  if (n == 0 || w->rows == 0)
+    return SL_OK;
+  if (!x || !y || !w->data || w->cols == 0)
+    return sl_kcu_matmul(stream, w, x, y, n, scratch, scratch_bytes);
+  if ((uintptr_t)w->data % data_align(w->type))
+    return SL_ERR_INVALID_ARG;
+  cudaStream_t s = (cudaStream_t)stream;
+  if (path == SL_KCU_MM_GEMM)
+    return gemm(s, w, x, y, n, scratch, scratch_bytes);
+  for (int t = 0; t < n; t += SL_KCU_MMV_MAX_TOKENS) {
+    int k = n - t < SL_KCU_MMV_MAX_TOKENS ? n - t : SL_KCU_MMV_MAX_TOKENS;
+    const float *xs = x + (size_t)t * (size_t)w->cols;
+    if (!is_float(w->type) && (uintptr_t)xs % 16)
+      return SL_ERR_INVALID_ARG;
+    sl_status st = mmv(s, w, xs, y + (size_t)t * (size_t)w->rows, k);
+    if (st != SL_OK)
+      return st;
+  }
+  return SL_OK;
 }
 
 extern "C" sl_status sl_kcu_get_rows(void *stream, sl_ggml_type t,
