@@ -234,19 +234,55 @@ static void test_batch_invariance_and_cpu_agreement(void) {
     return;
   run_prompts(c, 1, N_GEN, cpu);
   sl_engine_free(c);
-  /* The CPU quantizes activations to Q8 as ggml does and the GPU does not,
-   * so the two may part at a near-tie; a held prompt's text must agree on
-   * at least its first 16 tokens and 6 of the 8 must agree throughout. */
+  /* The CPU quantizes activations to Q8 as ggml does and the GPU does not:
+   * measured against float64 on this model's corpus (tools/gpu/
+   * vs_llamacpp.py) the GPU's top-1 is 99.8% and the CPU's ~95%, its
+   * |error| at the top token 0.6 at p99 (llama.cpp's: 0.62). So the two
+   * texts may part where the CPU's noise can flip the choice: at the first
+   * difference, the CPU's token must be within NEAR_TIE of the GPU's best
+   * logit there (the GPU's logits for that very prefix, from a fresh GPU
+   * context). A planted fault (a wrong rope, a dropped scale) parts at once
+   * by several logits. */
+  const float NEAR_TIE = 1.0f;
+  sl_stream_t *gs = sl_thread_stream(g_dev);
+  sl_ctx_t *ctx = NULL;
+  CHECK_OK(sl_ctx_create(g_model, gs, 1024, 1, &ctx));
+  int64_t nv = sl_model_hparams_of(g_model)->n_vocab;
+  float *lg = sl_malloc(sizeof(float) * (size_t)nv);
   int same = 0;
-  for (int p = 0; p < N_PROMPTS; p++) {
+  for (int p = 0; p < N_PROMPTS && ctx; p++) {
     int k = common_prefix(alone[p], cpu[p], N_GEN);
-    fprintf(stderr, "  prompt %d: CPU and GPU agree on %d of %d tokens\n", p, k,
-            N_GEN);
-    CHECK_MSG(k >= 16, "prompt %d: CPU and GPU part at token %d", p, k);
     same += k == N_GEN;
+    if (k == N_GEN) {
+      fprintf(stderr, "  prompt %d: CPU and GPU agree on all %d tokens\n", p,
+              N_GEN);
+      continue;
+    }
+    int32_t *ids;
+    int n = tokenize(PROMPTS[p], &ids);
+    int32_t *seq = sl_malloc(sizeof(int32_t) * (size_t)(n + k));
+    memcpy(seq, ids, sizeof(int32_t) * (size_t)n);
+    memcpy(seq + n, alone[p], sizeof(int32_t) * (size_t)k);
+    sl_ctx_truncate(ctx, 0);
+    CHECK_OK(sl_ctx_eval(ctx, seq, n + k, lg, false));
+    int32_t g = alone[p][k], c = cpu[p][k];
+    float gap = lg[g] - lg[c];
+    fprintf(stderr,
+            "  prompt %d: CPU and GPU agree on %d of %d tokens; at the first "
+            "difference the GPU's logits put the CPU's token %.3f below its "
+            "own\n",
+            p, k, N_GEN, gap);
+    CHECK_MSG(gap >= 0.0f && gap <= NEAR_TIE,
+              "prompt %d, token %d: not a near-tie (gap %.3f)", p, k, gap);
+    sl_free(seq);
+    sl_free(ids);
   }
-  CHECK_MSG(same >= 6, "only %d of %d prompts identical on CPU and GPU", same,
-            N_PROMPTS);
+  fprintf(stderr, "  %d of %d prompts identical on CPU and GPU\n", same,
+          N_PROMPTS);
+  sl_free(lg);
+  sl_ctx_free(ctx);
+  sl_sync_and_clear_cache(gs);
+  sl_clear_thread_streams();
 }
 
 static void test_upload_that_cannot_fit(void) {

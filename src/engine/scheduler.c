@@ -435,7 +435,6 @@ static void decode_clear_sites(sl_engine_t *e) {
 bool sl__step(sl_engine_t *e) {
   const sl_model_hparams *hp = sl_model_hparams_of(e->model);
   int nb = 0, nt = 0, budget = e->cfg.max_batched_tokens;
-  bool any_prefill = false;
   /* decode: one token for every running sequence */
   for (int i = 0; i < e->n_active && nt < budget; i++) {
     sl__req *r = e->active[i];
@@ -507,7 +506,6 @@ bool sl__step(sl_engine_t *e) {
         false};
     e->batch_reqs[nb++] = r;
     nt += chunk;
-    any_prefill = true;
   }
   if (nb == 0)
     return false;
@@ -537,14 +535,21 @@ bool sl__step(sl_engine_t *e) {
     st = sl_batch_ctx_submit(e->bctx, &batch, &out);
   bool submitted = st == SL_OK;
   if (submitted) {
-    if (any_prefill)
-      sl__clear_at_site(e, SL__SITE_PREFILL_CHUNK);
+    /* prefill.chunk between a prompt's chunks, prefill.end after its last */
+    bool mid = false, end = false;
     for (int s = 0; s < nb; s++) {
       sl__req *r = e->batch_reqs[s];
-      if (r->state == SL__REQ_PREFILLING &&
-          r->n_computed + e->batch_seqs[s].n == r->n_prompt)
-        sl__clear_at_site(e, SL__SITE_PREFILL_END);
+      if (r->state != SL__REQ_PREFILLING)
+        continue;
+      if (r->n_computed + e->batch_seqs[s].n == r->n_prompt)
+        end = true;
+      else
+        mid = true;
     }
+    if (mid)
+      sl__clear_at_site(e, SL__SITE_PREFILL_CHUNK);
+    if (end)
+      sl__clear_at_site(e, SL__SITE_PREFILL_END);
     decode_clear_sites(e);
     st = sl_batch_ctx_wait(e->bctx);
   }

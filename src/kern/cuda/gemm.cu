@@ -320,7 +320,8 @@ extern "C" size_t sl_kcu_matmul_path_scratch_bytes(const sl_kern_weight *w,
                                                    int n, sl_kcu_mm_path path) {
   if (path == SL_KCU_MM_AUTO)
     return sl_kcu_matmul_scratch_bytes(w, n);
-  if (path == SL_KCU_MM_VEC || !w || !sl_kcu_type_supported(w->type))
+  if (path == SL_KCU_MM_VEC || !w || !sl_kcu_type_supported(w->type) ||
+      w->type == SL_GGML_F32)
     return 0;
   size_t w16, x16;
   if (!layout(w, n, &w16, &x16, true))
@@ -353,7 +354,10 @@ extern "C" sl_status sl_kcu_matmul_path(void *stream, const sl_kern_weight *w,
   if ((uintptr_t)w->data % data_align(w->type))
     return SL_ERR_INVALID_ARG;
   cudaStream_t s = (cudaStream_t)stream;
-  if (path == SL_KCU_MM_GEMM)
+  /* F32 weights stay on the matrix-vector kernels: cublasSgemm computes an
+   * element one way for n = 1 and another for larger n (measured on the
+   * H200: 8 of 8 tokens differed alone), GemmEx on f16 does not */
+  if (path == SL_KCU_MM_GEMM && w->type != SL_GGML_F32)
     return gemm(s, w, x, y, n, scratch, scratch_bytes);
   for (int t = 0; t < n; t += SL_KCU_MMV_MAX_TOKENS) {
     int k = n - t < SL_KCU_MMV_MAX_TOKENS ? n - t : SL_KCU_MMV_MAX_TOKENS;
