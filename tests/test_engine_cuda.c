@@ -17,6 +17,7 @@
 
 #include "engine/engine_impl.h"
 #include "harness.h"
+#include "rt/experiment.h"
 #include "sluice/alloc.h"
 #include "sluice/memsync.h"
 #include "sluice/model.h"
@@ -286,6 +287,73 @@ static void test_batch_invariance_and_cpu_agreement(void) {
   sl_clear_thread_streams();
 }
 
+/* What the seed's bare clear would have raced: the real forward pass of a
+ * 256-token prompt queued on a non-blocking stream, then
+ * sl__rt_experiment_bare_clear (drains the device default stream alone, as
+ * oMLX's mx.synchronize(); mx.clear_cache()). It returns with the forward
+ * pass still in flight: memory-safe in sluice (I1 keeps the buffers
+ * RETIRING), but work the clear did not wait for. The owning clear on the
+ * same step leaves nothing in flight. */
+static void test_bare_clear_races_the_forward_pass(void) {
+  const sl_model_hparams *hp = sl_model_hparams_of(g_model);
+  sl_stream_t *gs = sl_thread_stream(g_dev);
+  enum { T = 16, NB = 32, N = 256 };
+  sl_kv_view kv = {NULL, (int)hp->n_layer, NB, T,
+                   (int)(hp->n_head_kv * hp->head_dim)};
+  CHECK_OK(sl_buf_alloc(gs, sl_kv_view_bytes(&kv), &kv.buf));
+  sl_batch_ctx_t *bc = NULL;
+  CHECK_OK(sl_batch_ctx_create(g_model, &kv, gs, 1, &bc));
+  if (!bc)
+    return;
+  int32_t table[NB], toks[N];
+  for (int i = 0; i < NB; i++)
+    table[i] = i;
+  for (int i = 0; i < N; i++)
+    toks[i] = (int32_t)((i * 7919 + 13) % hp->n_vocab);
+  sl_batch_seq sq = {table, NB, 0, 0, N, true, false, true, false};
+  sl_batch b = {toks, N, &sq, 1};
+  int32_t am;
+  sl_batch_out out = {NULL, &am, NULL};
+  /* the bare clear */
+  CHECK_OK(sl_batch_ctx_submit(bc, &b, &out));
+  uint64_t t0 = sl_now_ns();
+  CHECK_OK(sl__rt_experiment_bare_clear(g_dev));
+  double bare_ms = sl_ns_to_ms(sl_now_ns() - t0);
+  uint64_t pending = sl_stream_query(gs).tasks;
+  sl_stream_evidence ev = sl_stream_clear_evidence(gs);
+  CHECK_OK(sl_batch_ctx_wait(bc));
+  double after_ms = sl_stream_clear_evidence(gs).others.ms_last;
+  fprintf(stderr,
+          "  bare clear: returned in %.3f ms with %llu engine task(s) and %llu "
+          "bytes still in flight; that work ran %.3f ms more\n",
+          bare_ms, (unsigned long long)pending,
+          (unsigned long long)ev.others.bytes_last, after_ms);
+  CHECK_MSG(pending > 0, "the forward pass was not in flight at the clear");
+  CHECK(ev.others.bytes_last > 0);
+  /* the owning clear */
+  CHECK_OK(sl_batch_ctx_submit(bc, &b, &out));
+  uint64_t before = sl_stream_query(gs).tasks;
+  t0 = sl_now_ns();
+  CHECK_OK(sl_sync_and_clear_cache(gs));
+  double own_ms = sl_ns_to_ms(sl_now_ns() - t0);
+  sl_alloc_stats a = sl_alloc_get_stats(g_dev);
+  fprintf(stderr,
+          "  owning clear: %llu task(s) pending before, returned in %.3f ms; "
+          "after it %llu tasks, %llu bytes in flight, %.3f ms\n",
+          (unsigned long long)before, own_ms,
+          (unsigned long long)sl_stream_query(gs).tasks,
+          (unsigned long long)a.inflight_bytes_last, a.inflight_ms_last);
+  CHECK(before > 0);
+  CHECK_EQ_INT((int)sl_stream_query(gs).tasks, 0);
+  CHECK(a.inflight_bytes_last == 0);
+  CHECK(a.inflight_ms_last == 0.0);
+  CHECK_OK(sl_batch_ctx_wait(bc));
+  sl_batch_ctx_free(bc);
+  sl_buf_release(kv.buf);
+  sl_sync_and_clear_cache(gs);
+  sl_clear_thread_streams();
+}
+
 static void test_upload_that_cannot_fit(void) {
   /* a device memory limit below the weights: a clear error, no crash */
   sl_alloc_set_limit(g_dev, 16u << 20);
@@ -328,6 +396,7 @@ int main(void) {
   RUN(test_device_is_gpu);
   RUN(test_clear_sites_with_forward_in_flight);
   RUN(test_batch_invariance_and_cpu_agreement);
+  RUN(test_bare_clear_races_the_forward_pass);
   RUN(test_upload_that_cannot_fit);
   sl_tokenizer_free(g_tok);
   sl_model_free(g_model);
