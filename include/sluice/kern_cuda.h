@@ -154,6 +154,14 @@ void sl_kcu_host_free(void *p);
 sl_status sl_kcu_copy_h2d(void *stream, void *dev, const void *host, size_t n);
 sl_status sl_kcu_copy_d2h(void *stream, void *host, const void *dev, size_t n);
 
+/* CUDA graphs: the kernels enqueued on `stream` between capture_begin and
+ * capture_end (by this thread) are recorded, not run, and become an
+ * executable graph (*exec) that graph_launch replays on a stream. */
+sl_status sl_kcu_capture_begin(void *stream);
+sl_status sl_kcu_capture_end(void *stream, void **exec);
+sl_status sl_kcu_graph_launch(void *exec, void *stream);
+void sl_kcu_graph_free(void *exec);
+
 /* Free and total memory of the current CUDA device, in bytes. */
 sl_status sl_kcu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes);
 

@@ -47,6 +47,39 @@ sl_status sl_kcu_copy_d2h(void *stream, void *host, const void *dev, size_t n) {
                                    (cudaStream_t)stream));
 }
 
+sl_status sl_kcu_capture_begin(void *stream) {
+  return from_cuda(cudaStreamBeginCapture((cudaStream_t)stream,
+                                          cudaStreamCaptureModeThreadLocal));
+}
+
+sl_status sl_kcu_capture_end(void *stream, void **exec) {
+  cudaGraph_t g = NULL;
+  *exec = NULL;
+  cudaError_t e = cudaStreamEndCapture((cudaStream_t)stream, &g);
+  if (e != cudaSuccess) {
+    if (g)
+      cudaGraphDestroy(g);
+    return from_cuda(e);
+  }
+  cudaGraphExec_t x = NULL;
+  e = cudaGraphInstantiate(&x, g, 0);
+  cudaGraphDestroy(g);
+  if (e != cudaSuccess)
+    return from_cuda(e);
+  *exec = x;
+  return SL_OK;
+}
+
+sl_status sl_kcu_graph_launch(void *exec, void *stream) {
+  return from_cuda(
+      cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)stream));
+}
+
+void sl_kcu_graph_free(void *exec) {
+  if (exec)
+    (void)cudaGraphExecDestroy((cudaGraphExec_t)exec);
+}
+
 sl_status sl_kcu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes) {
   size_t f = 0, t = 0;
   sl_status st = from_cuda(cudaMemGetInfo(&f, &t));
@@ -82,6 +115,26 @@ sl_status sl_kcu_read_bench(void *stream, const void *buf, size_t bytes,
                             unsigned *sink) {
   (void)stream, (void)buf, (void)bytes, (void)sink;
   return SL_ERR_UNSUPPORTED;
+}
+
+sl_status sl_kcu_capture_begin(void *stream) {
+  (void)stream;
+  return SL_ERR_UNSUPPORTED;
+}
+
+sl_status sl_kcu_capture_end(void *stream, void **exec) {
+  (void)stream;
+  *exec = NULL;
+  return SL_ERR_UNSUPPORTED;
+}
+
+sl_status sl_kcu_graph_launch(void *exec, void *stream) {
+  (void)exec, (void)stream;
+  return SL_ERR_UNSUPPORTED;
+}
+
+void sl_kcu_graph_free(void *exec) {
+  (void)exec;
 }
 
 sl_status sl_kcu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes) {

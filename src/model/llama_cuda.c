@@ -13,6 +13,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -26,6 +27,15 @@
 static size_t up(size_t n) {
   return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
 }
+
+#define SL__CU_GRAPHS           32 /* (tokens, splits) graphs kept */
+#define SL__CU_GRAPH_MAX_TOKENS 64 /* decode steps up to this many tokens */
+
+typedef struct graph_ent {
+  int n, ns;
+  void *exec;
+  uint64_t last_use;
+} graph_ent;
 
 struct sl__cu_ctx {
   sl_model_t *m;
@@ -53,6 +63,11 @@ struct sl__cu_ctx {
   size_t out_logits_off;
   uint8_t *row_copied; /* (rows) whose logits came back */
   size_t row_copied_cap;
+  /* CUDA graphs of decode steps */
+  bool graphs_on;
+  sl_buf_t *gact; /* their activations, at a fixed address */
+  graph_ent graphs[SL__CU_GRAPHS];
+  uint64_t graph_tick, graph_captures, graph_launches;
 };
 
 /* ---- weights ---- */
@@ -207,6 +222,8 @@ sl_status sl__cu_create(sl_model_t *m, const sl_kv_view *kv,
   c->m = m;
   c->kv = *kv;
   c->stream = stream;
+  const char *gv = getenv("SLUICE_CUDA_GRAPHS");
+  c->graphs_on = !(gv && !strcmp(gv, "0")); /* measured: docs/PERF.md */
   sl_status st = upload(c, true);
   if (st != SL_OK) {
     snprintf(err, errcap, "uploading the weights: %s", sl_status_str(st));
@@ -222,6 +239,9 @@ void sl__cu_free(sl__cu_ctx *c) {
     return;
   sl_stream_sync(c->stream); /* nothing may still read the staging */
   sl_buf_release(c->act);
+  for (int i = 0; i < SL__CU_GRAPHS; i++)
+    sl_kcu_graph_free(c->graphs[i].exec);
+  sl_buf_release(c->gact);
   sl_buf_release(c->wbuf);
   sl_kcu_host_free(c->h_in);
   sl_kcu_host_free(c->h_out);
@@ -315,9 +335,11 @@ static step_layout layout(const sl__cu_ctx *c, const sl_batch *b, int rows,
 
 typedef struct cu_arg {
   sl__cu_ctx *c;
-  const sl_batch *b;
   step_layout L;
+  int n; /* tokens */
   int rows, max_len;
+  bool graph;   /* a decode step replayed from a CUDA graph */
+  int graph_ns; /* its attention's split count (the graph's key, with n) */
   int n_dec, rows_dec; /* leading decode tokens and their logits rows */
   bool any_logits;     /* some row's logits go back to the host */
 } cu_arg;
@@ -343,17 +365,15 @@ static sl_status mm(void *s, const sl_kern_weight *w, const float *x, float *y,
   return st;
 }
 
-static sl_status step_task(const sl_task_ctx *tctx, void *p) {
-  cu_arg *a = p;
-  sl__cu_ctx *c = a->c;
-  const sl_batch *b = a->b;
+/* Every kernel of the step, from the embedding gather to the argmax, on
+ * stream s (recorded into a graph when s is capturing). */
+static sl_status forward(sl__cu_ctx *c, const cu_arg *a, void *s,
+                         char *base) {
   const sl_model_hparams *hp = &c->m->hp;
   const step_layout *L = &a->L;
-  void *s = tctx->native;
-  int n = b->n_tokens;
+  int n = a->n;
   int64_t d = hp->n_embd, hd = hp->head_dim, qd = hp->n_head * hd,
           kvd = hp->n_head_kv * hd, ff = hp->n_ff, nv = hp->n_vocab;
-  char *base = sl_buf_ptr(c->act);
   float *x = (float *)(base + L->x), *xn = (float *)(base + L->xn),
         *q = (float *)(base + L->q), *k = (float *)(base + L->k),
         *v = (float *)(base + L->v), *att = (float *)(base + L->att),
@@ -364,7 +384,6 @@ static sl_status step_task(const sl_task_ctx *tctx, void *p) {
   uint16_t *kvmem = sl_buf_ptr(c->kv.buf);
   size_t vhalf = sl_kv_view_half_elems(&c->kv);
 
-  TRY(sl_kcu_copy_h2d(s, idx, c->h_in, L->i_total * 4));
   TRY(sl_kcu_get_rows(s, c->m->tok_embd->type, c->embd, d, idx + L->i_tok, n,
                       x));
   for (int64_t l = 0; l < hp->n_layer; l++) {
@@ -429,6 +448,62 @@ static sl_status step_task(const sl_task_ctx *tctx, void *p) {
   TRY(sl_kcu_rmsnorm(s, xn, xn, c->out_norm, rows, d, hp->rms_eps));
   TRY(mm(s, &c->output, xn, logits, rows, a->rows_dec, mmw, L->mm_bytes));
   TRY(sl_kcu_argmax(s, logits, rows, nv, ids, lp));
+  return SL_OK;
+}
+
+/* The cached graph for a decode step of n tokens whose attention has ns
+ * splits, or a free slot (exec NULL) to record it in. */
+static graph_ent *graph_slot(sl__cu_ctx *c, int n, int ns) {
+  graph_ent *lru = &c->graphs[0];
+  for (int i = 0; i < SL__CU_GRAPHS; i++) {
+    graph_ent *g = &c->graphs[i];
+    if (g->exec && g->n == n && g->ns == ns)
+      return g;
+    if (!g->exec || (lru->exec && g->last_use < lru->last_use))
+      lru = g;
+  }
+  sl_kcu_graph_free(lru->exec); /* nothing is in flight between steps */
+  lru->exec = NULL;
+  lru->n = n;
+  lru->ns = ns;
+  return lru;
+}
+
+static sl_status step_task(const sl_task_ctx *tctx, void *p) {
+  cu_arg *a = p;
+  sl__cu_ctx *c = a->c;
+  const sl_model_hparams *hp = &c->m->hp;
+  const step_layout *L = &a->L;
+  void *s = tctx->native;
+  int64_t nv = hp->n_vocab;
+  char *base = sl_buf_ptr(a->graph ? c->gact : c->act);
+  float *logits = (float *)(base + L->logits), *lp = (float *)(base + L->lp);
+  int32_t *ids = (int32_t *)(base + L->ids), *idx = (int32_t *)(base + L->idx);
+  TRY(sl_kcu_copy_h2d(s, idx, c->h_in, L->i_total * 4));
+  if (a->graph) {
+    /* a decode step: replayed from its graph (recorded on first use) */
+    graph_ent *g = graph_slot(c, a->n, a->graph_ns);
+    if (!g->exec) {
+      TRY(sl_kcu_capture_begin(s));
+      sl_status st = forward(c, a, s, base);
+      void *exec = NULL;
+      sl_status se = sl_kcu_capture_end(s, &exec);
+      if (st != SL_OK || se != SL_OK) {
+        sl_kcu_graph_free(exec);
+        return st != SL_OK ? st : se;
+      }
+      g->exec = exec;
+      c->graph_captures++;
+    }
+    g->last_use = ++c->graph_tick;
+    TRY(sl_kcu_graph_launch(g->exec, s));
+    c->graph_launches++;
+  } else {
+    TRY(forward(c, a, s, base));
+  }
+  int rows = a->rows;
+  if (rows == 0)
+    return SL_OK;
   TRY(sl_kcu_copy_d2h(s, c->h_out + c->out_ids_off, ids, (size_t)rows * 4));
   TRY(sl_kcu_copy_d2h(s, c->h_out + c->out_lp_off, lp, (size_t)rows * 4));
   if (a->any_logits) {
@@ -491,6 +566,24 @@ sl_status sl__cu_submit(sl__cu_ctx *c, const sl_batch *b,
   }
   if (rows_dec > rows)
     rows_dec = rows;
+  /* A decode-only step replays a CUDA graph keyed by (tokens, attention
+   * splits): its kernels read the step's indices from a buffer of fixed
+   * address (the graph's persistent activations), and the split count is
+   * rounded up to a power of two so that a few graphs serve every length
+   * (a decode token is cut by its own length, so the extra splits are
+   * empty and its result is the same). */
+  bool graph = c->graphs_on && n_dec == b->n_tokens && rows == n_dec &&
+               n_dec <= SL__CU_GRAPH_MAX_TOKENS;
+  int ns_b = 1;
+  if (graph) {
+    int ns = (max_len + SL_KCU_ATTN_CHUNK - 1) / SL_KCU_ATTN_CHUNK;
+    while (ns_b < ns)
+      ns_b *= 2;
+    max_len = ns_b * SL_KCU_ATTN_CHUNK;
+    /* the layout must not move under the graph: room for every sequence's
+     * blocks up to that length */
+    total_blocks = n_dec * ((max_len + T - 1) / T);
+  }
   step_layout L = layout(c, b, rows, total_blocks, max_len, n_dec, rows_dec);
   size_t nv = (size_t)hp->n_vocab;
   /* which rows' logits go back: all of them unless the caller takes only
@@ -542,14 +635,30 @@ sl_status sl__cu_submit(sl__cu_ctx *c, const sl_batch *b,
       in[L.i_rows + (size_t)r++] = q->first + i;
   }
   sl_buf_t *act = NULL;
-  if ((st = sl_buf_alloc(c->stream, L.total, &act)) != SL_OK)
+  if (graph) {
+    /* the graphs' activations: one buffer for all of them, at a fixed
+     * address; a larger step makes a larger one and forgets the graphs */
+    if (!c->gact || sl_buf_size(c->gact) < L.total) {
+      for (int i = 0; i < SL__CU_GRAPHS; i++) {
+        sl_kcu_graph_free(c->graphs[i].exec);
+        c->graphs[i].exec = NULL;
+      }
+      sl_buf_release(c->gact);
+      c->gact = NULL;
+      size_t want = L.total + L.total / 2;
+      if ((st = sl_buf_alloc(c->stream, want, &c->gact)) != SL_OK)
+        return st;
+    }
+  } else if ((st = sl_buf_alloc(c->stream, L.total, &act)) != SL_OK) {
     return st;
+  }
   c->act = act;
   c->b = b;
   c->out = *out;
   c->n_rows = rows;
-  cu_arg a = {c, b, L, rows, max_len, n_dec, rows_dec, any_logits};
-  sl_buf_t *bufs[3] = {act, c->kv.buf, c->wbuf};
+  cu_arg a = {c, L, b->n_tokens, rows, max_len, graph, ns_b, n_dec, rows_dec,
+              any_logits};
+  sl_buf_t *bufs[3] = {graph ? c->gact : act, c->kv.buf, c->wbuf};
   st = sl_stream_submit(c->stream, step_task, &a, sizeof a, bufs, 3, &c->seq);
   if (st != SL_OK) {
     sl_buf_release(act);
@@ -565,7 +674,8 @@ sl_status sl__cu_wait(sl__cu_ctx *c) {
     return SL_ERR_STATE;
   sl_status st = sl_stream_wait_seq(c->stream, c->seq);
   c->pending = false;
-  sl_buf_release(c->act); /* RETIRING until its uses are done: they are */
+  if (c->act)
+    sl_buf_release(c->act); /* RETIRING until its uses are done: they are */
   c->act = NULL;
   if (st != SL_OK)
     return st;
