@@ -465,7 +465,7 @@ static void fail_before_clear(void *ud, sl_stream_t *s, sl__clear_site site) {
 static void test_clear_error_reaches_request(void) {
   static plant pl;
   atomic_store(&pl.planted, 0);
-  pl.at = SL__SITE_PREFILL_CHUNK;
+  pl.at = SL__SITE_PREFILL_END; /* a one-chunk prompt: prefill.end only */
   sl__engine_test_hooks h = {.before_clear = fail_before_clear, .ud = &pl};
   sl_engine_t *e = make_engine(0, &h);
   int32_t *ids;

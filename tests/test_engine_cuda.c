@@ -226,6 +226,20 @@ static void test_batch_invariance_and_cpu_agreement(void) {
   run_prompts(g, 1, N_GEN, alone);
   run_prompts(g, 2, N_GEN, batch); /* 16 sequences at once */
   sl_engine_free(g);
+  /* decode steps replay CUDA graphs; without them, the same ids */
+  int32_t nograph[N_PROMPTS][64];
+  setenv("SLUICE_CUDA_GRAPHS", "0", 1);
+  sl_engine_t *ng = make_engine(SL_ENGINE_DEVICE_CUDA, 16);
+  unsetenv("SLUICE_CUDA_GRAPHS");
+  CHECK(ng != NULL);
+  if (ng) {
+    run_prompts(ng, 1, N_GEN, nograph);
+    sl_engine_free(ng);
+    for (int p = 0; p < N_PROMPTS; p++)
+      CHECK_MSG(!memcmp(alone[p], nograph[p], sizeof(int32_t) * N_GEN),
+                "prompt %d: with and without CUDA graphs differ at token %d",
+                p, common_prefix(alone[p], nograph[p], N_GEN));
+  }
   for (int p = 0; p < N_PROMPTS; p++)
     CHECK_MSG(!memcmp(alone[p], batch[p], sizeof(int32_t) * N_GEN),
               "prompt %d: alone and in a batch of 16 differ at token %d", p,
