@@ -4,9 +4,10 @@
 #   gen    8B-shaped random models (tools/make_random_model.py) in /tmp/models
 #   8b     sluice bench model --device cuda on them, and llama-bench beside
 #   serve  sluice bench serve --device cuda, llama-server as the peer
-# The llama.cpp peer binaries are read from $PEER (default .peer/bin).
+# The llama.cpp peer binaries are read from $PEER (default /tmp/peer, where
+# tools/gpu/env.sh unpacks them).
 . tools/gpu/env.sh
-PEER=${PEER:-.peer/bin}
+PEER=${PEER:-/tmp/peer}
 S=build-gpu/sluice
 M=models/SmolLM2-135M-Instruct.Q4_1.gguf
 mkdir -p /tmp/models

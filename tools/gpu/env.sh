@@ -28,5 +28,12 @@ M=models/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ ! -f "$M" ] && [ -f /tmp/m/part1 ] && [ -f /tmp/m/part2 ]; then
   mkdir -p models && cat /tmp/m/part1 /tmp/m/part2 > "$M"
 fi
+# the llama.cpp peer (CUDA build of ../shared/peers/build-llama-server.sh),
+# stripped and zstd-compressed, one binary per call (.peer1, .peer2)
+mkdir -p /tmp/peer
+for f in .peer1/llama-bench.zst .peer2/llama-server.zst; do
+  b=/tmp/peer/$(basename "$f" .zst)
+  [ -f "$f" ] && [ ! -x "$b" ] && zstd -q -d "$f" -o "$b" && chmod +x "$b"
+done
 export OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
