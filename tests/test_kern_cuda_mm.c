@@ -3,9 +3,16 @@
  * matrix-vector path (n <= 8) and the dequantize + cuBLAS path (n > 8).
  *
  * Skips (exit 77) when sluice was built without CUDA or when no CUDA device
- * can be opened. `--bench` times n = 1 (GB/s of weights) and n = 512
- * (GFLOP/s) on 4096 x 14336 and 14336 x 4096 Q4_0, Q8_0 and F16 matrices
- * instead of testing.
+ * can be opened. `--bench` times n = 1, 2, 4, 8 (GB/s of weights read, and
+ * the fraction of the device's pure read bandwidth, sl_kcu_read_bench) and
+ * n = 512 (GFLOP/s) on the shapes of an 8B model (4096 x 4096, 14336 x 4096,
+ * 4096 x 14336, 128256 x 4096) for Q4_0, Q4_1, Q8_0, F16, Q4_K, Q6_K instead
+ * of testing.
+ *
+ * Weights go to the device in their GGUF bytes and through sl_kcu_pack (the
+ * packed layout for Q4_0, Q4_1, Q8_0; a copy for the others), as the engine
+ * uploads them; the CPU reads the GGUF bytes. test_pack checks the packed
+ * bytes against the layout of src/kern/cuda/packed.cuh computed here.
  *
  * Weights are random bytes with every block's scale fields overwritten by
  * sane f16 values (d in [0.001, 0.05]), so results are finite; x is uniform
@@ -155,8 +162,30 @@ typedef struct mm_case {
   float *dx, *dy;
 } mm_case;
 
-static bool case_init(mm_case *c, sl_ggml_type t, int64_t rows, int64_t cols,
-                      int nmax) {
+/* Uploads the GGUF bytes w of a rows x cols matrix of t and packs them into
+ * a new device buffer of sl_kcu_packed_bytes (*out; its size in *bytes). */
+static bool upload_packed(sl_ggml_type t, const uint8_t *w, size_t gguf_bytes,
+                          int64_t rows, int64_t cols, void **out,
+                          size_t *bytes) {
+  void *tmp = NULL;
+  *out = NULL;
+  *bytes = sl_kcu_packed_bytes(t, rows, cols);
+  if (*bytes == 0 || *bytes == SIZE_MAX)
+    return false;
+  if (cudaMalloc(&tmp, gguf_bytes) != cudaSuccess)
+    return false;
+  bool ok =
+      cudaMalloc(out, *bytes) == cudaSuccess &&
+      cudaMemcpy(tmp, w, gguf_bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
+      sl_kcu_pack(g_s, t, tmp, *out, rows, cols) == SL_OK &&
+      cudaStreamSynchronize(g_s) == cudaSuccess;
+  cudaFree(tmp);
+  return ok;
+}
+
+/* dequant: fill wf (the bench does without). */
+static bool case_init2(mm_case *c, sl_ggml_type t, int64_t rows, int64_t cols,
+                       int nmax, bool dequant) {
   memset(c, 0, sizeof *c);
   c->t = t, c->rows = rows, c->cols = cols, c->nmax = nmax;
   size_t rb;
@@ -164,27 +193,32 @@ static bool case_init(mm_case *c, sl_ggml_type t, int64_t rows, int64_t cols,
     return false;
   c->bytes = rb * (size_t)rows;
   c->w = sl_malloc(c->bytes);
-  c->wf = sl_malloc((size_t)(rows * cols) * sizeof(float));
+  c->wf = dequant ? sl_malloc((size_t)(rows * cols) * sizeof(float)) : NULL;
   c->x = sl_malloc((size_t)(nmax * cols) * sizeof(float));
-  if (!c->w || !c->wf || !c->x)
+  if (!c->w || (dequant && !c->wf) || !c->x)
     return false;
   fill_weight(t, c->w, c->bytes);
-  for (int64_t r = 0; r < rows; r++)
+  for (int64_t r = 0; dequant && r < rows; r++)
     if (sl_kern_dequant_row(t, c->w + (size_t)r * rb, c->wf + r * cols, cols) !=
         SL_OK)
       return false;
   for (int64_t i = 0; i < nmax * cols; i++)
     c->x[i] = unif(-1.0f, 1.0f);
-  if (cudaMalloc(&c->dw, c->bytes) != cudaSuccess ||
+  size_t pb;
+  if (!upload_packed(t, c->w, c->bytes, rows, cols, &c->dw, &pb) ||
       cudaMalloc((void **)&c->dx, (size_t)(nmax * cols) * sizeof(float)) !=
           cudaSuccess ||
       cudaMalloc((void **)&c->dy, (size_t)(nmax * rows) * sizeof(float)) !=
           cudaSuccess)
     return false;
-  cudaMemcpy(c->dw, c->w, c->bytes, cudaMemcpyHostToDevice);
   cudaMemcpy(c->dx, c->x, (size_t)(nmax * cols) * sizeof(float),
              cudaMemcpyHostToDevice);
   return true;
+}
+
+static bool case_init(mm_case *c, sl_ggml_type t, int64_t rows, int64_t cols,
+                      int nmax) {
+  return case_init2(c, t, rows, cols, nmax, true);
 }
 
 static void case_fini(mm_case *c) {
@@ -372,9 +406,19 @@ static void test_matmul(void) {
     if (t == SL_GGML_F32 || t == SL_GGML_F16 || t == SL_GGML_BF16)
       check_matmul(t, 100, 36, 64); /* cols % 8 != 0: the scalar units */
   }
-  /* bigger: several units per thread, 64-thread and 128-thread groups */
+  /* bigger: several units per thread, 64-thread and 128-thread groups; for
+   * the packed kernels 8 and 16 warps along a row */
   check_matmul(SL_GGML_Q4_0, 4096, 4096, 64);
   check_matmul(SL_GGML_Q8_0, 4096, 4096, 64);
+  check_matmul(SL_GGML_Q4_1, 4096, 4096, 16);
+  check_matmul(SL_GGML_Q4_1, 1000, 4096, 16);
+  check_matmul(SL_GGML_Q8_0, 1000, 4096, 16);
+  /* packed: an odd count of 16-byte chunks (the last pair half empty), a
+   * row count not a multiple of the 16-row tile, a single row */
+  check_matmul(SL_GGML_Q4_0, 100, 96, 16);
+  check_matmul(SL_GGML_Q4_1, 100, 96, 16);
+  check_matmul(SL_GGML_Q8_0, 37, 32, 16);
+  check_matmul(SL_GGML_Q4_0, 1, 1024, 16);
   check_matmul(SL_GGML_Q4_K, 4096, 4096, 64);
   check_matmul(SL_GGML_Q6_K, 4096, 4096, 64);
   check_matmul(SL_GGML_F16, 1024, 14336, 16);
@@ -447,14 +491,129 @@ out:
   case_fini(&c);
 }
 
+/* Every row of the packed types goes through sl_kcu_pack first (case_init),
+ * so this also checks that packing keeps each quant, scale and min. */
 static void test_get_rows(void) {
   for (size_t i = 0; i < N_TYPES; i++) {
     sl_ggml_type t = k_types[i];
     check_get_rows(t, 300, is_k(t) ? 1536 : 576);
     check_get_rows(t, 50, is_k(t) ? 256 : 32);
+    if (sl_kcu_type_packed(t))
+      check_get_rows(t, 16, 96); /* one full tile, an odd chunk count */
     if (!sl_ggml_type_traits_of(t)->is_quantized)
       check_get_rows(t, 50, 36); /* the scalar units */
   }
+}
+
+/* ---- the packed layout ----------------------------------------------------
+ */
+
+/* sl_kcu_pack against the layout of src/kern/cuda/packed.cuh built here:
+ * tiles of 16 rows; in a tile, 16-byte quant chunk c of row-in-tile rr at
+ * (c * 16 + rr) * 16, then the scale bytes of block b at 16 * nb * QB +
+ * (b * 16 + rr) * SB; padding rows zero. Other types: a copy. */
+static void check_pack(sl_ggml_type t, int64_t rows, int64_t cols) {
+  const sl_ggml_type_traits *tr = sl_ggml_type_traits_of(t);
+  size_t rb;
+  if (sl_kern_row_bytes(t, cols, &rb) != SL_OK) {
+    CHECK_MSG(0, "row bytes %s", tr->name);
+    return;
+  }
+  const size_t gb = rb * (size_t)rows;
+  uint8_t *w = sl_malloc(gb);
+  size_t pb = 0;
+  void *dp = NULL;
+  uint8_t *got = NULL, *want = NULL;
+  if (!w)
+    goto out;
+  fill_weight(t, w, gb);
+  if (!upload_packed(t, w, gb, rows, cols, &dp, &pb)) {
+    CHECK_MSG(0, "pack %s %lld x %lld", tr->name, (long long)rows,
+              (long long)cols);
+    goto out;
+  }
+  got = sl_malloc(pb);
+  want = sl_calloc(pb, 1);
+  if (!got || !want)
+    goto out;
+  cudaMemcpy(got, dp, pb, cudaMemcpyDeviceToHost);
+  if (!sl_kcu_type_packed(t)) {
+    CHECK_EQ_INT(pb, gb);
+    CHECK_MSG(pb == gb && memcmp(got, w, gb) == 0, "copy %s", tr->name);
+    goto out;
+  }
+  const int qb = t == SL_GGML_Q8_0 ? 32 : 16, sb = t == SL_GGML_Q4_1 ? 4 : 2;
+  const int64_t nb = cols / 32, tiles = (rows + 15) / 16;
+  const size_t tb = (size_t)(16 * nb * (qb + sb));
+  CHECK_EQ_INT(pb, (size_t)tiles * tb);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t b = 0; b < nb; b++) {
+      const uint8_t *blk = w + (size_t)r * rb + (size_t)b * (size_t)(qb + sb);
+      uint8_t *tile = want + (size_t)(r / 16) * tb;
+      for (int c = 0; c < qb / 16; c++)
+        memcpy(tile +
+                   ((size_t)(b * (qb / 16) + c) * 16 + (size_t)(r % 16)) * 16,
+               blk + sb + 16 * c, 16);
+      memcpy(tile + (size_t)(16 * nb * qb) +
+                 ((size_t)b * 16 + (size_t)(r % 16)) * (size_t)sb,
+             blk, (size_t)sb);
+    }
+  size_t first = pb;
+  for (size_t i = 0; i < pb && first == pb; i++)
+    if (got[i] != want[i])
+      first = i;
+  CHECK_MSG(first == pb, "pack %s %lld x %lld: byte %zu of %zu differs",
+            tr->name, (long long)rows, (long long)cols, first, pb);
+out:
+  cudaFree(dp);
+  sl_free(w);
+  sl_free(got);
+  sl_free(want);
+}
+
+static void test_pack(void) {
+  CHECK(sl_kcu_type_packed(SL_GGML_Q4_0));
+  CHECK(sl_kcu_type_packed(SL_GGML_Q4_1));
+  CHECK(sl_kcu_type_packed(SL_GGML_Q8_0));
+  CHECK(!sl_kcu_type_packed(SL_GGML_Q4_K));
+  CHECK(!sl_kcu_type_packed(SL_GGML_F16));
+  /* 4096 x 4096: 256 tiles of 16 rows x 128 blocks x (quants + scales) */
+  CHECK_EQ_INT(sl_kcu_packed_bytes(SL_GGML_Q4_0, 4096, 4096),
+               256u * 16 * 128 * 18);
+  CHECK_EQ_INT(sl_kcu_packed_bytes(SL_GGML_Q4_1, 17, 64), 2u * 16 * 2 * 20);
+  CHECK_EQ_INT(sl_kcu_packed_bytes(SL_GGML_Q8_0, 1, 32), 16u * 34);
+  CHECK_EQ_INT(sl_kcu_packed_bytes(SL_GGML_Q4_K, 3, 256), 3u * 144);
+  CHECK_EQ_INT(sl_kcu_packed_bytes(SL_GGML_F32, 3, 5), 60);
+  CHECK_EQ_INT(sl_kcu_packed_bytes(SL_GGML_Q4_0, 3, 48), 0);
+  CHECK_EQ_INT(sl_kcu_packed_bytes(SL_GGML_Q5_0, 3, 64), 0);
+  CHECK_EQ_INT(sl_kcu_packed_bytes(SL_GGML_Q4_0, 0, 64), 0);
+  CHECK_EQ_INT(sl_kcu_packed_bytes(SL_GGML_Q4_0, INT64_MAX / 2, 1 << 20),
+               SIZE_MAX);
+  for (size_t i = 0; i < N_TYPES; i++) {
+    sl_ggml_type t = k_types[i];
+    check_pack(t, 37, is_k(t) ? 512 : 96);
+    check_pack(t, 16, is_k(t) ? 256 : 64);
+  }
+  /* arguments */
+  void *a = NULL, *b = NULL;
+  if (cudaMalloc(&a, 4096) != cudaSuccess ||
+      cudaMalloc(&b, 4096) != cudaSuccess) {
+    CHECK_MSG(0, "cudaMalloc");
+    goto out;
+  }
+  CHECK_EQ_INT(sl_kcu_pack(g_s, SL_GGML_Q5_0, a, b, 2, 64), SL_ERR_UNSUPPORTED);
+  CHECK_EQ_INT(sl_kcu_pack(g_s, SL_GGML_Q4_0, a, b, 2, 48), SL_ERR_INVALID_ARG);
+  CHECK_EQ_INT(sl_kcu_pack(g_s, SL_GGML_Q4_0, a, (char *)b + 8, 2, 64),
+               SL_ERR_INVALID_ARG); /* dst not 16-byte aligned */
+  CHECK_EQ_INT(sl_kcu_pack(g_s, SL_GGML_Q4_0, (char *)a + 1, b, 2, 64),
+               SL_ERR_INVALID_ARG);
+  CHECK_EQ_INT(sl_kcu_pack(g_s, SL_GGML_Q4_0, a, b, -1, 64),
+               SL_ERR_INVALID_ARG);
+  CHECK_OK(sl_kcu_pack(g_s, SL_GGML_Q4_0, a, b, 0, 64));
+  CHECK_EQ_INT(cudaStreamSynchronize(g_s), cudaSuccess);
+out:
+  cudaFree(a);
+  cudaFree(b);
 }
 
 /* ---- arguments ------------------------------------------------------------
@@ -498,6 +657,12 @@ static void test_args(void) {
   CHECK_EQ_INT(sl_kcu_get_rows(g_s, SL_GGML_Q6_K, dw, 288, dids, 1, dy),
                SL_ERR_INVALID_ARG);
   CHECK_EQ_INT(sl_kcu_matmul(g_s, &w, dx, dy, -1, NULL, 0), SL_ERR_INVALID_ARG);
+  /* packed data must be 16-byte aligned (its 16-byte loads) */
+  w = (sl_kern_weight){SL_GGML_Q8_0, 64, 64, (char *)dw + 8};
+  CHECK_EQ_INT(sl_kcu_matmul(g_s, &w, dx, dy, 1, NULL, 0), SL_ERR_INVALID_ARG);
+  CHECK_EQ_INT(
+      sl_kcu_get_rows(g_s, SL_GGML_Q8_0, (char *)dw + 8, 64, dids, 1, dy),
+      SL_ERR_INVALID_ARG);
 
   /* scratch: 0 on the matrix-vector path and for F32; W and X in f16, each
    * rounded up to 256 bytes, otherwise */
@@ -532,10 +697,10 @@ out:
  * the same bit for bit whether it is computed alone or among others. VEC
  * must hold it by construction; GEMM relies on cuBLAS computing an output
  * element the same way for any n, which is checked here. */
-static void check_invariance(sl_ggml_type t, sl_kcu_mm_path path, int n) {
+static void check_invariance2(sl_ggml_type t, sl_kcu_mm_path path, int n,
+                              int64_t rows, int64_t cols) {
   mm_case c;
-  int64_t cols = sl_ggml_type_traits_of(t)->blck_size == 256 ? 768 : 576;
-  if (!case_init(&c, t, 1000, cols, n)) {
+  if (!case_init2(&c, t, rows, cols, n, false)) {
     CHECK_MSG(0, "case_init %d", (int)t);
     case_fini(&c);
     return;
@@ -561,9 +726,10 @@ static void check_invariance(sl_ggml_type t, sl_kcu_mm_path path, int n) {
     diff += memcmp(one, all + (size_t)i * (size_t)c.rows,
                    sizeof(float) * (size_t)c.rows) != 0;
   }
-  fprintf(stderr, "   %-5s %s n=%d: %d token(s) differ alone\n",
+  fprintf(stderr, "   %-5s %s %lldx%lld n=%d: %d token(s) differ alone\n",
           sl_ggml_type_traits_of(t)->name,
-          path == SL_KCU_MM_VEC ? "vec " : "gemm", n, diff);
+          path == SL_KCU_MM_VEC ? "vec " : "gemm", (long long)rows,
+          (long long)cols, n, diff);
   CHECK_MSG(diff == 0, "%s path %d: a token alone differs from its batch",
             sl_ggml_type_traits_of(t)->name, (int)path);
   if (scratch)
@@ -573,7 +739,19 @@ static void check_invariance(sl_ggml_type t, sl_kcu_mm_path path, int n) {
   case_fini(&c);
 }
 
+static void check_invariance(sl_ggml_type t, sl_kcu_mm_path path, int n) {
+  int64_t cols = sl_ggml_type_traits_of(t)->blck_size == 256 ? 768 : 576;
+  check_invariance2(t, path, n, 1000, cols);
+}
+
 static void test_batch_invariance(void) {
+  /* packed, >= 2048 tiles: 2 tiles a thread block for <= 4 tokens, 1 for
+   * more (n = 21 runs as 8 + 8 + 5, each token alone as 1); 16 warps along
+   * the row */
+  check_invariance2(SL_GGML_Q4_0, SL_KCU_MM_VEC, 21, 33000, 256);
+  check_invariance2(SL_GGML_Q4_1, SL_KCU_MM_VEC, 21, 33000, 256);
+  check_invariance2(SL_GGML_Q8_0, SL_KCU_MM_VEC, 21, 33000, 256);
+  check_invariance2(SL_GGML_Q4_1, SL_KCU_MM_VEC, 21, 200, 4096);
   const sl_ggml_type ts[] = {SL_GGML_Q4_0, SL_GGML_Q4_1, SL_GGML_Q8_0,
                              SL_GGML_F16,  SL_GGML_F32,  SL_GGML_Q6_K};
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
@@ -582,26 +760,62 @@ static void test_batch_invariance(void) {
   }
 }
 
-static void bench_one(sl_ggml_type t, int64_t rows, int64_t cols) {
+/* The device's pure read bandwidth (sl_kcu_read_bench over 2 GiB), GB/s. */
+static double read_peak(void) {
+  const size_t bytes = (size_t)2 << 30;
+  void *buf = NULL;
+  unsigned *sink = NULL;
+  double best = 0;
+  if (cudaMalloc(&buf, bytes) != cudaSuccess ||
+      cudaMalloc((void **)&sink, 4) != cudaSuccess)
+    goto out;
+  cudaMemset(buf, 1, bytes);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (int r = 0; r < 6; r++) {
+    cudaEventRecord(e0, g_s);
+    sl_kcu_read_bench(g_s, buf, bytes, sink);
+    cudaEventRecord(e1, g_s);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (r > 0 && bytes / (ms * 1e6) > best)
+      best = (double)bytes / (ms * 1e6);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+out:
+  cudaFree(buf);
+  cudaFree(sink);
+  return best;
+}
+
+static void bench_one(sl_ggml_type t, int64_t rows, int64_t cols, double peak) {
   const sl_ggml_type_traits *tr = sl_ggml_type_traits_of(t);
   mm_case c;
   enum { NB = 512 };
-  if (!case_init(&c, t, rows, cols, NB)) {
+  if (!case_init2(&c, t, rows, cols, NB, false)) {
     fprintf(stderr, "bench setup failed\n");
     case_fini(&c);
     return;
   }
+  /* the bytes the kernels read: the packed matrix, else the GGUF bytes */
+  const double wbytes = (double)sl_kcu_packed_bytes(t, rows, cols);
   sl_kern_weight w = {t, rows, cols, c.dw};
   size_t sb = sl_kcu_matmul_scratch_bytes(&w, NB);
   void *scratch = NULL;
-  if (sb)
-    cudaMalloc(&scratch, sb);
+  if (sb && cudaMalloc(&scratch, sb) != cudaSuccess) {
+    fprintf(stderr, "bench scratch failed\n");
+    case_fini(&c);
+    return;
+  }
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  static const int ns[] = {1, 2, 8, NB};
+  static const int ns[] = {1, 2, 4, 8, NB};
   for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
-    const int n = ns[j], reps = n == NB ? 20 : 100;
+    const int n = ns[j], reps = n == NB ? 10 : 100;
     size_t s = sl_kcu_matmul_scratch_bytes(&w, n);
     sl_kcu_matmul(g_s, &w, c.dx, c.dy, n, scratch, s); /* warm-up */
     cudaEventRecord(e0, g_s);
@@ -612,13 +826,14 @@ static void bench_one(sl_ggml_type t, int64_t rows, int64_t cols) {
     cudaEventSynchronize(e1);
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
-    double sec = ms / 1e3 / reps;
-    printf("%-5s %6lld x %-6lld n=%-3d %9.1f us  %7.1f GB/s weights  "
-           "%8.1f GFLOP/s  (%s)\n",
-           tr->name, (long long)rows, (long long)cols, n, sec * 1e6,
-           (double)c.bytes / sec / 1e9,
+    double sec = ms / 1e3 / reps, gbs = wbytes / sec / 1e9;
+    printf("%-5s %6lld x %-6lld n=%-3d %9.1f us  %7.1f GB/s weights (%3.0f%% "
+           "of read)  %8.1f GFLOP/s  (%s)\n",
+           tr->name, (long long)rows, (long long)cols, n, sec * 1e6, gbs,
+           peak > 0 ? 100.0 * gbs / peak : 0.0,
            2.0 * (double)rows * (double)cols * n / sec / 1e9,
            sl_status_str(st));
+    fflush(stdout);
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
@@ -626,12 +841,19 @@ static void bench_one(sl_ggml_type t, int64_t rows, int64_t cols) {
   case_fini(&c);
 }
 
-static void bench(void) {
-  static const sl_ggml_type ts[] = {SL_GGML_Q4_0, SL_GGML_Q8_0, SL_GGML_F16,
-                                    SL_GGML_Q4_K, SL_GGML_Q6_K};
+/* --bench [type name]: all types, or the one named (e.g. q4_0). */
+static void bench(const char *only) {
+  static const sl_ggml_type ts[] = {SL_GGML_Q4_0, SL_GGML_Q4_1, SL_GGML_Q8_0,
+                                    SL_GGML_F16,  SL_GGML_Q4_K, SL_GGML_Q6_K};
+  static const int64_t shapes[][2] = {
+      {4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
+  const double peak = read_peak();
+  printf("pure read (sl_kcu_read_bench): %.1f GB/s\n", peak);
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
-    bench_one(ts[i], 4096, 14336);
-    bench_one(ts[i], 14336, 4096);
+    if (only && strcmp(only, sl_ggml_type_traits_of(ts[i])->name) != 0)
+      continue;
+    for (size_t j = 0; j < sizeof shapes / sizeof shapes[0]; j++)
+      bench_one(ts[i], shapes[j][0], shapes[j][1], peak);
   }
 }
 #endif /* SLUICE_HAVE_CUDA */
@@ -656,8 +878,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
-    bench();
+    bench(argc > 2 ? argv[2] : NULL);
   } else {
+    RUN(test_pack);
     RUN(test_args);
     RUN(test_get_rows);
     RUN(test_matmul);

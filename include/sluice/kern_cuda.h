@@ -9,7 +9,9 @@
  *
  * Layouts are the CPU kernels' (sluice/kern_cpu.h): row-major f32
  * activations, weights in their GGUF bytes (sl_kern_weight, `data` a device
- * pointer), KV in f16 in the paged layout of sluice/kv.h.
+ * pointer), KV in f16 in the paged layout of sluice/kv.h; except that Q4_0,
+ * Q4_1 and Q8_0 weights are read in the packed layout that sl_kcu_pack
+ * writes (by sl_kcu_matmul, sl_kcu_matmul_path, sl_kcu_get_rows).
  */
 #ifndef SLUICE_KERN_CUDA_H
 #define SLUICE_KERN_CUDA_H
@@ -30,6 +32,28 @@ extern "C" {
  * Q4_K, Q5_K, Q6_K. */
 bool sl_kcu_type_supported(sl_ggml_type t);
 
+/* Device bytes of a rows x cols matrix of type t in the layout the CUDA
+ * kernels read: for Q4_0, Q4_1 and Q8_0 the packed layout (quants apart from
+ * scales, 16-byte aligned: src/kern/cuda/packed.cuh), for the other types
+ * the GGUF bytes as they are. The packed layout stores rows in tiles of 16
+ * (the last one padded), so it may be a little larger than the GGUF bytes.
+ * 0 for a type without kernels or cols not a multiple of its block;
+ * SIZE_MAX on overflow. */
+size_t sl_kcu_packed_bytes(sl_ggml_type t, int64_t rows, int64_t cols);
+
+/* True when t is repacked (then sl_kcu_pack must run before the kernels
+ * read it): Q4_0, Q4_1, Q8_0. */
+bool sl_kcu_type_packed(sl_ggml_type t);
+
+/* Rewrites rows x cols of GGUF-layout data at src (device, 2-byte aligned)
+ * into the packed layout at dst (device, sl_kcu_packed_bytes bytes, 16-byte
+ * aligned; 256 from the allocator), on stream; for the other types copies
+ * the bytes. src and dst must not overlap. SL_ERR_UNSUPPORTED for a type
+ * without kernels, SL_ERR_INVALID_ARG for cols not a multiple of the block
+ * or a misaligned pointer. */
+sl_status sl_kcu_pack(void *stream, sl_ggml_type t, const void *src, void *dst,
+                      int64_t rows, int64_t cols);
+
 /* Token counts up to this many take the matrix-vector kernels (weights are
  * read once for all of them); more take dequantization + cuBLAS. */
 #define SL_KCU_MMV_MAX_TOKENS 8
@@ -39,8 +63,9 @@ bool sl_kcu_type_supported(sl_ggml_type t);
 size_t sl_kcu_matmul_scratch_bytes(const sl_kern_weight *w, int n);
 
 /* Y[t][r] = sum_k W[r][k] * X[t][k] for t < n, r < w->rows; X (n, cols) f32,
- * Y (n, rows) f32. `scratch` holds sl_kcu_matmul_scratch_bytes(w, n) bytes
- * (may be NULL when that is 0). */
+ * Y (n, rows) f32. w->data: Q4_0, Q4_1, Q8_0 packed (sl_kcu_pack), the
+ * other types in their GGUF bytes. `scratch` holds
+ * sl_kcu_matmul_scratch_bytes(w, n) bytes (may be NULL when that is 0). */
 sl_status sl_kcu_matmul(void *stream, const sl_kern_weight *w, const float *x,
                         float *y, int n, void *scratch, size_t scratch_bytes);
 
@@ -63,7 +88,8 @@ sl_status sl_kcu_matmul_path(void *stream, const sl_kern_weight *w,
                              size_t scratch_bytes);
 
 /* dst[i] (cols f32) = the dequantized row ids[i] of a (rows, cols) matrix of
- * type t at src, for i < n (the token embedding gather). ids: device int32. */
+ * type t at src, for i < n (the token embedding gather). ids: device int32.
+ * src as w->data of sl_kcu_matmul: packed for Q4_0, Q4_1, Q8_0. */
 sl_status sl_kcu_get_rows(void *stream, sl_ggml_type t, const void *src,
                           int64_t cols, const int32_t *ids, int n, float *dst);
 

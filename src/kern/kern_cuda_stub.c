@@ -13,6 +13,20 @@ bool sl_kcu_type_supported(sl_ggml_type t) {
   return false;
 }
 
+size_t sl_kcu_packed_bytes(sl_ggml_type t, int64_t rows, int64_t cols) {
+  return 0;
+}
+
+bool sl_kcu_type_packed(sl_ggml_type t) {
+  (void)t;
+  return false;
+}
+
+sl_status sl_kcu_pack(void *stream, sl_ggml_type t, const void *src, void *dst,
+                      int64_t rows, int64_t cols) {
+  return SL_ERR_UNSUPPORTED;
+}
+
 size_t sl_kcu_matmul_scratch_bytes(const sl_kern_weight *w, int n) {
   return 0;
 }

@@ -1,8 +1,10 @@
 /* The batched forward pass on a CUDA device: the engine's path on the GPU.
  *
- * Weights are uploaded once, in their GGUF formats, into one buffer from the
- * runtime's caching allocator (owned by the engine stream, so they count in
- * the device's active bytes and in the memory guard). A step is one task on
+ * Weights are uploaded once into one buffer from the runtime's caching
+ * allocator (owned by the engine stream, so they count in the device's
+ * active bytes and in the memory guard): in their GGUF formats, except
+ * Q4_0, Q4_1 and Q8_0, which go through a staging buffer and sl_kcu_pack
+ * into the packed layout the CUDA kernels read. A step is one task on
  * the engine stream: the task copies the step's indices from page-locked
  * memory, enqueues every kernel of every layer on the stream's native
  * cudaStream_t, the argmax of each logits row, and the copies of the ids (and
@@ -92,12 +94,43 @@ static sl_kern_weight dev_weight(const sl_gguf_t *g, const size_t *offs,
   return w;
 }
 
+/* Rows and columns of tensor t as a matrix (ne[0] contiguous). */
+static void mat_shape(const sl_gguf_tensor *t, int64_t *rows, int64_t *cols) {
+  *cols = (int64_t)t->ne[0];
+  *rows = (int64_t)(t->ne[1] * t->ne[2] * t->ne[3]);
+}
+
+/* The device bytes of tensor t: the packed layout's for Q4_0, Q4_1, Q8_0
+ * (at least the GGUF bytes: a tile of rows may be padded), else the file's.
+ * SIZE_MAX when the packed size overflows. */
+static size_t dev_bytes(const sl_gguf_tensor *t) {
+  if (!sl_kcu_type_packed(t->type))
+    return t->nbytes;
+  int64_t rows, cols;
+  mat_shape(t, &rows, &cols);
+  size_t n = sl_kcu_packed_bytes(t->type, rows, cols);
+  return n == 0 ? t->nbytes : n;
+}
+
 uint64_t sl__cu_weight_bytes(const sl_model_t *m) {
   const sl_gguf_t *g = m->g;
   uint64_t total = 0;
   for (int64_t i = 0; i < sl_gguf_n_tensors(g); i++)
-    total += up(sl_gguf_tensor_at(g, i)->nbytes);
+    total += up(dev_bytes(sl_gguf_tensor_at(g, i)));
   return total;
+}
+
+typedef struct pack_arg {
+  sl_buf_t *src, *dst;
+  size_t dst_off;
+  sl_ggml_type type;
+  int64_t rows, cols;
+} pack_arg;
+
+static sl_status pack_task(const sl_task_ctx *ctx, void *arg) {
+  const pack_arg *a = arg;
+  return sl_kcu_pack(ctx->native, a->type, sl_buf_ptr(a->src),
+                     (char *)sl_buf_ptr(a->dst) + a->dst_off, a->rows, a->cols);
 }
 
 static const char *type_name(sl_ggml_type t) {
@@ -118,13 +151,28 @@ static sl_status upload(sl__cu_ctx *c, bool progress) {
   size_t *offs = sl_malloc(sizeof(size_t) * (size_t)(nt > 0 ? nt : 1));
   if (!offs)
     return SL_ERR_NOMEM;
-  size_t total = 0;
+  size_t total = 0, stage = 0;
   for (int64_t i = 0; i < nt; i++) {
+    const sl_gguf_tensor *t = sl_gguf_tensor_at(g, i);
+    size_t n = dev_bytes(t);
+    if (n == SIZE_MAX || n > SIZE_MAX - ALIGN - total) {
+      sl_free(offs);
+      return SL_ERR_OVERFLOW;
+    }
     offs[i] = total;
-    total += up(sl_gguf_tensor_at(g, i)->nbytes);
+    total += up(n);
+    if (sl_kcu_type_packed(t->type) && t->nbytes > stage)
+      stage = t->nbytes;
   }
   sl_status st = sl_buf_alloc(c->stream, total ? total : ALIGN, &c->wbuf);
   if (st != SL_OK) {
+    sl_free(offs);
+    return st;
+  }
+  /* the GGUF bytes of a packed tensor land here, then sl_kcu_pack moves
+   * them into wbuf; writes and packs are ordered on the engine stream */
+  sl_buf_t *staging = NULL;
+  if (stage && (st = sl_buf_alloc(c->stream, stage, &staging)) != SL_OK) {
     sl_free(offs);
     return st;
   }
@@ -134,9 +182,12 @@ static sl_status upload(sl__cu_ctx *c, bool progress) {
   const size_t chunk = 64u << 20;
   for (int64_t i = 0; i < nt && st == SL_OK; i++) {
     const sl_gguf_tensor *t = sl_gguf_tensor_at(g, i);
+    const bool packed = sl_kcu_type_packed(t->type);
     for (size_t o = 0; o < t->nbytes && st == SL_OK; o += chunk) {
       size_t n = t->nbytes - o < chunk ? t->nbytes - o : chunk;
-      st = sl_buf_write(c->wbuf, offs[i] + o, (const char *)t->data + o, n);
+      st = packed ? sl_buf_write(staging, o, (const char *)t->data + o, n)
+                  : sl_buf_write(c->wbuf, offs[i] + o,
+                                 (const char *)t->data + o, n);
       done += n;
       int pct = total ? (int)(100 * done / total) : 100;
       if (tty && pct != last) {
@@ -147,9 +198,21 @@ static sl_status upload(sl__cu_ctx *c, bool progress) {
         last = pct;
       }
     }
+    if (packed && st == SL_OK) {
+      pack_arg a = {staging, c->wbuf, offs[i], t->type, 0, 0};
+      mat_shape(t, &a.rows, &a.cols);
+      sl_buf_t *bufs[2] = {staging, c->wbuf};
+      st = sl_stream_submit(c->stream, pack_task, &a, sizeof a, bufs, 2, NULL);
+    }
   }
   if (tty)
     fputc('\n', stderr);
+  if (staging) {
+    sl_status s2 = sl_stream_sync(c->stream); /* the last pack's error */
+    if (st == SL_OK)
+      st = s2;
+    sl_buf_release(staging);
+  }
   if (st != SL_OK) {
     sl_free(offs);
     return st;

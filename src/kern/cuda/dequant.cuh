@@ -3,9 +3,10 @@
  * the batched path and the row gather (gemm.cu).
  *
  * Each weight type is a traits struct that splits a row into *units*: the
- * piece one thread loads at once (a Q block of 32, a 32-element slice of a
- * K-quant super-block, 8 floats), read with the narrowest loads the block
- * layout allows (blocks of 18, 34 and 210 bytes are only 2-byte aligned).
+ * piece one thread loads at once (a 32-element slice of a K-quant
+ * super-block, 8 floats), read with the narrowest loads the block layout
+ * allows (blocks of 210 bytes are only 2-byte aligned). Q4_0, Q4_1 and Q8_0
+ * are not here: the kernels read them in the packed layout (packed.cuh).
  * A unit is `GPU` groups of `GS` consecutive elements (GS = 4 except the
  * unaligned float fallback), group g of unit u starting at element
  * off(u, g) of its block. group() turns a group into
@@ -15,8 +16,7 @@
  *   s, m   so that weight = q * s + m
  *
  * and exact() combines them with the rounding of the CPU dequantizers
- * (src/kern/cpu: scalar for the K-quants, the AVX2 table for Q4_1, whose
- * fused q * d + m is also what production CPUs and ggml-cuda compute), so
+ * (src/kern/cpu: scalar for the K-quants), so
  * that sl_kcu_get_rows equals sl_kern_dequant_row bit for bit. The matvec
  * uses q, s and m directly (it factors s out of the group when m is 0).
  *
@@ -57,102 +57,6 @@ __device__ __forceinline__ float bf16(uint32_t bits) {
 __device__ __forceinline__ float ifl(uint32_t v, float bias) {
   return __uint_as_float(0x4B000000u | v) - (8388608.0f + bias);
 }
-
-/* ---- Q4_0: f16 d, u8 qs[16]; elem j = (qs[j] & 15) - 8, j + 16 = qs >> 4 */
-struct q4_0 {
-  static constexpr int QK = 32, BYTES = 18, UPB = 1, GPU = 8, GS = 4, ALIGN = 2,
-                       KIND = K_SCALED;
-  struct raw {
-    uint32_t q[4];
-    float d;
-  };
-  static __device__ __forceinline__ void load(const uint8_t *b, int, raw &r) {
-    r.d = f16(ld16(b));
-#pragma unroll
-    for (int w = 0; w < 4; w++)
-      r.q[w] = ld32_a2(b + 2 + 4 * w);
-  }
-  static __device__ __forceinline__ int off(int, int g) {
-    return g < 4 ? 4 * g : 16 + 4 * (g - 4);
-  }
-  static __device__ __forceinline__ void group(const raw &r, int, int g,
-                                               float *q, float &s, float &m) {
-    const uint32_t v = (r.q[g & 3] >> (g < 4 ? 0 : 4)) & 0x0F0F0F0Fu;
-#pragma unroll
-    for (int e = 0; e < 4; e++)
-      q[e] = ifl((v >> (8 * e)) & 0xFF, 8.0f);
-    s = r.d;
-    m = 0.0f;
-  }
-  static __device__ __forceinline__ float exact(float q, float s, float) {
-    return __fmul_rn(q, s);
-  }
-};
-
-/* ---- Q4_1: f16 d, f16 m, u8 qs[16]; elem = q * d + m (fused, as AVX2) */
-struct q4_1 {
-  static constexpr int QK = 32, BYTES = 20, UPB = 1, GPU = 8, GS = 4, ALIGN = 4,
-                       KIND = K_MIN;
-  struct raw {
-    uint32_t q[4];
-    float d, m;
-  };
-  static __device__ __forceinline__ void load(const uint8_t *b, int, raw &r) {
-    const uint32_t dm = ld32(b);
-    r.d = f16(dm & 0xFFFF);
-    r.m = f16(dm >> 16);
-#pragma unroll
-    for (int w = 0; w < 4; w++)
-      r.q[w] = ld32(b + 4 + 4 * w);
-  }
-  static __device__ __forceinline__ int off(int, int g) {
-    return g < 4 ? 4 * g : 16 + 4 * (g - 4);
-  }
-  static __device__ __forceinline__ void group(const raw &r, int, int g,
-                                               float *q, float &s, float &m) {
-    const uint32_t v = (r.q[g & 3] >> (g < 4 ? 0 : 4)) & 0x0F0F0F0Fu;
-#pragma unroll
-    for (int e = 0; e < 4; e++)
-      q[e] = ifl((v >> (8 * e)) & 0xFF, 0.0f);
-    s = r.d;
-    m = r.m;
-  }
-  static __device__ __forceinline__ float exact(float q, float s, float m) {
-    return __fmaf_rn(q, s, m);
-  }
-};
-
-/* ---- Q8_0: f16 d, i8 qs[32]; elem = q * d */
-struct q8_0 {
-  static constexpr int QK = 32, BYTES = 34, UPB = 1, GPU = 8, GS = 4, ALIGN = 2,
-                       KIND = K_SCALED;
-  struct raw {
-    uint32_t q[8];
-    float d;
-  };
-  static __device__ __forceinline__ void load(const uint8_t *b, int, raw &r) {
-    r.d = f16(ld16(b));
-#pragma unroll
-    for (int w = 0; w < 8; w++)
-      r.q[w] = ld32_a2(b + 2 + 4 * w);
-  }
-  static __device__ __forceinline__ int off(int, int g) {
-    return 4 * g;
-  }
-  static __device__ __forceinline__ void group(const raw &r, int, int g,
-                                               float *q, float &s, float &m) {
-    /* flipping the sign bit maps int8 q to the unsigned q + 128 */
-    const uint32_t v = r.q[g] ^ 0x80808080u;
-#pragma unroll
-    for (int e = 0; e < 4; e++)
-      q[e] = ifl((v >> (8 * e)) & 0xFF, 128.0f);
-    s = r.d;
-    m = 0.0f;
-  }
-  static __device__ __forceinline__ float exact(float q, float s, float) {
-    return __fmul_rn(q, s);
-  }
-};
 
 /* ggml's get_scale_min_k4 over the 12 scale bytes held as 3 words. */
 __device__ __forceinline__ void scale_min_k4(int j, const uint32_t *sw,

@@ -28,45 +28,16 @@
 namespace sl_kcu {
 namespace {
 
-/* Elements and bytes of a block of t; false for a type without kernels. */
-bool blk(sl_ggml_type t, int64_t *elems, size_t *bytes) {
-  switch (t) {
-  case SL_GGML_F32:
-    *elems = 1, *bytes = 4;
-    return true;
-  case SL_GGML_F16:
-  case SL_GGML_BF16:
-    *elems = 1, *bytes = 2;
-    return true;
-  case SL_GGML_Q4_0:
-    *elems = 32, *bytes = 18;
-    return true;
-  case SL_GGML_Q4_1:
-    *elems = 32, *bytes = 20;
-    return true;
-  case SL_GGML_Q8_0:
-    *elems = 32, *bytes = 34;
-    return true;
-  case SL_GGML_Q4_K:
-    *elems = 256, *bytes = 144;
-    return true;
-  case SL_GGML_Q5_K:
-    *elems = 256, *bytes = 176;
-    return true;
-  case SL_GGML_Q6_K:
-    *elems = 256, *bytes = 210;
-    return true;
-  default:
-    return false;
-  }
-}
-
-/* The alignment the unit loads need of the data (dequant.cuh ALIGN; the
- * float types' scalar fallback). */
+/* The alignment the loads need of the data: 16 for the packed types
+ * (packed.cuh), else dequant.cuh ALIGN (the float types' scalar
+ * fallback). */
 size_t data_align(sl_ggml_type t) {
   switch (t) {
-  case SL_GGML_F32:
+  case SL_GGML_Q4_0:
   case SL_GGML_Q4_1:
+  case SL_GGML_Q8_0:
+    return 16;
+  case SL_GGML_F32:
   case SL_GGML_Q4_K:
   case SL_GGML_Q5_K:
     return 4;
@@ -80,7 +51,8 @@ bool is_float(sl_ggml_type t) {
 }
 
 /* Calls f with a value of the traits type of t (the 16-byte float units
- * when vec8). */
+ * when vec8); SL_ERR_UNSUPPORTED for the packed types, which pack.cu
+ * reads. */
 template <class F> sl_status with_traits(sl_ggml_type t, bool vec8, F &&f) {
   switch (t) {
   case SL_GGML_F32:
@@ -89,12 +61,6 @@ template <class F> sl_status with_traits(sl_ggml_type t, bool vec8, F &&f) {
     return vec8 ? f(h16w<false, 8>{}) : f(h16w<false, 1>{});
   case SL_GGML_BF16:
     return vec8 ? f(h16w<true, 8>{}) : f(h16w<true, 1>{});
-  case SL_GGML_Q4_0:
-    return f(q4_0{});
-  case SL_GGML_Q4_1:
-    return f(q4_1{});
-  case SL_GGML_Q8_0:
-    return f(q8_0{});
   case SL_GGML_Q4_K:
     return f(q4_k{});
   case SL_GGML_Q5_K:
@@ -224,7 +190,12 @@ sl_status gemm(cudaStream_t stream, const sl_kern_weight *w, const float *x,
   __half *w16 = (__half *)scratch;
   __half *x16 = (__half *)((char *)scratch + w16b);
   const void *a = w->data;
-  if (w->type != SL_GGML_F16) {
+  if (sl_kcu_type_packed(w->type)) {
+    sl_status st = dequant_packed_f16(stream, w, w16);
+    if (st != SL_OK)
+      return st;
+    a = w16;
+  } else if (w->type != SL_GGML_F16) {
     const bool vec8 = w->cols % 8 == 0 && (uintptr_t)w->data % 16 == 0;
     sl_status st = with_traits(w->type, vec8, [&](auto tr) {
       using T = decltype(tr);
@@ -282,10 +253,12 @@ extern "C" size_t sl_kcu_matmul_scratch_bytes(const sl_kern_weight *w, int n) {
 }
 
 /* Beyond the header's contract: the weight data must be aligned as its
- * blocks' loads need (2 bytes; 4 for Q4_1, Q4_K, Q5_K, F32), x 16-byte
+ * blocks' loads need (16 bytes for the packed Q4_0, Q4_1, Q8_0; 2 for the
+ * others, 4 for Q4_K, Q5_K, F32), x 16-byte
  * aligned for quantized weights on the matrix-vector path (n <= 8) and
  * scratch 16-byte aligned; SL_ERR_INVALID_ARG otherwise. Device pointers
- * from the allocator and GGUF tensor offsets (32-aligned) meet all three. */
+ * from the allocator, packed matrices at 16-byte aligned offsets and GGUF
+ * tensor offsets (32-aligned) meet all three. */
 extern "C" sl_status sl_kcu_matmul(void *stream, const sl_kern_weight *w,
                                    const float *x, float *y, int n,
                                    void *scratch, size_t scratch_bytes) {
@@ -384,6 +357,8 @@ extern "C" sl_status sl_kcu_get_rows(void *stream, sl_ggml_type t,
     return SL_OK;
   if (!src || !ids || !dst || (uintptr_t)src % data_align(t))
     return SL_ERR_INVALID_ARG;
+  if (sl_kcu_type_packed(t))
+    return get_rows_packed((cudaStream_t)stream, t, src, cols, ids, n, dst);
   const bool vec8 = cols % 8 == 0 && (uintptr_t)src % 16 == 0;
   return with_traits(t, vec8, [&](auto tr) {
     using T = decltype(tr);

@@ -4,6 +4,7 @@
 #define SLUICE_KERN_CUDA_MM_IMPL_CUH
 
 #include <cublas_v2.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 
@@ -78,11 +79,58 @@ void cublas_release(cublas_lease *l);
  * CUDA error is pending, SL_ERR_DEVICE for any other failure. */
 sl_status cublas_status(cublasStatus_t cs);
 
+/* Elements and bytes of a GGUF block of t; false for a type without
+ * kernels. */
+inline bool blk(sl_ggml_type t, int64_t *elems, size_t *bytes) {
+  switch (t) {
+  case SL_GGML_F32:
+    *elems = 1, *bytes = 4;
+    return true;
+  case SL_GGML_F16:
+  case SL_GGML_BF16:
+    *elems = 1, *bytes = 2;
+    return true;
+  case SL_GGML_Q4_0:
+    *elems = 32, *bytes = 18;
+    return true;
+  case SL_GGML_Q4_1:
+    *elems = 32, *bytes = 20;
+    return true;
+  case SL_GGML_Q8_0:
+    *elems = 32, *bytes = 34;
+    return true;
+  case SL_GGML_Q4_K:
+    *elems = 256, *bytes = 144;
+    return true;
+  case SL_GGML_Q5_K:
+    *elems = 256, *bytes = 176;
+    return true;
+  case SL_GGML_Q6_K:
+    *elems = 256, *bytes = 210;
+    return true;
+  default:
+    return false;
+  }
+}
+
 /* The matrix-vector path (mmv.cu): Y = X W^T for 1 <= n <=
  * SL_KCU_MMV_MAX_TOKENS, arguments checked by the caller (type supported,
  * cols a multiple of the block, alignments of sl_kcu_matmul). */
 sl_status mmv(cudaStream_t stream, const sl_kern_weight *w, const float *x,
               float *y, int n);
+
+/* The same for packed weights (Q4_0, Q4_1, Q8_0; mmv_packed.cu); mmv calls
+ * it for them. */
+sl_status mmv_packed(cudaStream_t stream, const sl_kern_weight *w,
+                     const float *x, float *y, int n);
+
+/* out (rows, cols) f16 = the packed weight w (pack.cu). */
+sl_status dequant_packed_f16(cudaStream_t stream, const sl_kern_weight *w,
+                             __half *out);
+
+/* sl_kcu_get_rows for a packed type, arguments checked (pack.cu). */
+sl_status get_rows_packed(cudaStream_t stream, sl_ggml_type t, const void *src,
+                          int64_t cols, const int32_t *ids, int n, float *dst);
 
 } // namespace sl_kcu
 

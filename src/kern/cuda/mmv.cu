@@ -223,11 +223,9 @@ sl_status mmv(cudaStream_t stream, const sl_kern_weight *w, const float *x,
     return vec8_ok(w, x) ? launch<h16w<true, 8>>(stream, w, x, y, n)
                          : launch<h16w<true, 1>>(stream, w, x, y, n);
   case SL_GGML_Q4_0:
-    return launch<q4_0>(stream, w, x, y, n);
   case SL_GGML_Q4_1:
-    return launch<q4_1>(stream, w, x, y, n);
   case SL_GGML_Q8_0:
-    return launch<q8_0>(stream, w, x, y, n);
+    return mmv_packed(stream, w, x, y, n);
   case SL_GGML_Q4_K:
     return launch<q4_k>(stream, w, x, y, n);
   case SL_GGML_Q5_K:
