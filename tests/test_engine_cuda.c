@@ -237,8 +237,8 @@ static void test_batch_invariance_and_cpu_agreement(void) {
     sl_engine_free(ng);
     for (int p = 0; p < N_PROMPTS; p++)
       CHECK_MSG(!memcmp(alone[p], nograph[p], sizeof(int32_t) * N_GEN),
-                "prompt %d: with and without CUDA graphs differ at token %d",
-                p, common_prefix(alone[p], nograph[p], N_GEN));
+                "prompt %d: with and without CUDA graphs differ at token %d", p,
+                common_prefix(alone[p], nograph[p], N_GEN));
   }
   for (int p = 0; p < N_PROMPTS; p++)
     CHECK_MSG(!memcmp(alone[p], batch[p], sizeof(int32_t) * N_GEN),

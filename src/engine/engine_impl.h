@@ -39,7 +39,7 @@ typedef struct sl__site_stats {
   uint64_t engine_pending_max; /* engine-stream tasks pending after a clear */
   uint64_t inflight_bytes_max; /* bytes with pending uses at the clear */
   double inflight_ms_max;
-  uint64_t reached_busy; /* reached with engine-stream work still pending */
+  uint64_t reached_busy;    /* reached with engine-stream work still pending */
   double busy_drain_ms_max; /* the longest such drain: work in flight then */
 } sl__site_stats;
 

@@ -430,8 +430,7 @@ static sl_status mm(void *s, const sl_kern_weight *w, const float *x, float *y,
 
 /* Every kernel of the step, from the embedding gather to the argmax, on
  * stream s (recorded into a graph when s is capturing). */
-static sl_status forward(sl__cu_ctx *c, const cu_arg *a, void *s,
-                         char *base) {
+static sl_status forward(sl__cu_ctx *c, const cu_arg *a, void *s, char *base) {
   const sl_model_hparams *hp = &c->m->hp;
   const step_layout *L = &a->L;
   int n = a->n;
@@ -719,8 +718,8 @@ sl_status sl__cu_submit(sl__cu_ctx *c, const sl_batch *b,
   c->b = b;
   c->out = *out;
   c->n_rows = rows;
-  cu_arg a = {c, L, b->n_tokens, rows, max_len, graph, ns_b, n_dec, rows_dec,
-              any_logits};
+  cu_arg a = {c,     L,    b->n_tokens, rows,     max_len,
+              graph, ns_b, n_dec,       rows_dec, any_logits};
   sl_buf_t *bufs[3] = {graph ? c->gact : act, c->kv.buf, c->wbuf};
   st = sl_stream_submit(c->stream, step_task, &a, sizeof a, bufs, 3, &c->seq);
   if (st != SL_OK) {
