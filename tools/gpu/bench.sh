@@ -26,6 +26,10 @@ for st in $stages; do
         --type $t --out /tmp/models/8b-$t.gguf --like $M
     done
     ;;
+  nographs)
+    SLUICE_CUDA_GRAPHS=0 run $S bench model -m ${NG_MODEL:-$M} --device cuda \
+      --reps 3 | tee $OUT/bench-nographs.json
+    ;;
   8b)
     for t in ${TYPES:-q4_0 q8_0 f16}; do
       run $S bench model -m /tmp/models/8b-$t.gguf --device cuda --reps 2 \

@@ -9,6 +9,11 @@ if [ -d .devdeps ] && [ ! -d /tmp/deps/usr ]; then
   for f in .devdeps/*.deb; do dpkg -x "$f" /tmp/deps; done
 fi
 if [ -d /tmp/deps/usr ]; then
+  # libmicrohttpd.pc names gnutls in Requires.private, and no gnutls.pc is
+  # there: pkg-config would then refuse libmicrohttpd (and no `sluice serve`
+  # is built); the shared library needs no gnutls flags to link
+  sed -i '/^Requires.private:/d' \
+    /tmp/deps/usr/lib/x86_64-linux-gnu/pkgconfig/libmicrohttpd.pc 2>/dev/null
   export PKG_CONFIG_SYSROOT_DIR=/tmp/deps
   export PKG_CONFIG_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu/pkgconfig
   export LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu
@@ -29,11 +34,12 @@ if [ ! -f "$M" ] && [ -f /tmp/m/part1 ] && [ -f /tmp/m/part2 ]; then
   mkdir -p models && cat /tmp/m/part1 /tmp/m/part2 > "$M"
 fi
 # the llama.cpp peer (CUDA build of ../shared/peers/build-llama-server.sh),
-# stripped and zstd-compressed, one binary per call (.peer1, .peer2)
+# stripped and xz-compressed (the GPU machine has no zstd), one binary per
+# call (.peer1, .peer2)
 mkdir -p /tmp/peer
-for f in .peer1/llama-bench.zst .peer2/llama-server.zst; do
-  b=/tmp/peer/$(basename "$f" .zst)
-  [ -f "$f" ] && [ ! -x "$b" ] && zstd -q -d "$f" -o "$b" && chmod +x "$b"
+for f in .peer1/llama-bench.xz .peer2/llama-server.xz; do
+  b=/tmp/peer/$(basename "$f" .xz)
+  [ -f "$f" ] && [ ! -x "$b" ] && xz -d -c "$f" > "$b" && chmod +x "$b"
 done
 export OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
