@@ -60,6 +60,17 @@
 #include <cuda_runtime_api.h>
 
 static cudaStream_t g_s;
+/* cudaMemcpy from pageable memory returns once the bytes are staged, not
+ * once they land, and the kernels run on a non-blocking stream that does not
+ * wait for the legacy stream: a kernel could read the buffer before the copy
+ * reached it (seen on the H200: a fixed set of rows came back NaN in one run
+ * of three). Every host-to-device copy goes on the kernels' stream and is
+ * waited for. */
+static cudaError_t h2d(void *dst, const void *src, size_t n) {
+  cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, g_s);
+  return e == cudaSuccess ? cudaStreamSynchronize(g_s) : e;
+}
+
 static uint64_t g_rng = 0x243F6A8885A308D3ull;
 
 static uint64_t rnd(void) {
@@ -174,11 +185,10 @@ static bool upload_packed(sl_ggml_type t, const uint8_t *w, size_t gguf_bytes,
     return false;
   if (cudaMalloc(&tmp, gguf_bytes) != cudaSuccess)
     return false;
-  bool ok =
-      cudaMalloc(out, *bytes) == cudaSuccess &&
-      cudaMemcpy(tmp, w, gguf_bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
-      sl_kcu_pack(g_s, t, tmp, *out, rows, cols) == SL_OK &&
-      cudaStreamSynchronize(g_s) == cudaSuccess;
+  bool ok = cudaMalloc(out, *bytes) == cudaSuccess &&
+            h2d(tmp, w, gguf_bytes) == cudaSuccess &&
+            sl_kcu_pack(g_s, t, tmp, *out, rows, cols) == SL_OK &&
+            cudaStreamSynchronize(g_s) == cudaSuccess;
   cudaFree(tmp);
   return ok;
 }
@@ -211,8 +221,7 @@ static bool case_init2(mm_case *c, sl_ggml_type t, int64_t rows, int64_t cols,
       cudaMalloc((void **)&c->dy, (size_t)(nmax * rows) * sizeof(float)) !=
           cudaSuccess)
     return false;
-  cudaMemcpy(c->dx, c->x, (size_t)(nmax * cols) * sizeof(float),
-             cudaMemcpyHostToDevice);
+  h2d(c->dx, c->x, (size_t)(nmax * cols) * sizeof(float));
   return true;
 }
 
@@ -464,7 +473,7 @@ static void check_get_rows(sl_ggml_type t, int64_t rows, int64_t cols) {
   for (int i = 0; i < N; i++)
     ids[i] = (int32_t)(rnd() % (uint64_t)rows);
   ids[0] = 0, ids[1] = (int32_t)rows - 1, ids[2] = ids[3];
-  cudaMemcpy(dids, ids, sizeof ids, cudaMemcpyHostToDevice);
+  h2d(dids, ids, sizeof ids);
   CHECK_OK(sl_kcu_get_rows(g_s, t, c.dw, cols, dids, N, dout));
   CHECK_EQ_INT(cudaStreamSynchronize(g_s), cudaSuccess);
   cudaMemcpy(out, dout, (size_t)N * (size_t)cols * sizeof(float),
