@@ -146,6 +146,12 @@ bool sl__admit_one(sl_engine_t *e);
 void sl__apply_aborts(sl_engine_t *e);
 /* Builds and runs one batch; false when there was nothing to do. */
 bool sl__step(sl_engine_t *e);
+/* The host's share of the next step, done while this one runs on the
+ * device: new requests join the waiting queue and are admitted (prefix
+ * lookup, memory guard, blocks), so that the next batch is ready when this
+ * one's results arrive. Aborts wait for the step's end (they free blocks
+ * the running step may be writing). */
+void sl__prepare_next(sl_engine_t *e);
 /* Fails every active request with st (a clear reported an error). */
 void sl__fail_active(sl_engine_t *e, sl_status st);
 void sl__active_remove(sl_engine_t *e, sl__req *r);

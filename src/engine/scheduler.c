@@ -551,6 +551,7 @@ bool sl__step(sl_engine_t *e) {
     if (end)
       sl__clear_at_site(e, SL__SITE_PREFILL_END);
     decode_clear_sites(e);
+    sl__prepare_next(e);
     st = sl_batch_ctx_wait(e->bctx);
   }
   if (is_oom(st)) {
