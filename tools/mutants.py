@@ -17,7 +17,12 @@ Each mutant lives in tools/mutants/NN-name.txt:
 A mutant whose `old` text is not found exactly once is reported as stale
 and fails the run, so the list cannot rot silently as the code changes.
 
-Usage: tools/mutants.py [--keep] [--jobs N] [NAME_SUBSTRING ...]
+A mutant with `# requires: cuda` breaks GPU code: its test runs only with
+--cuda, on a machine with a GPU (the build then has the CUDA backend, for
+sm_90 unless CMAKE_CUDA_ARCHITECTURES says otherwise); without it the
+mutant is only checked for staleness and reported SKIPPED.
+
+Usage: tools/mutants.py [--keep] [--jobs N] [--cuda] [NAME_SUBSTRING ...]
 """
 import argparse
 import os
@@ -54,6 +59,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--timeout", type=int, default=180,
                     help="seconds per test run of one mutant")
+    ap.add_argument("--cuda", action="store_true",
+                    help="build with CUDA and run the GPU mutants")
     ap.add_argument("only", nargs="*")
     a = ap.parse_args()
     files = sorted(f for f in os.listdir(os.path.join(HERE, "mutants"))
@@ -61,6 +68,18 @@ def main():
     muts = [parse(os.path.join(HERE, "mutants", f)) for f in files]
     if a.only:
         muts = [m for m in muts if any(o in m["name"] for o in a.only)]
+    skipped = [m for m in muts
+               if m.get("requires") == "cuda" and not a.cuda]
+    for m in skipped:
+        text = open(os.path.join(ROOT, m["file"]), encoding="utf-8").read()
+        if text.count(m["old"]) != 1:
+            sys.exit(f"mutants: STALE {m['name']}: the text to break occurs "
+                     f"{text.count(m['old'])} times in {m['file']}")
+        print(f"SKIPPED  {m['name']}: {m['break']} (needs a GPU: --cuda)")
+    muts = [m for m in muts if m not in skipped]
+    if not muts:
+        print(f"mutants: nothing to run, {len(skipped)} skipped (GPU)")
+        return 0
     work = tempfile.mkdtemp(prefix="sluice-mutants-")
     src = os.path.join(work, "src")
     listed = run(["git", "ls-files", "-co", "--exclude-standard"], ROOT).stdout
@@ -73,8 +92,9 @@ def main():
     if os.path.isdir(os.path.join(ROOT, "models")):
         os.symlink(os.path.join(ROOT, "models"), os.path.join(src, "models"))
     bld = os.path.join(work, "build")
+    cuda = ["-DSLUICE_CUDA=ON"] if a.cuda else ["-DSLUICE_CUDA=OFF"]
     r = run(["cmake", "-S", src, "-B", bld, "-G", "Ninja",
-             "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DSLUICE_CUDA=OFF"], work)
+             "-DCMAKE_BUILD_TYPE=RelWithDebInfo"] + cuda, work)
     if r.returncode:
         sys.exit("mutants: configure failed\n" + r.stdout)
     targets = sorted({t for m in muts
@@ -135,7 +155,8 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
     n = len(muts)
     print(f"mutants: {n - len(survived) - len(stale)} of {n} killed, "
-          f"{len(survived)} survived, {len(stale)} stale or broken")
+          f"{len(survived)} survived, {len(stale)} stale or broken"
+          + (f", {len(skipped)} skipped (GPU)" if skipped else ""))
     return 1 if survived or stale else 0
 
 
