@@ -138,8 +138,9 @@ sl_status sl_batch_ctx_create(sl_model_t *m, const sl_kv_view *kv,
                               sl_stream_t *stream, int n_threads,
                               sl_batch_ctx_t **out);
 
-/* Device bytes a CUDA batch context's weights take (what
- * sl_batch_ctx_create2 will allocate for them). */
+/* Device bytes a CUDA batch context's weights take at the peak of their
+ * upload (the weights in their device layout and the staging buffer of the
+ * largest repacked tensor). */
 uint64_t sl_model_device_weight_bytes(const sl_model_t *m);
 
 /* Queues one batch on the context's stream and returns without waiting for

@@ -112,12 +112,19 @@ static size_t dev_bytes(const sl_gguf_tensor *t) {
   return n == 0 ? t->nbytes : n;
 }
 
+/* The weights' device bytes at the peak of the upload: every tensor in its
+ * device layout, plus the staging buffer that holds the largest packed
+ * tensor's GGUF bytes while it is packed. */
 uint64_t sl__cu_weight_bytes(const sl_model_t *m) {
   const sl_gguf_t *g = m->g;
-  uint64_t total = 0;
-  for (int64_t i = 0; i < sl_gguf_n_tensors(g); i++)
-    total += up(dev_bytes(sl_gguf_tensor_at(g, i)));
-  return total;
+  uint64_t total = 0, stage = 0;
+  for (int64_t i = 0; i < sl_gguf_n_tensors(g); i++) {
+    const sl_gguf_tensor *t = sl_gguf_tensor_at(g, i);
+    total += up(dev_bytes(t));
+    if (sl_kcu_type_packed(t->type) && t->nbytes > stage)
+      stage = t->nbytes;
+  }
+  return total + up(stage);
 }
 
 typedef struct pack_arg {
