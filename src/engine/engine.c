@@ -299,20 +299,6 @@ static void executor_fini(sl_engine_t *e) {
   sl_clear_thread_streams(); /* I5 */
 }
 
-void sl__prepare_next(sl_engine_t *e) {
-  pthread_mutex_lock(&e->mu);
-  sl__req *in = e->inbox;
-  e->inbox = e->inbox_tail = NULL;
-  pthread_mutex_unlock(&e->mu);
-  while (in) {
-    sl__req *r = in;
-    in = r->next;
-    sl__list_push(&e->waiting, &e->waiting_tail, r);
-  }
-  while (e->waiting && sl__admit_one(e))
-    ;
-}
-
 static void *executor_main(void *p) {
   sl_engine_t *e = p;
   sl_status st = executor_init(e);

@@ -411,6 +411,20 @@ void sl__apply_aborts(sl_engine_t *e) {
   sl_free(ids);
 }
 
+void sl__prepare_next(sl_engine_t *e) {
+  pthread_mutex_lock(&e->mu);
+  sl__req *in = e->inbox;
+  e->inbox = e->inbox_tail = NULL;
+  pthread_mutex_unlock(&e->mu);
+  while (in) {
+    sl__req *r = in;
+    in = r->next;
+    sl__list_push(&e->waiting, &e->waiting_tail, r);
+  }
+  while (e->waiting && sl__admit_one(e))
+    ;
+}
+
 /* The decode clear sites, reached once per step (with the step in flight:
  * each drains the engine stream before it frees anything). */
 static void decode_clear_sites(sl_engine_t *e) {
