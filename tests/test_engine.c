@@ -236,6 +236,15 @@ static void test_clear_sites_normal_path(void) {
   check_site(e, SL__SITE_DECODE_AFTER_FINISH);
   check_site(e, SL__SITE_IDLE);
   CHECK(atomic_load(&g_hook_calls) > 0);
+  /* the clears' time against the steps' (what /admin/api/stats reports) */
+  sl_engine_stats es = sl_engine_get_stats(e);
+  CHECK(es.clears > 0);
+  CHECK(es.clear_ns > 0 && es.step_ns > 0);
+  CHECK(es.clear_idle_ns <= es.clear_ns);
+  fprintf(stderr,
+          "  %llu clears, %.3f ms (%.3f ms of it idle); steps %.3f ms\n",
+          (unsigned long long)es.clears, (double)es.clear_ns / 1e6,
+          (double)es.clear_idle_ns / 1e6, (double)es.step_ns / 1e6);
   sl_engine_free(e);
   sl_free(ids);
   sl_free(text);

@@ -136,6 +136,11 @@ typedef struct sl_engine_stats {
   uint64_t prompt_tokens_total, cached_tokens_total, generated_tokens_total;
   int kv_blocks_total, kv_blocks_used, kv_blocks_cached;
   uint64_t steps;
+  /* time in steps (submit to results) and in the clears, in ns; a clear
+   * reached while the step's work was still running also waits for it
+   * (work the step would have waited for anyway), so clear_idle_ns, the
+   * clears that found the engine stream idle, is their own cost */
+  uint64_t step_ns, clears, clear_ns, clear_idle_ns;
 } sl_engine_stats;
 
 sl_engine_stats sl_engine_get_stats(sl_engine_t *e);

@@ -61,6 +61,10 @@ static void clear_at(sl_engine_t *e, sl__clear_site site) {
   sl_stream_pending q = sl_stream_query(e->stream);
   bool found = after.own.clears != before.own.clears;
   pthread_mutex_lock(&e->mu);
+  e->stats.clears++;
+  e->stats.clear_ns += (uint64_t)(drain_ms * 1e6);
+  if (!busy)
+    e->stats.clear_idle_ns += (uint64_t)(drain_ms * 1e6);
   sl__site_stats *s = &e->sites[site];
   s->count++;
   if (busy) {
@@ -447,6 +451,7 @@ static void decode_clear_sites(sl_engine_t *e) {
 
 /* Builds and runs one batch; returns false when there was nothing to do. */
 bool sl__step(sl_engine_t *e) {
+  uint64_t t_step = sl_now_ns();
   const sl_model_hparams *hp = sl_model_hparams_of(e->model);
   int nb = 0, nt = 0, budget = e->cfg.max_batched_tokens;
   /* decode: one token for every running sequence */
@@ -618,6 +623,7 @@ bool sl__step(sl_engine_t *e) {
   }
   pthread_mutex_lock(&e->mu);
   e->stats.steps = e->steps;
+  e->stats.step_ns += sl_now_ns() - t_step;
   pthread_mutex_unlock(&e->mu);
   return true;
 }

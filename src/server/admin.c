@@ -220,6 +220,13 @@ json_t *sl__srv_stats_json(sl_server_t *s) {
                 sn.e.kv_blocks_total, "kv_blocks_used", sn.e.kv_blocks_used,
                 "kv_blocks_cached", sn.e.kv_blocks_cached, "steps",
                 (json_int_t)sn.e.steps));
+  /* the clears' share of the steps' time (issue 8's goal: < 1%) */
+  json_object_set_new(o, "clears",
+                      json_pack("{s:I,s:f,s:f,s:f}", "count",
+                                (json_int_t)sn.e.clears, "ms_total",
+                                (double)sn.e.clear_ns / 1e6, "idle_ms_total",
+                                (double)sn.e.clear_idle_ns / 1e6,
+                                "step_ms_total", (double)sn.e.step_ns / 1e6));
   json_object_set_new(
       o, "memory",
       json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "active",
