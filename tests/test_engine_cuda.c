@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "engine/engine_impl.h"
+#include "engine_util.h"
 #include "harness.h"
 #include "rt/experiment.h"
 #include "sluice/alloc.h"
@@ -27,54 +28,6 @@
 static sl_model_t *g_model;
 static sl_tokenizer_t *g_tok;
 static sl_device_t *g_dev;
-
-typedef struct result {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool done;
-  int32_t toks[512];
-  int n;
-  sl_finish finish;
-  sl_status error;
-} result;
-
-static void result_init(result *r) {
-  memset(r, 0, sizeof *r);
-  pthread_mutex_init(&r->mu, NULL);
-  pthread_cond_init(&r->cv, NULL);
-}
-
-static void on_event(void *ud, const sl_engine_event *ev) {
-  result *r = ud;
-  pthread_mutex_lock(&r->mu);
-  if (ev->kind == SL_EV_TOKEN && ev->token >= 0 && r->n < 512)
-    r->toks[r->n++] = ev->token;
-  if (ev->kind == SL_EV_DONE) {
-    r->done = true;
-    r->finish = ev->finish;
-    r->error = ev->error;
-    pthread_cond_broadcast(&r->cv);
-  }
-  pthread_mutex_unlock(&r->mu);
-}
-
-static void result_wait(result *r) {
-  pthread_mutex_lock(&r->mu);
-  while (!r->done)
-    pthread_cond_wait(&r->cv, &r->mu);
-  pthread_mutex_unlock(&r->mu);
-}
-
-static sl_gen_params greedy(int max_tokens) {
-  sl_gen_params p;
-  memset(&p, 0, sizeof p);
-  p.max_tokens = max_tokens;
-  p.sampling = sl_sampler_defaults();
-  p.sampling.temperature = 0;
-  p.top_logprobs = -1;
-  p.ignore_eos = true;
-  return p;
-}
 
 static int tokenize(const char *text, int32_t **ids) {
   size_t n = 0;

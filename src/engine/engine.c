@@ -329,14 +329,8 @@ static void *executor_main(void *p) {
       pthread_mutex_unlock(&e->mu);
       break;
     }
-    sl__req *in = e->inbox;
-    e->inbox = e->inbox_tail = NULL;
     pthread_mutex_unlock(&e->mu);
-    while (in) {
-      sl__req *r = in;
-      in = r->next;
-      sl__list_push(&e->waiting, &e->waiting_tail, r);
-    }
+    sl__take_inbox(e);
     idle_cleared = false;
     sl__apply_aborts(e);
     while (e->waiting && sl__admit_one(e))

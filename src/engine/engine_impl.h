@@ -146,6 +146,8 @@ bool sl__admit_one(sl_engine_t *e);
 void sl__apply_aborts(sl_engine_t *e);
 /* Builds and runs one batch; false when there was nothing to do. */
 bool sl__step(sl_engine_t *e);
+/* Moves the inbox (filled by sl_engine_submit) to the waiting queue. */
+void sl__take_inbox(sl_engine_t *e);
 /* The host's share of the next step, done while this one runs on the
  * device: new requests join the waiting queue and are admitted (prefix
  * lookup, memory guard, blocks), so that the next batch is ready when this

@@ -415,7 +415,7 @@ void sl__apply_aborts(sl_engine_t *e) {
   sl_free(ids);
 }
 
-void sl__prepare_next(sl_engine_t *e) {
+void sl__take_inbox(sl_engine_t *e) {
   pthread_mutex_lock(&e->mu);
   sl__req *in = e->inbox;
   e->inbox = e->inbox_tail = NULL;
@@ -425,6 +425,10 @@ void sl__prepare_next(sl_engine_t *e) {
     in = r->next;
     sl__list_push(&e->waiting, &e->waiting_tail, r);
   }
+}
+
+void sl__prepare_next(sl_engine_t *e) {
+  sl__take_inbox(e);
   while (e->waiting && sl__admit_one(e))
     ;
 }

@@ -6,17 +6,7 @@
 #ifdef SLUICE_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-static sl_status from_cuda(cudaError_t e) {
-  if (e == cudaSuccess)
-    return SL_OK;
-  if (e == cudaErrorMemoryAllocation)
-    return SL_ERR_DEVICE_OOM;
-  if (e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure ||
-      e == cudaErrorHardwareStackError || e == cudaErrorIllegalInstruction ||
-      e == cudaErrorMisalignedAddress || e == cudaErrorInvalidPc)
-    return SL_ERR_DEVICE_FATAL;
-  return SL_ERR_DEVICE;
-}
+#include "cuda/cuda_status.h"
 
 void *sl_kcu_host_alloc(size_t bytes) {
   void *p = NULL;
@@ -36,20 +26,20 @@ void sl_kcu_host_free(void *p) {
 sl_status sl_kcu_copy_h2d(void *stream, void *dev, const void *host, size_t n) {
   if (!n)
     return SL_OK;
-  return from_cuda(cudaMemcpyAsync(dev, host, n, cudaMemcpyHostToDevice,
-                                   (cudaStream_t)stream));
+  return sl__kcu_status(cudaMemcpyAsync(dev, host, n, cudaMemcpyHostToDevice,
+                                        (cudaStream_t)stream));
 }
 
 sl_status sl_kcu_copy_d2h(void *stream, void *host, const void *dev, size_t n) {
   if (!n)
     return SL_OK;
-  return from_cuda(cudaMemcpyAsync(host, dev, n, cudaMemcpyDeviceToHost,
-                                   (cudaStream_t)stream));
+  return sl__kcu_status(cudaMemcpyAsync(host, dev, n, cudaMemcpyDeviceToHost,
+                                        (cudaStream_t)stream));
 }
 
 sl_status sl_kcu_capture_begin(void *stream) {
-  return from_cuda(cudaStreamBeginCapture((cudaStream_t)stream,
-                                          cudaStreamCaptureModeThreadLocal));
+  return sl__kcu_status(cudaStreamBeginCapture(
+      (cudaStream_t)stream, cudaStreamCaptureModeThreadLocal));
 }
 
 sl_status sl_kcu_capture_end(void *stream, void **exec) {
@@ -59,19 +49,19 @@ sl_status sl_kcu_capture_end(void *stream, void **exec) {
   if (e != cudaSuccess) {
     if (g)
       cudaGraphDestroy(g);
-    return from_cuda(e);
+    return sl__kcu_status(e);
   }
   cudaGraphExec_t x = NULL;
   e = cudaGraphInstantiate(&x, g, 0);
   cudaGraphDestroy(g);
   if (e != cudaSuccess)
-    return from_cuda(e);
+    return sl__kcu_status(e);
   *exec = x;
   return SL_OK;
 }
 
 sl_status sl_kcu_graph_launch(void *exec, void *stream) {
-  return from_cuda(
+  return sl__kcu_status(
       cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)stream));
 }
 
@@ -82,7 +72,7 @@ void sl_kcu_graph_free(void *exec) {
 
 sl_status sl_kcu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes) {
   size_t f = 0, t = 0;
-  sl_status st = from_cuda(cudaMemGetInfo(&f, &t));
+  sl_status st = sl__kcu_status(cudaMemGetInfo(&f, &t));
   if (free_bytes)
     *free_bytes = f;
   if (total_bytes)

@@ -29,6 +29,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cuda_status.h"
 #include "sluice/kern_cuda.h"
 
 namespace {
@@ -37,27 +38,6 @@ constexpr int NW = 4;                    /* warps per block */
 constexpr int CHUNK = SL_KCU_ATTN_CHUNK; /* positions per split */
 constexpr int MAX_HD = 256; /* head_dim: a multiple of 32 up to this */
 constexpr float LOG2E = 1.4426950408889634f;
-
-sl_status launch_status() {
-  cudaError_t e = cudaGetLastError();
-  switch (e) {
-  case cudaSuccess:
-    return SL_OK;
-  case cudaErrorIllegalAddress:
-  case cudaErrorLaunchFailure:
-  case cudaErrorIllegalInstruction:
-  case cudaErrorMisalignedAddress:
-  case cudaErrorInvalidPc:
-  case cudaErrorHardwareStackError:
-  case cudaErrorECCUncorrectable:
-  case cudaErrorAssert:
-  case cudaErrorLaunchTimeout:
-  case cudaErrorUnknown:
-    return SL_ERR_DEVICE_FATAL;
-  default:
-    return SL_ERR_DEVICE;
-  }
-}
 
 /* The most splits a token of max_len positions takes (>= 1). */
 int n_split_for(int max_len) {
@@ -410,9 +390,9 @@ extern "C" sl_status sl_kcu_attention(void *stream, const sl_kcu_attn *a) {
     launch_e<8>(hg, grid, s, p);
     break;
   }
-  sl_status st = launch_status();
+  sl_status st = sl__kcu_launch_status();
   if (st != SL_OK || !any_split)
     return st;
   attn_combine_kernel<<<(unsigned)rows, hd, 0, s>>>(p);
-  return launch_status();
+  return sl__kcu_launch_status();
 }

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 extern "C" {
+#include "cuda_status.h"
 #include "sluice/kern_cuda.h"
 }
 
@@ -29,5 +30,5 @@ extern "C" sl_status sl_kcu_read_bench(void *stream, const void *buf,
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   read_kernel<<<sms * 8, 512, 0, (cudaStream_t)stream>>>(
       (const uint4 *)buf, bytes / sizeof(uint4), sink);
-  return cudaGetLastError() == cudaSuccess ? SL_OK : SL_ERR_DEVICE;
+  return sl__kcu_launch_status();
 }

@@ -252,6 +252,26 @@ extern "C" size_t sl_kcu_matmul_scratch_bytes(const sl_kern_weight *w, int n) {
   return w16 + x16;
 }
 
+/* The checks both matrix entry points make: *done when there is nothing to
+ * compute (n or rows 0). */
+static sl_status check_args(const sl_kern_weight *w, const float *x,
+                            const float *y, int n, bool *done) {
+  *done = false;
+  if (!w || n < 0 || w->rows < 0 || w->cols < 0)
+    return SL_ERR_INVALID_ARG;
+  int64_t be;
+  size_t bb;
+  if (!blk(w->type, &be, &bb))
+    return SL_ERR_UNSUPPORTED;
+  if (w->cols % be || w->cols > INT_MAX)
+    return SL_ERR_INVALID_ARG;
+  if (n == 0 || w->rows == 0) {
+    *done = true;
+    return SL_OK;
+  }
+  return !x || !y || !w->data ? SL_ERR_INVALID_ARG : SL_OK;
+}
+
 /* Beyond the header's contract: the weight data must be aligned as its
  * blocks' loads need (16 bytes for the packed Q4_0, Q4_1, Q8_0; 2 for the
  * others, 4 for Q4_K, Q5_K, F32), x 16-byte
@@ -262,18 +282,10 @@ extern "C" size_t sl_kcu_matmul_scratch_bytes(const sl_kern_weight *w, int n) {
 extern "C" sl_status sl_kcu_matmul(void *stream, const sl_kern_weight *w,
                                    const float *x, float *y, int n,
                                    void *scratch, size_t scratch_bytes) {
-  if (!w || n < 0 || w->rows < 0 || w->cols < 0)
-    return SL_ERR_INVALID_ARG;
-  int64_t be;
-  size_t bb;
-  if (!blk(w->type, &be, &bb))
-    return SL_ERR_UNSUPPORTED;
-  if (w->cols % be || w->cols > INT_MAX)
-    return SL_ERR_INVALID_ARG;
-  if (n == 0 || w->rows == 0)
-    return SL_OK;
-  if (!x || !y || !w->data)
-    return SL_ERR_INVALID_ARG;
+  bool done;
+  sl_status st = check_args(w, x, y, n, &done);
+  if (st != SL_OK || done)
+    return st;
   cudaStream_t s = (cudaStream_t)stream;
   if (w->cols == 0) { /* empty sums, as the CPU kernel */
     cudaMemsetAsync(y, 0, (size_t)n * (size_t)w->rows * sizeof(float), s);
@@ -311,18 +323,13 @@ extern "C" sl_status sl_kcu_matmul_path(void *stream, const sl_kern_weight *w,
                                         size_t scratch_bytes) {
   if (path == SL_KCU_MM_AUTO)
     return sl_kcu_matmul(stream, w, x, y, n, scratch, scratch_bytes);
-  if (!w || n < 0 || w->rows < 0 || w->cols < 0 ||
-      (path != SL_KCU_MM_VEC && path != SL_KCU_MM_GEMM))
+  if (path != SL_KCU_MM_VEC && path != SL_KCU_MM_GEMM)
     return SL_ERR_INVALID_ARG;
-  int64_t be;
-  size_t bb;
-  if (!blk(w->type, &be, &bb))
-    return SL_ERR_UNSUPPORTED;
-  if (w->cols % be || w->cols > INT_MAX)
-    return SL_ERR_INVALID_ARG;
-  if (n == 0 || w->rows == 0)
-    return SL_OK;
-  if (!x || !y || !w->data || w->cols == 0)
+  bool done;
+  sl_status st = check_args(w, x, y, n, &done);
+  if (st != SL_OK || done)
+    return st;
+  if (w->cols == 0) /* empty sums: sl_kcu_matmul writes the zeros */
     return sl_kcu_matmul(stream, w, x, y, n, scratch, scratch_bytes);
   if ((uintptr_t)w->data % data_align(w->type))
     return SL_ERR_INVALID_ARG;

@@ -8,36 +8,22 @@
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 
+#include <type_traits>
+
 extern "C" {
+#include "cuda_status.h"
 #include "sluice/kern_cuda.h"
 #include "sluice/status.h"
 }
 
 namespace sl_kcu {
 
-/* The status of a launch just made: cudaGetLastError, a sticky error (the
- * context is lost) as SL_ERR_DEVICE_FATAL, any other as SL_ERR_DEVICE. */
+/* cuda_status.h's mapping, by the names the matrix files use. */
 inline sl_status status_of(cudaError_t e) {
-  switch (e) {
-  case cudaSuccess:
-    return SL_OK;
-  case cudaErrorIllegalAddress:
-  case cudaErrorLaunchFailure:
-  case cudaErrorIllegalInstruction:
-  case cudaErrorMisalignedAddress:
-  case cudaErrorInvalidPc:
-  case cudaErrorHardwareStackError:
-  case cudaErrorECCUncorrectable:
-  case cudaErrorAssert:
-  case cudaErrorLaunchTimeout:
-  case cudaErrorUnknown:
-    return SL_ERR_DEVICE_FATAL;
-  default:
-    return SL_ERR_DEVICE;
-  }
+  return sl__kcu_status(e);
 }
 inline sl_status launch_status() {
-  return status_of(cudaGetLastError());
+  return sl__kcu_launch_status();
 }
 
 /* cublasGemmEx, the exported symbol (C++ also sees an inline overload that
@@ -111,6 +97,32 @@ inline bool blk(sl_ggml_type t, int64_t *elems, size_t *bytes) {
   default:
     return false;
   }
+}
+
+/* f(std::integral_constant<int, n>{}) for n = 1..SL_KCU_MMV_MAX_TOKENS (the
+ * matrix-vector kernels are instantiated per token count); else
+ * SL_ERR_INVALID_ARG. */
+template <class F> sl_status for_tokens(int n, F &&f) {
+  static_assert(SL_KCU_MMV_MAX_TOKENS == 8, "instantiates n = 1..8");
+  switch (n) {
+  case 1:
+    return f(std::integral_constant<int, 1>{});
+  case 2:
+    return f(std::integral_constant<int, 2>{});
+  case 3:
+    return f(std::integral_constant<int, 3>{});
+  case 4:
+    return f(std::integral_constant<int, 4>{});
+  case 5:
+    return f(std::integral_constant<int, 5>{});
+  case 6:
+    return f(std::integral_constant<int, 6>{});
+  case 7:
+    return f(std::integral_constant<int, 7>{});
+  case 8:
+    return f(std::integral_constant<int, 8>{});
+  }
+  return SL_ERR_INVALID_ARG;
 }
 
 /* The matrix-vector path (mmv.cu): Y = X W^T for 1 <= n <=

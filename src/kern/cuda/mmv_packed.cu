@@ -354,28 +354,10 @@ sl_status launch_n(cudaStream_t stream, const sl_kern_weight *w, const float *x,
 template <class T>
 sl_status launch(cudaStream_t stream, const sl_kern_weight *w, const float *x,
                  float *y, int n) {
-  switch (n) {
-  case 1:
-    return launch_n<T, 1>(stream, w, x, y);
-  case 2:
-    return launch_n<T, 2>(stream, w, x, y);
-  case 3:
-    return launch_n<T, 3>(stream, w, x, y);
-  case 4:
-    return launch_n<T, 4>(stream, w, x, y);
-  case 5:
-    return launch_n<T, 5>(stream, w, x, y);
-  case 6:
-    return launch_n<T, 6>(stream, w, x, y);
-  case 7:
-    return launch_n<T, 7>(stream, w, x, y);
-  case 8:
-    return launch_n<T, 8>(stream, w, x, y);
-  }
-  return SL_ERR_INVALID_ARG;
+  return for_tokens(n, [&](auto N) {
+    return launch_n<T, decltype(N)::value>(stream, w, x, y);
+  });
 }
-
-static_assert(SL_KCU_MMV_MAX_TOKENS == 8, "mmv_packed instantiates n = 1..8");
 
 } // namespace
 

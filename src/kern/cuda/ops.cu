@@ -14,32 +14,10 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cuda_status.h"
 #include "sluice/kern_cuda.h"
 
 namespace {
-
-/* The status of the launches just made: SL_ERR_DEVICE_FATAL for an error
- * that leaves the context unusable, SL_ERR_DEVICE for the others. */
-sl_status launch_status() {
-  cudaError_t e = cudaGetLastError();
-  switch (e) {
-  case cudaSuccess:
-    return SL_OK;
-  case cudaErrorIllegalAddress:
-  case cudaErrorLaunchFailure:
-  case cudaErrorIllegalInstruction:
-  case cudaErrorMisalignedAddress:
-  case cudaErrorInvalidPc:
-  case cudaErrorHardwareStackError:
-  case cudaErrorECCUncorrectable:
-  case cudaErrorAssert:
-  case cudaErrorLaunchTimeout:
-  case cudaErrorUnknown:
-    return SL_ERR_DEVICE_FATAL;
-  default:
-    return SL_ERR_DEVICE;
-  }
-}
 
 bool aligned16(const void *p) {
   return ((uintptr_t)p & 15) == 0;
@@ -350,7 +328,7 @@ extern "C" sl_status sl_kcu_rmsnorm(void *stream, float *y, const float *x,
     rmsnorm_block_kernel<<<(unsigned)rows, 256, 0, s>>>(y, x, w, width, eps,
                                                         vec);
   }
-  return launch_status();
+  return sl__kcu_launch_status();
 }
 
 extern "C" sl_status sl_kcu_add(void *stream, float *y, const float *a,
@@ -362,7 +340,7 @@ extern "C" sl_status sl_kcu_add(void *stream, float *y, const float *a,
   bool vec = aligned16(y) && aligned16(a) && aligned16(b);
   add_kernel<<<grid_for(vec ? n / 4 + 1 : n, 256), 256, 0,
                (cudaStream_t)stream>>>(y, a, b, n, vec);
-  return launch_status();
+  return sl__kcu_launch_status();
 }
 
 extern "C" sl_status sl_kcu_add_bias(void *stream, float *y, const float *bias,
@@ -374,7 +352,7 @@ extern "C" sl_status sl_kcu_add_bias(void *stream, float *y, const float *bias,
   int threads = width >= 256 ? 256 : (int)((width + 31) / 32 * 32);
   add_bias_kernel<<<(unsigned)(rows < 65536 ? rows : 65536), threads, 0,
                     (cudaStream_t)stream>>>(y, bias, rows, width);
-  return launch_status();
+  return sl__kcu_launch_status();
 }
 
 extern "C" sl_status sl_kcu_swiglu(void *stream, float *y, const float *g,
@@ -386,7 +364,7 @@ extern "C" sl_status sl_kcu_swiglu(void *stream, float *y, const float *g,
   bool vec = aligned16(y) && aligned16(g) && aligned16(u);
   swiglu_kernel<<<grid_for(vec ? n / 4 + 1 : n, 256), 256, 0,
                   (cudaStream_t)stream>>>(y, g, u, n, vec);
-  return launch_status();
+  return sl__kcu_launch_status();
 }
 
 extern "C" sl_status sl_kcu_rope(void *stream, float *x, const int32_t *pos,
@@ -406,7 +384,7 @@ extern "C" sl_status sl_kcu_rope(void *stream, float *x, const int32_t *pos,
   rope_kernel<<<(unsigned)n_tok, 256, shm, (cudaStream_t)stream>>>(
       x, pos, n_head, head_dim, n_rot, theta_scale, scale,
       mode == SL_KERN_ROPE_NEOX);
-  return launch_status();
+  return sl__kcu_launch_status();
 }
 
 extern "C" sl_status sl_kcu_kv_store(void *stream, uint16_t *k_layer,
@@ -422,7 +400,7 @@ extern "C" sl_status sl_kcu_kv_store(void *stream, uint16_t *k_layer,
   int threads = kv_dim >= 1024 ? 256 : 128;
   kv_store_kernel<<<(unsigned)n_tok, threads, 0, (cudaStream_t)stream>>>(
       k_layer, v_layer, k, v, slot, kv_dim, vec);
-  return launch_status();
+  return sl__kcu_launch_status();
 }
 
 extern "C" sl_status sl_kcu_argmax(void *stream, const float *logits,
@@ -435,5 +413,5 @@ extern "C" sl_status sl_kcu_argmax(void *stream, const float *logits,
   bool vec = n_vocab % 4 == 0 && aligned16(logits);
   argmax_kernel<<<(unsigned)n_rows, 1024, 0, (cudaStream_t)stream>>>(
       logits, n_vocab, ids, logprob, vec);
-  return launch_status();
+  return sl__kcu_launch_status();
 }
