@@ -160,6 +160,48 @@ sl_status sl_kcu_attention(void *stream, const sl_kcu_attn *a);
 sl_status sl_kcu_argmax(void *stream, const float *logits, int n_rows,
                         int64_t n_vocab, int32_t *ids, float *logprob);
 
+/* ---- sampling on the device (src/kern/cuda/sample.cu) ------------------
+ * Each sequence draws its token as the CPU sampler does
+ * (sl_sampler_sample_with in src/engine/sampler.c: penalties, then greedy or
+ * top-k, temperature softmax, min-p, top-p and the inverse CDF at the given
+ * uniform r), and, when asked, the log softmax of its raw row at that token
+ * and the top entries (sl__logprobs in src/engine/detok.c). Only these few
+ * numbers go back to the host, not the vocabulary-wide row. */
+#define SL_KCU_SAMPLE_MAX_PEN 64    /* distinct tokens of a penalty window */
+#define SL_KCU_SAMPLE_MAX_TOP 20    /* top logprobs */
+#define SL_KCU_SAMPLE_MAX_SORT 1024 /* candidates the device sorts */
+
+typedef struct sl_kcu_sample_params {
+  float temperature; /* <= 0: greedy (argmax after the penalties) */
+  int32_t top_k;     /* <= 0: off */
+  float top_p;       /* >= 1: off */
+  float min_p;       /* <= 0: off */
+  float repeat_penalty, presence_penalty, frequency_penalty;
+  int32_t n_pen; /* the window's distinct tokens and their counts */
+  int32_t pen_id[SL_KCU_SAMPLE_MAX_PEN];
+  int32_t pen_count[SL_KCU_SAMPLE_MAX_PEN];
+  double r;      /* the uniform draw in [0, 1) (sl_sampler_draw) */
+  int32_t n_top; /* < 0: no logprobs; else 0..SL_KCU_SAMPLE_MAX_TOP */
+  int32_t row;   /* the logits row this sequence samples from */
+} sl_kcu_sample_params;
+
+typedef struct sl_kcu_sample_out {
+  int32_t id;    /* the token; -1: the kept set reaches past the
+                    SL_KCU_SAMPLE_MAX_SORT best, the host samples the row */
+  float logprob; /* the raw row's log softmax at id (n_top >= 0) */
+  int32_t top_id[SL_KCU_SAMPLE_MAX_TOP]; /* best first, lower id on a tie */
+  float top_logprob[SL_KCU_SAMPLE_MAX_TOP];
+} sl_kcu_sample_out;
+
+size_t sl_kcu_sample_work_bytes(int n_seq, int64_t n_vocab);
+
+/* params[n_seq] and out[n_seq] in device memory; logits (rows x n_vocab)
+ * are not modified. One sequence's result does not depend on the others. */
+sl_status sl_kcu_sample(void *stream, const float *logits, int64_t n_vocab,
+                        int n_seq, const sl_kcu_sample_params *params,
+                        sl_kcu_sample_out *out, void *work,
+                        size_t work_bytes);
+
 /* Reads `bytes` (a multiple of 16) at `buf` once, as fast as the device
  * can (the bandwidth probe of `sluice bench model`); `sink` is a device
  * word it may write. (src/kern/cuda/bw.cu) */

@@ -39,6 +39,23 @@ void sl_sampler_accept(sl_sampler_t *s, int32_t token);
  * (penalties applied). */
 int32_t sl_sampler_sample(sl_sampler_t *s, float *logits);
 
+/* What a device needs to sample as sl_sampler_sample does. */
+const sl_sampler_params *sl_sampler_params_of(const sl_sampler_t *s);
+
+/* The one uniform number in [0, 1) that sl_sampler_sample draws (advancing
+ * the generator); 0, and no draw, when greedy. */
+double sl_sampler_draw(sl_sampler_t *s);
+
+/* sl_sampler_sample with its draw given: sl_sampler_sample(s, l) is
+ * sl_sampler_sample_with(s, l, sl_sampler_draw(s)). */
+int32_t sl_sampler_sample_with(sl_sampler_t *s, float *logits, double u);
+
+/* The distinct tokens of the penalty window (newest first) and their counts,
+ * into ids / counts (at most max_pen); *n = 0 when no penalty is on.
+ * Returns false when there are more than max_pen of them. */
+bool sl_sampler_penalties(const sl_sampler_t *s, int max_pen, int32_t *ids,
+                          int32_t *counts, int *n);
+
 /* True when sl_sampler_sample returns the argmax of the logits as given
  * (lowest id on a tie): greedy, with no penalty that changes them. Then a
  * device's argmax may stand in for the sampler. */

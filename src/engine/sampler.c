@@ -177,7 +177,45 @@ bool sl_sampler_is_argmax(const sl_sampler_t *s) {
          p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f;
 }
 
+const sl_sampler_params *sl_sampler_params_of(const sl_sampler_t *s) {
+  return &s->p;
+}
+
+double sl_sampler_draw(sl_sampler_t *s) {
+  return s->p.temperature > 0.0f ? rng_next(s) : 0.0;
+}
+
+bool sl_sampler_penalties(const sl_sampler_t *s, int max_pen, int32_t *ids,
+                          int32_t *counts, int *n_out) {
+  const sl_sampler_params *p = &s->p;
+  int cap = p->penalty_last_n, n = 0;
+  *n_out = 0;
+  if (s->hist_n == 0 ||
+      (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f &&
+       p->frequency_penalty == 0.0f))
+    return true;
+  for (int i = 0; i < s->hist_n; i++) { /* newest first, each token once */
+    int32_t t = s->hist[(s->hist_head - 1 - i + cap) % cap];
+    bool first = s->counts[t] > 0;
+    for (int j = 0; j < i && first; j++)
+      if (s->hist[(s->hist_head - 1 - j + cap) % cap] == t)
+        first = false;
+    if (!first)
+      continue;
+    if (n == max_pen)
+      return false;
+    ids[n] = t;
+    counts[n++] = s->counts[t];
+  }
+  *n_out = n;
+  return true;
+}
+
 int32_t sl_sampler_sample(sl_sampler_t *s, float *logits) {
+  return sl_sampler_sample_with(s, logits, sl_sampler_draw(s));
+}
+
+int32_t sl_sampler_sample_with(sl_sampler_t *s, float *logits, double u) {
   const sl_sampler_params *p = &s->p;
   int n = s->n_vocab;
   apply_penalties(s, logits);
@@ -258,7 +296,7 @@ int32_t sl_sampler_sample(sl_sampler_t *s, float *logits) {
   double total = 0;
   for (int i = 0; i < m; i++)
     total += pr[i];
-  double r = rng_next(s) * total, acc = 0;
+  double r = u * total, acc = 0;
   int32_t pick = s->cands[m - 1].id;
   for (int i = 0; i < m; i++) {
     acc += pr[i];
