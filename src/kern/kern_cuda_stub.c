@@ -99,4 +99,14 @@ sl_status sl_kcu_argmax(void *stream, const float *logits, int n_rows,
   return SL_ERR_UNSUPPORTED;
 }
 
+size_t sl_kcu_sample_work_bytes(int n_seq, int64_t n_vocab) {
+  return 0;
+}
+
+sl_status sl_kcu_sample(void *stream, const float *logits, int64_t n_vocab,
+                        int n_seq, const sl_kcu_sample_params *params,
+                        sl_kcu_sample_out *out, void *work, size_t work_bytes) {
+  return SL_ERR_UNSUPPORTED;
+}
+
 #endif
