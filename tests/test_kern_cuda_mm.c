@@ -341,7 +341,11 @@ static void check_matmul(sl_ggml_type t, int64_t rows, int64_t cols, int nmax) {
     CHECK_EQ_INT(cudaStreamSynchronize(g_s), cudaSuccess);
     cudaMemcpy(ygpu, c.dy, cnt * sizeof(float), cudaMemcpyDeviceToHost);
 
-    const bool f16path = n > SL_KCU_MMV_MAX_TOKENS && t != SL_GGML_F32;
+    /* x rounded to f16: the batched path, and the tensor-core kernel of the
+     * packed types (unless SLUICE_CUDA_MMT=0) */
+    const char *mmt_env = getenv("SLUICE_CUDA_MMT");
+    const bool mmt = sl_kcu_type_packed(t) && !(mmt_env && mmt_env[0] == '0');
+    const bool f16path = (n > SL_KCU_MMV_MAX_TOKENS && t != SL_GGML_F32) || mmt;
     double se_gpu = 0, se_cpu = 0, worst = 0;
     int bad = 0;
     for (size_t i = 0; i < cnt; i++) {
@@ -761,6 +765,12 @@ static void test_batch_invariance(void) {
   check_invariance2(SL_GGML_Q4_1, SL_KCU_MM_VEC, 21, 33000, 256);
   check_invariance2(SL_GGML_Q8_0, SL_KCU_MM_VEC, 21, 33000, 256);
   check_invariance2(SL_GGML_Q4_1, SL_KCU_MM_VEC, 21, 200, 4096);
+  /* the tensor-core kernel: 8-token tiles up to 64 tokens a pass (n = 70 is
+   * 64 + 6), 1, 2 or 4 row tiles a warp by the tile count and the tokens */
+  check_invariance2(SL_GGML_Q4_0, SL_KCU_MM_VEC, 70, 33000, 256);
+  check_invariance2(SL_GGML_Q4_1, SL_KCU_MM_VEC, 70, 9000, 512);
+  check_invariance2(SL_GGML_Q8_0, SL_KCU_MM_VEC, 70, 1000, 4096);
+  check_invariance2(SL_GGML_Q4_1, SL_KCU_MM_VEC, 40, 17000, 256);
   const sl_ggml_type ts[] = {SL_GGML_Q4_0, SL_GGML_Q4_1, SL_GGML_Q8_0,
                              SL_GGML_F16,  SL_GGML_F32,  SL_GGML_Q6_K};
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {

@@ -58,6 +58,13 @@ sl_status sl_kcu_pack(void *stream, sl_ggml_type t, const void *src, void *dst,
  * read once for all of them); more take dequantization + cuBLAS. */
 #define SL_KCU_MMV_MAX_TOKENS 8
 
+/* Q4_0, Q4_1 and Q8_0 weights (the packed types) take the tensor-core
+ * kernel (src/kern/cuda/mmt.cu) on the matrix-vector path instead, for any
+ * n: up to this many tokens in one pass over the weights, x rounded to f16.
+ * SLUICE_CUDA_MMT=0 in the environment (read once) keeps them on the f32
+ * matrix-vector kernel. */
+#define SL_KCU_MMT_MAX_TOKENS 64
+
 /* Bytes of device scratch sl_kcu_matmul needs for `n` tokens of `w`
  * (0 on the matrix-vector path). */
 size_t sl_kcu_matmul_scratch_bytes(const sl_kern_weight *w, int n);
@@ -73,7 +80,9 @@ sl_status sl_kcu_matmul(void *stream, const sl_kern_weight *w, const float *x,
 typedef enum sl_kcu_mm_path {
   SL_KCU_MM_AUTO = 0, /* as sl_kcu_matmul: by n */
   SL_KCU_MM_VEC = 1,  /* the matrix-vector kernels, on slices of at most
-                         SL_KCU_MMV_MAX_TOKENS tokens, for any n */
+                         SL_KCU_MMV_MAX_TOKENS tokens (packed types: the
+                         tensor-core kernel, SL_KCU_MMT_MAX_TOKENS), for
+                         any n */
   SL_KCU_MM_GEMM = 2, /* dequantization + cuBLAS, for any n */
 } sl_kcu_mm_path;
 
@@ -167,8 +176,8 @@ sl_status sl_kcu_argmax(void *stream, const float *logits, int n_rows,
  * uniform r), and, when asked, the log softmax of its raw row at that token
  * and the top entries (sl__logprobs in src/engine/detok.c). Only these few
  * numbers go back to the host, not the vocabulary-wide row. */
-#define SL_KCU_SAMPLE_MAX_PEN 64    /* distinct tokens of a penalty window */
-#define SL_KCU_SAMPLE_MAX_TOP 20    /* top logprobs */
+#define SL_KCU_SAMPLE_MAX_PEN  64   /* distinct tokens of a penalty window */
+#define SL_KCU_SAMPLE_MAX_TOP  20   /* top logprobs */
 #define SL_KCU_SAMPLE_MAX_SORT 1024 /* candidates the device sorts */
 
 typedef struct sl_kcu_sample_params {
@@ -199,8 +208,7 @@ size_t sl_kcu_sample_work_bytes(int n_seq, int64_t n_vocab);
  * are not modified. One sequence's result does not depend on the others. */
 sl_status sl_kcu_sample(void *stream, const float *logits, int64_t n_vocab,
                         int n_seq, const sl_kcu_sample_params *params,
-                        sl_kcu_sample_out *out, void *work,
-                        size_t work_bytes);
+                        sl_kcu_sample_out *out, void *work, size_t work_bytes);
 
 /* Reads `bytes` (a multiple of 16) at `buf` once, as fast as the device
  * can (the bandwidth probe of `sluice bench model`); `sink` is a device

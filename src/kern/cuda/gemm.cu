@@ -339,6 +339,11 @@ extern "C" sl_status sl_kcu_matmul_path(void *stream, const sl_kern_weight *w,
    * H200: 8 of 8 tokens differed alone), GemmEx on f16 does not */
   if (path == SL_KCU_MM_GEMM && w->type != SL_GGML_F32)
     return gemm(s, w, x, y, n, scratch, scratch_bytes);
+  if (sl_kcu_type_packed(w->type) && mmt_enabled()) {
+    if ((uintptr_t)x % 16)
+      return SL_ERR_INVALID_ARG;
+    return mmt_packed(s, w, x, y, n);
+  }
   for (int t = 0; t < n; t += SL_KCU_MMV_MAX_TOKENS) {
     int k = n - t < SL_KCU_MMV_MAX_TOKENS ? n - t : SL_KCU_MMV_MAX_TOKENS;
     const float *xs = x + (size_t)t * (size_t)w->cols;

@@ -136,6 +136,12 @@ sl_status mmv(cudaStream_t stream, const sl_kern_weight *w, const float *x,
 sl_status mmv_packed(cudaStream_t stream, const sl_kern_weight *w,
                      const float *x, float *y, int n);
 
+/* The tensor-core kernel for packed weights, any n (mmt.cu), and whether it
+ * replaces mmv_packed (SLUICE_CUDA_MMT, read once). */
+sl_status mmt_packed(cudaStream_t stream, const sl_kern_weight *w,
+                     const float *x, float *y, int n);
+bool mmt_enabled(void);
+
 /* out (rows, cols) f16 = the packed weight w (pack.cu). */
 sl_status dequant_packed_f16(cudaStream_t stream, const sl_kern_weight *w,
                              __half *out);

@@ -207,7 +207,8 @@ sl_status mmv(cudaStream_t stream, const sl_kern_weight *w, const float *x,
   case SL_GGML_Q4_0:
   case SL_GGML_Q4_1:
   case SL_GGML_Q8_0:
-    return mmv_packed(stream, w, x, y, n);
+    return mmt_enabled() ? mmt_packed(stream, w, x, y, n)
+                         : mmv_packed(stream, w, x, y, n);
   case SL_GGML_Q4_K:
     return launch<q4_k>(stream, w, x, y, n);
   case SL_GGML_Q5_K:
