@@ -757,6 +757,71 @@ static void check_invariance(sl_ggml_type t, sl_kcu_mm_path path, int n) {
   check_invariance2(t, path, n, 1000, cols);
 }
 
+/* sl_kcu_matmul_vec_split: each part's outputs are, bit for bit, the rows
+ * of the plain matrix-vector product of the stacked weight, in their own
+ * arrays (q, k, v of different heights; a last part not a multiple of 16). */
+static void check_split(sl_ggml_type t, int n) {
+  if (!sl_kcu_split_ok(t)) {
+    fprintf(stderr, "   split: %s not on the tensor-core kernel, skipped\n",
+            sl_ggml_type_traits_of(t)->name);
+    return;
+  }
+  const int64_t parts[3] = {576, 192, 200}, rows = 968, cols = 576;
+  mm_case c;
+  if (!case_init2(&c, t, rows, cols, n, false)) {
+    CHECK_MSG(0, "case_init %d", (int)t);
+    case_fini(&c);
+    return;
+  }
+  sl_kern_weight w = {t, rows, cols, c.dw};
+  float *dys = NULL;
+  CHECK_EQ_INT(cudaMalloc((void **)&dys, sizeof(float) * (size_t)(n * rows)),
+               cudaSuccess);
+  float *all = sl_malloc(sizeof(float) * (size_t)(n * rows));
+  float *sp = sl_malloc(sizeof(float) * (size_t)(n * rows));
+  CHECK_OK(sl_kcu_matmul_path(g_s, &w, c.dx, c.dy, n, SL_KCU_MM_VEC, NULL, 0));
+  sl_kcu_split split = {
+      3,
+      {parts[0], parts[1], parts[2]},
+      {dys, dys + n * parts[0], dys + n * (parts[0] + parts[1])}};
+  CHECK_OK(sl_kcu_matmul_vec_split(g_s, &w, c.dx, n, &split));
+  CHECK_EQ_INT(cudaStreamSynchronize(g_s), cudaSuccess);
+  cudaMemcpy(all, c.dy, sizeof(float) * (size_t)(n * rows),
+             cudaMemcpyDeviceToHost);
+  cudaMemcpy(sp, dys, sizeof(float) * (size_t)(n * rows),
+             cudaMemcpyDeviceToHost);
+  int bad = 0;
+  int64_t r0 = 0, off = 0;
+  for (int p = 0; p < 3; p++) {
+    for (int tk = 0; tk < n; tk++)
+      bad += memcmp(sp + off + tk * parts[p], all + tk * rows + r0,
+                    sizeof(float) * (size_t)parts[p]) != 0;
+    off += n * parts[p];
+    r0 += parts[p];
+  }
+  fprintf(stderr, "   split %-5s n=%d: %d part rows differ\n",
+          sl_ggml_type_traits_of(t)->name, n, bad);
+  CHECK_MSG(bad == 0,
+            "%s split n=%d: %d token rows differ from the plain product",
+            sl_ggml_type_traits_of(t)->name, n, bad);
+  /* a part other than the last must be a multiple of 16 rows */
+  sl_kcu_split odd = {2, {200, 768}, {dys, dys + n * 200}};
+  CHECK(sl_kcu_matmul_vec_split(g_s, &w, c.dx, n, &odd) == SL_ERR_INVALID_ARG);
+  cudaFree(dys);
+  sl_free(all);
+  sl_free(sp);
+  case_fini(&c);
+}
+
+static void test_split(void) {
+  const sl_ggml_type ts[] = {SL_GGML_Q4_0, SL_GGML_Q4_1, SL_GGML_Q8_0};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+    check_split(ts[i], 1);
+    check_split(ts[i], 13);
+    check_split(ts[i], 67);
+  }
+}
+
 static void test_batch_invariance(void) {
   /* packed, >= 2048 tiles: 2 tiles a thread block for <= 4 tokens, 1 for
    * more (n = 21 runs as 8 + 8 + 5, each token alone as 1); 16 warps along
@@ -904,6 +969,7 @@ int main(int argc, char **argv) {
     RUN(test_get_rows);
     RUN(test_matmul);
     RUN(test_batch_invariance);
+    RUN(test_split);
   }
   /* the stream's cuBLAS handle stays in kern's list (its stream-fini hook
    * runs only for the backend's own streams): harmless at exit */

@@ -77,6 +77,24 @@ sl_status sl_kcu_matmul(void *stream, const sl_kern_weight *w, const float *x,
                         float *y, int n, void *scratch, size_t scratch_bytes);
 
 /* Which kernels sl_kcu_matmul_path takes. */
+/* The matrix-vector path of a weight whose rows stack several matrices
+ * (q, k and v; gate and up), each part's outputs in its own array: part i
+ * takes the next rows[i] rows (all but the last a multiple of 16) into y[i]
+ * (n x rows[i]). One pass over the weights instead of one a matrix; the same
+ * sums as SL_KCU_MM_VEC on the stacked weight. Only where sl_kcu_split_ok
+ * (the packed types on the tensor-core kernel). */
+#define SL_KCU_SPLIT_MAX 3
+typedef struct sl_kcu_split {
+  int n_parts;
+  int64_t rows[SL_KCU_SPLIT_MAX];
+  float *y[SL_KCU_SPLIT_MAX];
+} sl_kcu_split;
+
+bool sl_kcu_split_ok(sl_ggml_type t);
+sl_status sl_kcu_matmul_vec_split(void *stream, const sl_kern_weight *w,
+                                  const float *x, int n,
+                                  const sl_kcu_split *sp);
+
 typedef enum sl_kcu_mm_path {
   SL_KCU_MM_AUTO = 0, /* as sl_kcu_matmul: by n */
   SL_KCU_MM_VEC = 1,  /* the matrix-vector kernels, on slices of at most

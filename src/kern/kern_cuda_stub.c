@@ -48,6 +48,16 @@ sl_status sl_kcu_matmul_path(void *stream, const sl_kern_weight *w,
   return SL_ERR_UNSUPPORTED;
 }
 
+bool sl_kcu_split_ok(sl_ggml_type t) {
+  return false;
+}
+
+sl_status sl_kcu_matmul_vec_split(void *stream, const sl_kern_weight *w,
+                                  const float *x, int n,
+                                  const sl_kcu_split *sp) {
+  return SL_ERR_UNSUPPORTED;
+}
+
 sl_status sl_kcu_get_rows(void *stream, sl_ggml_type t, const void *src,
                           int64_t cols, const int32_t *ids, int n, float *dst) {
   return SL_ERR_UNSUPPORTED;

@@ -39,12 +39,20 @@ typedef struct graph_ent {
   uint64_t last_use;
 } graph_ent;
 
+/* Matrices that lie back to back in the packed layout, so the decode path
+ * reads them in one pass (sl_kcu_matmul_vec_split): q, k, v and gate, up of
+ * a layer, where their type has the tensor-core kernel. */
+typedef struct sl__cu_stack {
+  sl_kern_weight qkv, gu; /* data NULL: not stacked */
+} sl__cu_stack;
+
 struct sl__cu_ctx {
   sl_model_t *m;
   sl_kv_view kv;
   sl_stream_t *stream;
   sl_buf_t *wbuf;        /* every tensor of the file */
   sl__layer_w *layers;   /* device pointers */
+  sl__cu_stack *stacks;  /* per layer: q/k/v and gate/up stacked, or not */
   sl_kern_weight output; /* device */
   const float *out_norm; /* device */
   const void *embd;      /* device */
@@ -152,22 +160,128 @@ static bool weight_ok(const sl_kern_weight *w, char *err, size_t cap) {
   return false;
 }
 
+/* The index of the tensor whose data starts at p, or -1. */
+static int64_t tensor_at(const sl_gguf_t *g, const void *p) {
+  for (int64_t i = 0; p && i < sl_gguf_n_tensors(g); i++)
+    if (sl_gguf_tensor_at(g, i)->data == p)
+      return i;
+  return -1;
+}
+
+/* The tensors of ws[0..nw) in ids when they can be stacked: each a whole
+ * tensor of one type with the tensor-core kernel, the same columns, rows a
+ * multiple of the packed tile (so the stack is itself a packed matrix). */
+static bool stackable(const sl_gguf_t *g, const sl_kern_weight *const *ws,
+                      int nw, int64_t *ids) {
+  for (int i = 0; i < nw; i++) {
+    const sl_kern_weight *w = ws[i];
+    if (!w->data || !sl_kcu_split_ok(w->type) || w->type != ws[0]->type ||
+        w->cols != ws[0]->cols || w->rows % 16)
+      return false;
+    if ((ids[i] = tensor_at(g, w->data)) < 0)
+      return false;
+    int64_t rows, cols;
+    mat_shape(sl_gguf_tensor_at(g, ids[i]), &rows, &cols);
+    if (rows != w->rows || cols != w->cols)
+      return false;
+    for (int j = 0; j < i; j++)
+      if (ids[j] == ids[i])
+        return false;
+  }
+  return true;
+}
+
+/* Device offsets of every tensor: the stackable groups of each layer first,
+ * back to back, then the rest. Returns the total bytes, SIZE_MAX on
+ * overflow. */
+static size_t place(const sl_model_t *m, size_t *offs, uint8_t *placed) {
+  const sl_gguf_t *g = m->g;
+  int64_t nt = sl_gguf_n_tensors(g);
+  size_t total = 0;
+  memset(placed, 0, (size_t)(nt > 0 ? nt : 1));
+  for (int64_t l = 0; l < m->hp.n_layer; l++) {
+    const sl__layer_w *h = &m->layers[l];
+    const sl_kern_weight *qkv[] = {&h->wq, &h->wk, &h->wv},
+                         *gu[] = {&h->w_gate, &h->w_up};
+    const sl_kern_weight *const *grp[] = {qkv, gu};
+    const int nw[] = {3, 2};
+    for (int k = 0; k < 2; k++) {
+      int64_t ids[3];
+      if (!stackable(g, grp[k], nw[k], ids))
+        continue;
+      bool free_ = true;
+      for (int i = 0; i < nw[k]; i++)
+        free_ &= !placed[ids[i]];
+      if (!free_)
+        continue;
+      for (int i = 0; i < nw[k]; i++) {
+        size_t n = dev_bytes(sl_gguf_tensor_at(g, ids[i]));
+        if (n == SIZE_MAX || n > SIZE_MAX - ALIGN - total)
+          return SIZE_MAX;
+        offs[ids[i]] = total; /* packed tiles: 16-byte multiples */
+        total += n;
+        placed[ids[i]] = 1;
+      }
+      total = up(total);
+    }
+  }
+  for (int64_t i = 0; i < nt; i++) {
+    if (placed[i])
+      continue;
+    size_t n = dev_bytes(sl_gguf_tensor_at(g, i));
+    if (n == SIZE_MAX || n > SIZE_MAX - ALIGN - total)
+      return SIZE_MAX;
+    offs[i] = total;
+    total += up(n);
+  }
+  return total;
+}
+
+/* The stacked views of layer l, where place() stacked them. */
+static void stack_views(sl__cu_ctx *c, int64_t l) {
+  const sl__layer_w *d = &c->layers[l];
+  sl__cu_stack *st = &c->stacks[l];
+  memset(st, 0, sizeof *st);
+  const sl_kern_weight *q[] = {&d->wq, &d->wk, &d->wv},
+                       *gu[] = {&d->w_gate, &d->w_up};
+  sl_kern_weight *out[] = {&st->qkv, &st->gu};
+  const sl_kern_weight *const *grp[] = {q, gu};
+  const int nw[] = {3, 2};
+  for (int k = 0; k < 2; k++) {
+    const sl_kern_weight *const *ws = grp[k];
+    bool ok = sl_kcu_split_ok(ws[0]->type) && ws[0]->data;
+    int64_t rows = 0;
+    for (int i = 0; ok && i < nw[k]; i++) {
+      /* member i starts where the members before it end */
+      const char *at = (const char *)ws[0]->data +
+                       sl_kcu_packed_bytes(ws[0]->type, rows, ws[0]->cols);
+      ok = ws[i]->type == ws[0]->type && ws[i]->cols == ws[0]->cols &&
+           ws[i]->rows % 16 == 0 && (const char *)ws[i]->data == at;
+      rows += ws[i]->rows;
+    }
+    if (ok)
+      *out[k] = (sl_kern_weight){ws[0]->type, rows, ws[0]->cols, ws[0]->data};
+  }
+}
+
 static sl_status upload(sl__cu_ctx *c, bool progress) {
   const sl_gguf_t *g = c->m->g;
   int64_t nt = sl_gguf_n_tensors(g);
   size_t *offs = sl_malloc(sizeof(size_t) * (size_t)(nt > 0 ? nt : 1));
-  if (!offs)
+  uint8_t *placed = sl_malloc((size_t)(nt > 0 ? nt : 1));
+  if (!offs || !placed) {
+    sl_free(offs);
+    sl_free(placed);
     return SL_ERR_NOMEM;
-  size_t total = 0, stage = 0;
+  }
+  size_t total = place(c->m, offs, placed), stage = 0;
+  sl_free(placed);
+  if (total == SIZE_MAX) {
+    sl_free(offs);
+    return SL_ERR_OVERFLOW;
+  }
   for (int64_t i = 0; i < nt; i++) {
     const sl_gguf_tensor *t = sl_gguf_tensor_at(g, i);
-    size_t n = dev_bytes(t);
-    if (n == SIZE_MAX || n > SIZE_MAX - ALIGN - total) {
-      sl_free(offs);
-      return SL_ERR_OVERFLOW;
-    }
-    offs[i] = total;
-    total += up(n);
     if (sl_kcu_type_packed(t->type) && t->nbytes > stage)
       stage = t->nbytes;
   }
@@ -228,7 +342,8 @@ static sl_status upload(sl__cu_ctx *c, bool progress) {
   const sl_model_t *m = c->m;
   int64_t L = m->hp.n_layer;
   c->layers = sl_calloc((size_t)L, sizeof *c->layers);
-  if (!c->layers) {
+  c->stacks = sl_calloc((size_t)L, sizeof *c->stacks);
+  if (!c->layers || !c->stacks) {
     sl_free(offs);
     return SL_ERR_NOMEM;
   }
@@ -249,6 +364,7 @@ static sl_status upload(sl__cu_ctx *c, bool progress) {
     d->bv = dev_ptr(g, offs, base, h->bv);
     d->q_norm = dev_ptr(g, offs, base, h->q_norm);
     d->k_norm = dev_ptr(g, offs, base, h->k_norm);
+    stack_views(c, l);
   }
   c->output = dev_weight(g, offs, base, m->output);
   c->out_norm = dev_ptr(g, offs, base, m->output_norm);
@@ -316,6 +432,7 @@ void sl__cu_free(sl__cu_ctx *c) {
   sl_kcu_host_free(c->h_in);
   sl_kcu_host_free(c->h_out);
   sl_free(c->layers);
+  sl_free(c->stacks);
   sl_free(c->row_copied);
   sl_free(c);
 }
@@ -424,6 +541,37 @@ typedef struct cu_arg {
 /* y = x W^T for n tokens: the first n_dec (decode) on the matrix-vector
  * kernels, the rest (prompt tokens) on the batched ones. */
 static sl_status mm(void *s, const sl_kern_weight *w, const float *x, float *y,
+                    int n, int n_dec, void *scratch, size_t bytes);
+
+/* The products of x with np matrices (ws[i] into ys[i]): the decode tokens'
+ * in one pass over the stack where there is one (stack.data), the others
+ * (and all of them without a stack) one matrix at a time. */
+static sl_status mm_parts(void *s, const sl_kern_weight *stack,
+                          const sl_kern_weight *const *ws, float *const *ys,
+                          int np, const float *x, int n, int n_dec,
+                          void *scratch, size_t bytes) {
+  int from = 0;
+  if (stack->data && n_dec > 0) {
+    sl_kcu_split sp = {np, {0}, {NULL}};
+    for (int i = 0; i < np; i++)
+      sp.rows[i] = ws[i]->rows, sp.y[i] = ys[i];
+    sl_status st = sl_kcu_matmul_vec_split(s, stack, x, n_dec, &sp);
+    if (st != SL_OK)
+      return st;
+    from = n_dec;
+  }
+  for (int i = 0; i < np; i++) {
+    const sl_kern_weight *w = ws[i];
+    sl_status st = mm(s, w, x + (size_t)from * (size_t)w->cols,
+                      ys[i] + (size_t)from * (size_t)w->rows, n - from,
+                      n_dec - from, scratch, bytes);
+    if (st != SL_OK)
+      return st;
+  }
+  return SL_OK;
+}
+
+static sl_status mm(void *s, const sl_kern_weight *w, const float *x, float *y,
                     int n, int n_dec, void *scratch, size_t bytes) {
   sl_status st = SL_OK;
   if (n_dec > 0)
@@ -458,9 +606,12 @@ static sl_status forward(sl__cu_ctx *c, const cu_arg *a, void *s, char *base) {
   for (int64_t l = 0; l < hp->n_layer; l++) {
     const sl__layer_w *w = &c->layers[l];
     TRY(sl_kcu_rmsnorm(s, xn, x, w->attn_norm, n, d, hp->rms_eps));
-    TRY(mm(s, &w->wq, xn, q, n, a->n_dec, mmw, L->mm_bytes));
-    TRY(mm(s, &w->wk, xn, k, n, a->n_dec, mmw, L->mm_bytes));
-    TRY(mm(s, &w->wv, xn, v, n, a->n_dec, mmw, L->mm_bytes));
+    const sl__cu_stack *stk = &c->stacks[l];
+    const sl_kern_weight *wqkv[] = {&w->wq, &w->wk, &w->wv},
+                         *wgu[] = {&w->w_gate, &w->w_up};
+    float *const yqkv[] = {q, k, v}, *const ygu[] = {g, u};
+    TRY(mm_parts(s, &stk->qkv, wqkv, yqkv, 3, xn, n, a->n_dec, mmw,
+                 L->mm_bytes));
     if (w->bq) {
       TRY(sl_kcu_add_bias(s, q, w->bq, n, qd));
       TRY(sl_kcu_add_bias(s, k, w->bk, n, kvd));
@@ -503,8 +654,7 @@ static sl_status forward(sl__cu_ctx *c, const cu_arg *a, void *s, char *base) {
     TRY(mm(s, &w->wo, att, xn, n, a->n_dec, mmw, L->mm_bytes));
     TRY(sl_kcu_add(s, x, x, xn, (int64_t)n * d));
     TRY(sl_kcu_rmsnorm(s, xn, x, w->ffn_norm, n, d, hp->rms_eps));
-    TRY(mm(s, &w->w_gate, xn, g, n, a->n_dec, mmw, L->mm_bytes));
-    TRY(mm(s, &w->w_up, xn, u, n, a->n_dec, mmw, L->mm_bytes));
+    TRY(mm_parts(s, &stk->gu, wgu, ygu, 2, xn, n, a->n_dec, mmw, L->mm_bytes));
     TRY(sl_kcu_swiglu(s, g, g, u, (int64_t)n * ff));
     TRY(mm(s, &w->w_down, g, xn, n, a->n_dec, mmw, L->mm_bytes));
     TRY(sl_kcu_add(s, x, x, xn, (int64_t)n * d));

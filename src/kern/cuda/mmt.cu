@@ -82,6 +82,14 @@ __device__ __forceinline__ float h2f(uint32_t bits) {
   return __half2float(__ushort_as_half((unsigned short)bits));
 }
 
+/* Where row r of token t goes: part i holds rows [r0[i], r0[i + 1]) into
+ * y[i] (n x (r0[i + 1] - r0[i])); one part is the plain product. */
+struct outmap {
+  float *y[SL_KCU_SPLIT_MAX];
+  int64_t r0[SL_KCU_SPLIT_MAX + 1];
+  int np;
+};
+
 /* y[t][r] = dot(W row r, x[t]) for the rows of tiles [blockIdx.x * RL, +RL)
  * and tokens t < n <= 8 NT. Shared memory: the warps' sums,
  * W x RL x NT x 128 floats. */
@@ -89,7 +97,7 @@ template <class T, int NT, int RL, int U>
 __global__ void __launch_bounds__(256)
     mmt_kernel(const uint8_t *__restrict__ w, size_t tile_bytes, int64_t tiles,
                int64_t rows, int nb, const float *__restrict__ x,
-               int64_t cols, int n, float *__restrict__ y) {
+               int64_t cols, int n, outmap om) {
   extern __shared__ float part[];
   constexpr bool Q8 = T::QB == 32, MIN = T::SB == 4;
   const int W = blockDim.x >> 5;
@@ -234,8 +242,13 @@ __global__ void __launch_bounds__(256)
     for (int v = 1; v < W; v++)
       s += part[v * PW + i];
     const int64_t ti = t0 + k, r = ti * kTileRows + r16;
-    if (ti < tiles && r < rows && tk < n)
-      y[(int64_t)tk * rows + r] = s;
+    if (ti < tiles && r < rows && tk < n) {
+      int p = 0;
+      while (p + 1 < om.np && r >= om.r0[p + 1])
+        p++;
+      const int64_t pr = om.r0[p + 1] - om.r0[p];
+      om.y[p][(int64_t)tk * pr + (r - om.r0[p])] = s;
+    }
   }
 }
 
@@ -250,7 +263,7 @@ int mmt_warps(int64_t tiles, int chunks) {
 
 template <class T, int NT, int RL>
 sl_status launch_t(cudaStream_t stream, const sl_kern_weight *w, const float *x,
-                   float *y, int n, int W) {
+                   const outmap &om, int n, int W) {
   constexpr int U = NT <= 2 ? 4 : 2;
   const int64_t nb = w->cols / 32;
   const int64_t tiles = (w->rows + kTileRows - 1) / kTileRows;
@@ -268,7 +281,7 @@ sl_status launch_t(cudaStream_t stream, const sl_kern_weight *w, const float *x,
                                                  : SL_ERR_UNSUPPORTED;
   }
   kern<<<(unsigned)blocks, W * 32, smem, stream>>>(
-      (const uint8_t *)w->data, tb, tiles, w->rows, (int)nb, x, w->cols, n, y);
+      (const uint8_t *)w->data, tb, tiles, w->rows, (int)nb, x, w->cols, n, om);
   return launch_status();
 }
 
@@ -276,7 +289,7 @@ sl_status launch_t(cudaStream_t stream, const sl_kern_weight *w, const float *x,
  * traffic grows with the tokens), as long as ~264 thread blocks remain. */
 template <class T, int NT>
 sl_status launch_nt(cudaStream_t stream, const sl_kern_weight *w,
-                    const float *x, float *y, int n) {
+                    const float *x, const outmap &y, int n) {
   const int64_t tiles = (w->rows + kTileRows - 1) / kTileRows;
   const int W = mmt_warps(tiles, (int)(w->cols / 32 * T::CPB));
   if constexpr (NT >= 2 && NT <= 4)
@@ -290,7 +303,7 @@ sl_status launch_nt(cudaStream_t stream, const sl_kern_weight *w,
 
 template <class T>
 sl_status launch_mmt(cudaStream_t stream, const sl_kern_weight *w,
-                     const float *x, float *y, int n) {
+                     const float *x, const outmap &y, int n) {
   switch ((n + 7) / 8) {
   case 1:
     return launch_nt<T, 1>(stream, w, x, y, n);
@@ -308,6 +321,27 @@ sl_status launch_mmt(cudaStream_t stream, const sl_kern_weight *w,
   return SL_ERR_INVALID_ARG;
 }
 
+/* Slices of SL_KCU_MMT_MAX_TOKENS tokens, each part's outputs advanced by
+ * the slice's tokens. */
+sl_status mmt_run(cudaStream_t stream, const sl_kern_weight *w, const float *x,
+                  outmap om, int n) {
+  return with_packed(w->type, SL_ERR_UNSUPPORTED, [&](auto tr) {
+    using T = decltype(tr);
+    for (int t = 0; t < n; t += SL_KCU_MMT_MAX_TOKENS) {
+      const int k =
+          n - t < SL_KCU_MMT_MAX_TOKENS ? n - t : SL_KCU_MMT_MAX_TOKENS;
+      outmap o = om;
+      for (int p = 0; p < om.np; p++)
+        o.y[p] += (size_t)t * (size_t)(om.r0[p + 1] - om.r0[p]);
+      sl_status st =
+          launch_mmt<T>(stream, w, x + (size_t)t * (size_t)w->cols, o, k);
+      if (st != SL_OK)
+        return st;
+    }
+    return SL_OK;
+  });
+}
+
 } // namespace
 
 bool mmt_enabled(void) {
@@ -321,17 +355,44 @@ bool mmt_enabled(void) {
 
 sl_status mmt_packed(cudaStream_t stream, const sl_kern_weight *w,
                      const float *x, float *y, int n) {
-  return with_packed(w->type, SL_ERR_UNSUPPORTED, [&](auto tr) {
-    using T = decltype(tr);
-    for (int t = 0; t < n; t += SL_KCU_MMT_MAX_TOKENS) {
-      const int k = n - t < SL_KCU_MMT_MAX_TOKENS ? n - t : SL_KCU_MMT_MAX_TOKENS;
-      sl_status st = launch_mmt<T>(stream, w, x + (size_t)t * (size_t)w->cols,
-                                   y + (size_t)t * (size_t)w->rows, k);
-      if (st != SL_OK)
-        return st;
-    }
-    return SL_OK;
-  });
+  outmap om = {};
+  om.y[0] = y;
+  om.r0[0] = 0;
+  om.r0[1] = w->rows;
+  om.np = 1;
+  return mmt_run(stream, w, x, om, n);
 }
 
 } // namespace sl_kcu
+
+extern "C" bool sl_kcu_split_ok(sl_ggml_type t) {
+  return sl_kcu_type_packed(t) && sl_kcu::mmt_enabled();
+}
+
+extern "C" sl_status sl_kcu_matmul_vec_split(void *stream,
+                                             const sl_kern_weight *w,
+                                             const float *x, int n,
+                                             const sl_kcu_split *sp) {
+  using namespace sl_kcu;
+  if (!w || !sp || sp->n_parts < 1 || sp->n_parts > SL_KCU_SPLIT_MAX || n < 0)
+    return SL_ERR_INVALID_ARG;
+  if (!sl_kcu_split_ok(w->type))
+    return SL_ERR_UNSUPPORTED;
+  outmap om = {};
+  om.np = sp->n_parts;
+  int64_t r = 0;
+  for (int p = 0; p < sp->n_parts; p++) {
+    if (sp->rows[p] <= 0 || !sp->y[p] || (p + 1 < sp->n_parts && sp->rows[p] % kTileRows))
+      return SL_ERR_INVALID_ARG;
+    om.y[p] = sp->y[p];
+    om.r0[p] = r;
+    r += sp->rows[p];
+  }
+  om.r0[sp->n_parts] = r;
+  if (r != w->rows || w->cols <= 0 || w->cols % 32 || !w->data || !x ||
+      (uintptr_t)x % 16 || (uintptr_t)w->data % 16)
+    return SL_ERR_INVALID_ARG;
+  if (n == 0)
+    return SL_OK;
+  return mmt_run((cudaStream_t)stream, w, x, om, n);
+}
