@@ -264,7 +264,7 @@ int mmt_warps(int64_t tiles, int chunks) {
 template <class T, int NT, int RL>
 sl_status launch_t(cudaStream_t stream, const sl_kern_weight *w, const float *x,
                    const outmap &om, int n, int W) {
-  constexpr int U = NT <= 2 ? 4 : 2;
+  constexpr int U = NT == 1 ? 8 : NT <= 2 ? 4 : 2;
   const int64_t nb = w->cols / 32;
   const int64_t tiles = (w->rows + kTileRows - 1) / kTileRows;
   const int64_t blocks = (tiles + RL - 1) / RL;
