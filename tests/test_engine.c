@@ -569,6 +569,68 @@ static void test_bad_submissions(void) {
   sl_engine_free(e);
 }
 
+/* On the CPU every token is picked on the host: the argmax of a plain greedy
+ * request, the sampler for the others (the stats say so); a CPU batch
+ * context does not sample on the device and refuses a sampled sequence. */
+static void test_sampling_on_the_cpu(void) {
+  sl_engine_config cfg = sl_engine_config_defaults();
+  cfg.device = SL_ENGINE_DEVICE_CPU;
+  cfg.n_ctx = 256;
+  cfg.max_seqs = 4;
+  cfg.n_threads = 2;
+  sl_engine_t *e = NULL;
+  CHECK_OK(sl_engine_create(g_model, g_tok, &cfg, &e));
+  if (!e)
+    return;
+  CHECK(!e->dev_sampling);
+  CHECK(!sl_batch_ctx_samples_on_device(e->bctx));
+  int32_t *ids;
+  int n = tokenize("The capital of France is", &ids);
+  result a, b;
+  result_init(&a);
+  result_init(&b);
+  sl_gen_params pa = greedy(6), pb = greedy(5);
+  pb.sampling.temperature = 1.0f;
+  pb.sampling.seed = 7;
+  CHECK_OK(sl_engine_submit(e, ids, n, &pa, on_event, &a, NULL));
+  CHECK_OK(sl_engine_submit(e, ids, n, &pb, on_event, &b, NULL));
+  result_wait(&a);
+  result_wait(&b);
+  sl_engine_stats es = sl_engine_get_stats(e);
+  CHECK_EQ_INT((long long)es.argmax_device, 6);
+  CHECK_EQ_INT((long long)es.sampled_host, 5);
+  CHECK_EQ_INT((long long)es.sampled_device, 0);
+  CHECK_EQ_INT((long long)es.sample_fallbacks, 0);
+  sl_engine_free(e);
+  /* a CPU batch context refuses `sample` */
+  const sl_model_hparams *hp = sl_model_hparams_of(g_model);
+  sl_stream_t *cs = sl_thread_stream(sl_cpu_device());
+  sl_kv_view kv = {NULL, (int)hp->n_layer, 4, 16,
+                   (int)(hp->n_head_kv * hp->head_dim)};
+  CHECK_OK(sl_buf_alloc(cs, sl_kv_view_bytes(&kv), &kv.buf));
+  sl_batch_ctx_t *bc = NULL;
+  CHECK_OK(sl_batch_ctx_create(g_model, &kv, cs, 1, &bc));
+  if (bc) {
+    int32_t table[4] = {0, 1, 2, 3};
+    sl_kcu_sample_params sp;
+    memset(&sp, 0, sizeof sp);
+    sl_kcu_sample_out so;
+    float *lg = sl_malloc(sizeof(float) * (size_t)hp->n_vocab);
+    sl_batch_seq sq = {table, 4, 0, 0, n, true, false, false, false, &sp};
+    sl_batch bt = {ids, n, &sq, 1};
+    sl_batch_out out = {lg, NULL, NULL, &so};
+    CHECK(!sl_batch_ctx_samples_on_device(bc));
+    CHECK(sl_batch_ctx_submit(bc, &bt, &out) == SL_ERR_INVALID_ARG);
+    CHECK(sl_batch_ctx_fetch_row(bc, 0, lg) == SL_ERR_UNSUPPORTED);
+    sl_free(lg);
+    sl_batch_ctx_free(bc);
+  }
+  sl_buf_release(kv.buf);
+  sl_sync_and_clear_cache(cs);
+  sl_clear_thread_streams();
+  sl_free(ids);
+}
+
 int main(void) {
   char buf[4096];
   const char *path = sl_model_default_path(buf, sizeof buf);
@@ -600,6 +662,7 @@ int main(void) {
   RUN(test_clear_error_reaches_request);
   RUN(test_reason_table);
   RUN(test_bad_submissions);
+  RUN(test_sampling_on_the_cpu);
   sl_tokenizer_free(g_tok);
   sl_model_free(g_model);
   sl_rt_shutdown();

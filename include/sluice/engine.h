@@ -141,6 +141,11 @@ typedef struct sl_engine_stats {
    * (work the step would have waited for anyway), so clear_idle_ns, the
    * clears that found the engine stream idle, is their own cost */
   uint64_t step_ns, clears, clear_ns, clear_idle_ns;
+  /* generated tokens by where they were picked: the device's argmax (a
+   * plain greedy request), the device sampler, the host sampler (from a
+   * logits row copied back); fallbacks: the device sampler could not decide
+   * and the host sampled the row (counted in sampled_host too) */
+  uint64_t argmax_device, sampled_device, sampled_host, sample_fallbacks;
 } sl_engine_stats;
 
 sl_engine_stats sl_engine_get_stats(sl_engine_t *e);

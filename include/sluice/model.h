@@ -15,6 +15,7 @@
 
 #include "sluice/alloc.h"
 #include "sluice/gguf.h"
+#include "sluice/kern_cuda.h" /* sl_kcu_sample_params, sl_kcu_sample_out */
 #include "sluice/kv.h"
 #include "sluice/rt.h"
 #include "sluice/status.h"
@@ -106,6 +107,13 @@ typedef struct sl_batch_seq {
                        prompt tokens the batched ones, whatever else is in
                        the batch, so that a token's arithmetic does not
                        depend on its batch. Decode sequences come first. */
+  /* NULL: as above. Else (only where sl_batch_ctx_samples_on_device, and
+   * only with want_logits and not all_logits) the device samples its last
+   * logits row with these parameters (sl_kcu_sample; `row` is ignored, the
+   * context sets it) and writes the result to out->sampled[this sequence];
+   * the row's logits are then not copied back (out->logits' row is left
+   * unwritten). Borrowed: read during sl_batch_ctx_submit only. */
+  const sl_kcu_sample_params *sample;
 } sl_batch_seq;
 
 typedef struct sl_batch {
@@ -118,12 +126,19 @@ typedef struct sl_batch {
 typedef struct sl_batch_ctx sl_batch_ctx_t;
 
 /* What a step gives back, per logits row in batch order (one for each
- * sequence with want_logits, n for one with all_logits). Each may be NULL. */
+ * sequence with want_logits, n for one with all_logits). Each may be NULL,
+ * except `sampled` when a sequence has `sample`. */
 typedef struct sl_batch_out {
-  float *logits;         /* (rows, n_vocab); rows of argmax_only sequences
-                            may be left unwritten on a GPU */
-  int32_t *argmax;       /* (rows) the argmax (lowest id on a tie) */
-  float *argmax_logprob; /* (rows) its log-probability */
+  float *logits;              /* (rows, n_vocab); rows of argmax_only sequences
+                                 and of sampled ones may be left unwritten on a
+                                 GPU */
+  int32_t *argmax;            /* (rows) the argmax (lowest id on a tie) */
+  float *argmax_logprob;      /* (rows) its log-probability */
+  sl_kcu_sample_out *sampled; /* (n_seqs) per sequence in batch order:
+                                 written for those with `sample`, the others'
+                                 entries untouched. id -1: the device could
+                                 not decide; sl_batch_ctx_fetch_row gives the
+                                 row for the host to sample */
 } sl_batch_out;
 
 /* Makes the scratch state for batched forward passes of `m` over `kv`, run
@@ -150,6 +165,18 @@ sl_status sl_batch_ctx_submit(sl_batch_ctx_t *c, const sl_batch *b,
                               const sl_batch_out *out);
 sl_status sl_batch_ctx_wait(sl_batch_ctx_t *c);
 void sl_batch_ctx_free(sl_batch_ctx_t *c);
+
+/* True when sequences of a batch may carry `sample` (a CUDA context); a CPU
+ * context refuses them (SL_ERR_INVALID_ARG at submit). */
+bool sl_batch_ctx_samples_on_device(const sl_batch_ctx_t *c);
+
+/* Copies logits row `row` (batch order) of the last step into dst (n_vocab
+ * floats): for the host to sample a sequence whose out->sampled id is -1.
+ * Valid after a successful sl_batch_ctx_wait whose step gave some sampled
+ * sequence id -1, until the next submit; ordered on the context's stream and
+ * waited for. SL_ERR_STATE otherwise, SL_ERR_INVALID_ARG for a row out of
+ * range, SL_ERR_UNSUPPORTED on a CPU context. Executor thread only. */
+sl_status sl_batch_ctx_fetch_row(sl_batch_ctx_t *c, int row, float *dst);
 
 /* Runs one batch and waits for it: writes the K/V of every token into its
  * sequence's blocks, and the logits rows in batch order: one for each

@@ -253,6 +253,17 @@ static sl_status executor_init(sl_engine_t *e) {
   e->logits = sl_malloc(sizeof(float) * (size_t)hp->n_vocab * ms);
   e->logits_tmp = sl_malloc(sizeof(float) * (size_t)hp->n_vocab);
   e->argmax = sl_malloc(sizeof(int32_t) * ms);
+  /* SLUICE_DEVICE_SAMPLING=0: the host samples every row (as before the
+   * device sampler; for tests and comparisons) */
+  const char *ds = getenv("SLUICE_DEVICE_SAMPLING");
+  e->dev_sampling =
+      sl_batch_ctx_samples_on_device(e->bctx) && !(ds && !strcmp(ds, "0"));
+  if (e->dev_sampling) {
+    e->batch_samp = sl_malloc(sizeof(sl_kcu_sample_params) * (ms + bt));
+    e->sampled = sl_malloc(sizeof(sl_kcu_sample_out) * (ms + bt));
+    if (!e->batch_samp || !e->sampled)
+      return SL_ERR_NOMEM;
+  }
   e->batch_tokens = sl_malloc(sizeof(int32_t) * bt);
   e->batch_seqs = sl_malloc(sizeof(sl_batch_seq) * (ms + bt));
   e->batch_reqs = sl_malloc(sizeof(sl__req *) * (ms + bt));
@@ -291,6 +302,8 @@ static void executor_fini(sl_engine_t *e) {
   sl_free(e->logits);
   sl_free(e->logits_tmp);
   sl_free(e->argmax);
+  sl_free(e->batch_samp);
+  sl_free(e->sampled);
   sl_free(e->batch_tokens);
   sl_free(e->batch_seqs);
   sl_free(e->batch_reqs);

@@ -83,6 +83,11 @@ typedef struct sl__req {
   uint64_t est_bytes;
   sl_gen_params params;
   sl_sampler_t *sampler;
+  /* the uniform draw of the next token, made when its step was built for
+   * the device sampler; kept (not drawn again) if that step fails, so the
+   * seeded stream of tokens is the host's */
+  bool has_draw;
+  double draw;
   sl_engine_cb cb;
   void *user;
   char *pend; /* generated text not yet emitted */
@@ -120,7 +125,16 @@ struct sl_engine {
   float *logits;     /* (max_seqs, n_vocab) */
   float *logits_tmp; /* (n_vocab) */
   int32_t *argmax;   /* (max_seqs) the device's argmax per logits row */
-  sl_device_t *dev;  /* where the model runs */
+  /* sampling on the device (sl_batch_ctx_samples_on_device, and not turned
+   * off by SLUICE_DEVICE_SAMPLING=0): per batch sequence, its params and
+   * the device's result */
+  bool dev_sampling;
+  sl_kcu_sample_params *batch_samp; /* (max_seqs + max_batched_tokens) */
+  sl_kcu_sample_out *sampled;       /* (max_seqs + max_batched_tokens) */
+  /* tokens by where they were picked, for stats (executor thread; copied
+   * into `stats` at the end of each step) */
+  uint64_t n_argmax, n_sampled_device, n_sampled_host, n_fallbacks;
+  sl_device_t *dev; /* where the model runs */
   int32_t *batch_tokens;
   sl_batch_seq *batch_seqs;
   sl__req **batch_reqs;

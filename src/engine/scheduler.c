@@ -149,24 +149,61 @@ void sl__finish(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,
   sl__req_free(r);
 }
 
-/* Samples the next token of r from `lg` and reports it. Returns true when the
- * request finished (and was freed). */
-static bool sample_and_emit(sl_engine_t *e, sl__req *r, float *lg,
-                            int32_t argmax) {
+/* Picks the next token of r, batch sequence s whose logits row is `row`:
+ * the device's argmax (argmax_only), the device sampler's token (`sample`),
+ * or the host sampler's from the row (copied back, or fetched when the
+ * device sampler could not decide). Returns the token, or -1 when the row
+ * could not be fetched (*st says why). Fills lp and top when logprobs are
+ * asked for. */
+static int32_t pick_token(sl_engine_t *e, sl__req *r, int s, int row, float *lp,
+                          sl_token_logprob *top, sl_status *st) {
+  const sl_batch_seq *q = &e->batch_seqs[s];
   int nv = (int)sl_model_hparams_of(e->model)->n_vocab;
+  int n_top = r->params.top_logprobs;
+  if (q->argmax_only) {
+    e->n_argmax++;
+    return e->argmax[row]; /* the device's argmax (maybe not copied) */
+  }
+  if (q->sample && e->sampled[s].id >= 0) {
+    const sl_kcu_sample_out *o = &e->sampled[s];
+    for (int k = 0; k < n_top; k++)
+      top[k] = (sl_token_logprob){o->top_id[k], o->top_logprob[k]};
+    *lp = n_top >= 0 ? o->logprob : 0;
+    r->has_draw = false;
+    e->n_sampled_device++;
+    return o->id;
+  }
+  float *lg = e->logits + (size_t)row * (size_t)nv;
+  if (q->sample) {
+    /* the device could not decide: its row, to the host */
+    e->n_fallbacks++;
+    if ((*st = sl_batch_ctx_fetch_row(e->bctx, row, lg)) != SL_OK)
+      return -1;
+  }
+  if (n_top >= 0)
+    memcpy(e->logits_tmp, lg, sizeof(float) * (size_t)nv);
+  /* the draw made for the device, if any, else a fresh one */
+  int32_t tok = r->has_draw ? sl_sampler_sample_with(r->sampler, lg, r->draw)
+                            : sl_sampler_sample(r->sampler, lg);
+  r->has_draw = false;
+  if (n_top >= 0)
+    *lp = sl__logprobs(e->logits_tmp, nv, tok, n_top, top);
+  e->n_sampled_host++;
+  return tok;
+}
+
+/* Samples the next token of r (batch sequence s, logits row `row`) and
+ * reports it. Returns true when the request finished (and was freed). */
+static bool sample_and_emit(sl_engine_t *e, sl__req *r, int s, int row) {
   sl_token_logprob top[SL_MAX_TOP_LOGPROBS];
   float lp = 0;
-  int n_top = 0;
-  int32_t tok;
-  if (r->params.top_logprobs < 0 && sl_sampler_is_argmax(r->sampler)) {
-    tok = argmax; /* the device's argmax of these logits (maybe not copied) */
-  } else if (r->params.top_logprobs >= 0) {
-    memcpy(e->logits_tmp, lg, sizeof(float) * (size_t)nv);
-    tok = sl_sampler_sample(r->sampler, lg);
-    n_top = r->params.top_logprobs;
-    lp = sl__logprobs(e->logits_tmp, nv, tok, n_top, top);
-  } else {
-    tok = sl_sampler_sample(r->sampler, lg);
+  int n_top = r->params.top_logprobs > 0 ? r->params.top_logprobs : 0;
+  sl_status st = SL_OK;
+  int32_t tok = pick_token(e, r, s, row, &lp, top, &st);
+  if (tok < 0) {
+    sl__finish(e, r, SL_FINISH_ERROR, st, SL_REASON_NONE,
+               "the logits row could not be read back from the device");
+    return true;
   }
   if (r->n_generated == 0) {
     r->t_first = sl_now_ns();
@@ -453,10 +490,44 @@ static void decode_clear_sites(sl_engine_t *e) {
   }
 }
 
+/* Batch sequence s (r's) is sampled on the device when the engine samples
+ * there, it wants a token this step and is not a plain argmax: its
+ * sampler's params, penalty window and draw (one per token, made here and
+ * kept until a token is picked) go with the batch. A window wider than the
+ * device takes, or more top logprobs, leave it to the host. */
+static void plan_device_sample(sl_engine_t *e, sl__req *r, int s) {
+  sl_batch_seq *q = &e->batch_seqs[s];
+  q->sample = NULL;
+  if (!e->dev_sampling || !q->want_logits || q->all_logits || q->argmax_only ||
+      r->params.top_logprobs > SL_KCU_SAMPLE_MAX_TOP)
+    return;
+  sl_kcu_sample_params *p = &e->batch_samp[s];
+  int n_pen = 0;
+  if (!sl_sampler_penalties(r->sampler, SL_KCU_SAMPLE_MAX_PEN, p->pen_id,
+                            p->pen_count, &n_pen))
+    return;
+  const sl_sampler_params *sp = sl_sampler_params_of(r->sampler);
+  p->temperature = sp->temperature;
+  p->top_k = sp->top_k;
+  p->top_p = sp->top_p;
+  p->min_p = sp->min_p;
+  p->repeat_penalty = sp->repeat_penalty;
+  p->presence_penalty = sp->presence_penalty;
+  p->frequency_penalty = sp->frequency_penalty;
+  p->n_pen = n_pen;
+  if (!r->has_draw) {
+    r->draw = sl_sampler_draw(r->sampler);
+    r->has_draw = true;
+  }
+  p->r = r->draw;
+  p->n_top = r->params.top_logprobs < 0 ? -1 : r->params.top_logprobs;
+  p->row = -1; /* the batch context sets it */
+  q->sample = p;
+}
+
 /* Builds and runs one batch; returns false when there was nothing to do. */
 bool sl__step(sl_engine_t *e) {
   uint64_t t_step = sl_now_ns();
-  const sl_model_hparams *hp = sl_model_hparams_of(e->model);
   int nb = 0, nt = 0, budget = e->cfg.max_batched_tokens;
   /* decode: one token for every running sequence */
   for (int i = 0; i < e->n_active && nt < budget; i++) {
@@ -473,7 +544,9 @@ bool sl__step(sl_engine_t *e) {
                                        false,
                                        r->params.top_logprobs < 0 &&
                                            sl_sampler_is_argmax(r->sampler),
-                                       true};
+                                       true,
+                                       NULL};
+    plan_device_sample(e, r, nb);
     e->batch_reqs[nb++] = r;
     nt++;
   }
@@ -526,7 +599,9 @@ bool sl__step(sl_engine_t *e) {
         last,
         false,
         r->params.top_logprobs < 0 && sl_sampler_is_argmax(r->sampler),
-        false};
+        false,
+        NULL};
+    plan_device_sample(e, r, nb);
     e->batch_reqs[nb++] = r;
     nt += chunk;
   }
@@ -553,7 +628,7 @@ bool sl__step(sl_engine_t *e) {
   /* The step is queued and not waited for: the clear sites it reaches
    * (DESIGN.md) run while its forward pass is in flight on the engine
    * stream, and each drains that stream first. Then its results. */
-  sl_batch_out out = {e->logits, e->argmax, NULL};
+  sl_batch_out out = {e->logits, e->argmax, NULL, e->sampled};
   if (st == SL_OK)
     st = sl_batch_ctx_submit(e->bctx, &batch, &out);
   bool submitted = st == SL_OK;
@@ -612,20 +687,22 @@ bool sl__step(sl_engine_t *e) {
     sl__req *r = e->batch_reqs[s];
     sl_batch_seq *q = &e->batch_seqs[s];
     r->n_computed += q->n;
-    float *lg =
-        q->want_logits ? e->logits + (size_t)li++ * (size_t)hp->n_vocab : NULL;
+    int row = q->want_logits ? li++ : -1;
     if (r->state == SL__REQ_PREFILLING) {
       r->first_chunk_done = true;
       if (r->n_computed < r->n_prompt)
         continue;
       r->state = SL__REQ_RUNNING;
     }
-    int32_t am = q->want_logits ? e->argmax[li - 1] : 0;
-    if (lg && sample_and_emit(e, r, lg, am))
+    if (row >= 0 && sample_and_emit(e, r, s, row))
       sl__active_remove(e,
                         r); /* finished and freed: only the pointer is used */
   }
   pthread_mutex_lock(&e->mu);
+  e->stats.argmax_device = e->n_argmax;
+  e->stats.sampled_device = e->n_sampled_device;
+  e->stats.sampled_host = e->n_sampled_host;
+  e->stats.sample_fallbacks = e->n_fallbacks;
   e->stats.steps = e->steps;
   e->stats.step_ns += sl_now_ns() - t_step;
   pthread_mutex_unlock(&e->mu);

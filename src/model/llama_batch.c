@@ -386,6 +386,10 @@ sl_status sl_batch_ctx_submit(sl_batch_ctx_t *c, const sl_batch *b,
         q->pos0 < 0 ||
         (int64_t)(q->pos0 + q->n) > (int64_t)q->n_blocks * kc->block_tokens)
       return SL_ERR_INVALID_ARG;
+    /* a sampled sequence has one logits row; only a GPU samples */
+    if (q->sample &&
+        (!c->cu || !q->want_logits || q->all_logits || !out->sampled))
+      return SL_ERR_INVALID_ARG;
     size_t len = (size_t)(q->pos0 + q->n);
     if (len > max_len)
       max_len = len;
@@ -452,9 +456,21 @@ sl_status sl_batch_ctx_wait(sl_batch_ctx_t *c) {
   return SL_OK;
 }
 
+bool sl_batch_ctx_samples_on_device(const sl_batch_ctx_t *c) {
+  return c && c->cu;
+}
+
+sl_status sl_batch_ctx_fetch_row(sl_batch_ctx_t *c, int row, float *dst) {
+  if (!c || !dst)
+    return SL_ERR_INVALID_ARG;
+  if (!c->cu)
+    return SL_ERR_UNSUPPORTED;
+  return sl__cu_fetch_row(c->cu, row, dst);
+}
+
 sl_status sl_batch_ctx_run(sl_batch_ctx_t *c, const sl_batch *b,
                            float *logits) {
-  sl_batch_out out = {logits, NULL, NULL};
+  sl_batch_out out = {logits, NULL, NULL, NULL};
   sl_status st = sl_batch_ctx_submit(c, b, &out);
   if (st != SL_OK)
     return st;

@@ -6,12 +6,17 @@
  * Q4_0, Q4_1 and Q8_0, which go through a staging buffer and sl_kcu_pack
  * into the packed layout the CUDA kernels read. A step is one task on
  * the engine stream: the task copies the step's indices from page-locked
- * memory, enqueues every kernel of every layer on the stream's native
- * cudaStream_t, the argmax of each logits row, and the copies of the ids (and
- * of the logits rows the host asked for) back into page-locked memory. It
+ * memory (with the sampled sequences' sl_kcu_sample_params after them),
+ * enqueues every kernel of every layer on the stream's native cudaStream_t,
+ * the argmax of each logits row, the device sampler over every row when a
+ * sequence samples (rows of the others with row -1: nothing to do), and the
+ * copies of the ids, of the sampler's results and of the logits rows the
+ * host asked for (not the sampled ones) back into page-locked memory. It
  * does not wait: sl__cu_wait waits for that one task's event, then copies
- * the results out. Nothing here synchronizes the device or the legacy
- * default stream.
+ * the results out. When the sampler could not decide a row (id -1) the
+ * step's activations are kept until the next submit, so that
+ * sl__cu_fetch_row can read that row. Nothing here synchronizes the device
+ * or the legacy default stream.
  */
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +40,7 @@ static size_t up(size_t n) {
 
 typedef struct graph_ent {
   int n, ns;
+  bool samp; /* the device sampler is in the graph */
   void *exec;
   uint64_t last_use;
 } graph_ent;
@@ -68,9 +74,17 @@ struct sl__cu_ctx {
   sl_batch_out out;
   int n_rows; /* logits rows */
   const sl_batch *b;
-  size_t out_ids_off; /* in h_out: ids (n_rows int32), logprobs, logits */
+  bool samp;          /* the step runs the device sampler */
+  size_t logits_off;  /* its logits in the activations (bytes) */
+  size_t out_ids_off; /* in h_out: ids (n_rows int32), logprobs, the
+                         sampler's results (n_rows, when samp), logits */
   size_t out_lp_off;
+  size_t out_samp_off;
   size_t out_logits_off;
+  /* the last step's activations, kept after its wait while a sampled row
+   * waits for the host (sl__cu_fetch_row); released at the next submit */
+  sl_buf_t *held;
+  bool fetch_ok;
   uint8_t *row_copied; /* (rows) whose logits came back */
   size_t row_copied_cap;
   /* CUDA graphs of decode steps */
@@ -425,6 +439,7 @@ void sl__cu_free(sl__cu_ctx *c) {
     return;
   sl_stream_sync(c->stream); /* nothing may still read the staging */
   sl_buf_release(c->act);
+  sl_buf_release(c->held);
   for (int i = 0; i < SL__CU_GRAPHS; i++)
     sl_kcu_graph_free(c->graphs[i].exec);
   sl_buf_release(c->gact);
@@ -441,8 +456,9 @@ void sl__cu_free(sl__cu_ctx *c) {
 
 /* Offsets in the activation buffer (bytes) and in the index array (int32). */
 typedef struct step_layout {
-  size_t x, xn, q, k, v, att, g, u, logits, ids, lp, idx, mm, attn, total;
-  size_t mm_bytes, attn_bytes;
+  size_t x, xn, q, k, v, att, g, u, logits, ids, lp, idx, sp, so, sw, mm, attn,
+      total;
+  size_t mm_bytes, attn_bytes, sw_bytes;
   /* index array: */
   size_t i_tok, i_pos, i_seq, i_slot, i_boff, i_btab, i_rows, i_total;
 } step_layout;
@@ -502,6 +518,13 @@ static step_layout layout(const sl__cu_ctx *c, const sl_batch *b, int rows,
   L.i_rows = i, i += (size_t)rows;
   L.i_total = i;
   L.idx = o, o += up(i * 4);
+  /* the sampler's params (right after the indices: one copy up), results
+   * and work, for every row, whether it runs or not (so a graph's layout
+   * does not depend on it) */
+  L.sp = o, o += up((size_t)rows * sizeof(sl_kcu_sample_params));
+  L.so = o, o += up((size_t)rows * sizeof(sl_kcu_sample_out));
+  L.sw_bytes = sl_kcu_sample_work_bytes(rows, hp->n_vocab);
+  L.sw = o, o += up(L.sw_bytes);
   /* the matmul scratch is sized from the first layer's weights (every layer
    * has the same shapes and, in the files we load, the same types per role;
    * a mixed file sizes from each layer below) */
@@ -529,6 +552,8 @@ typedef struct cu_arg {
   int graph_ns; /* its attention's split count (the graph's key, with n) */
   int n_dec, rows_dec; /* leading decode tokens and their logits rows */
   bool any_logits;     /* some row's logits go back to the host */
+  bool samp;           /* the device sampler runs over every row */
+  size_t in_bytes;     /* the h2d copy: indices, then params when samp */
 } cu_arg;
 
 #define TRY(x)                                                                 \
@@ -583,8 +608,8 @@ static sl_status mm(void *s, const sl_kern_weight *w, const float *x, float *y,
   return st;
 }
 
-/* Every kernel of the step, from the embedding gather to the argmax, on
- * stream s (recorded into a graph when s is capturing). */
+/* Every kernel of the step, from the embedding gather to the argmax and the
+ * sampler, on stream s (recorded into a graph when s is capturing). */
 static sl_status forward(sl__cu_ctx *c, const cu_arg *a, void *s, char *base) {
   const sl_model_hparams *hp = &c->m->hp;
   const step_layout *L = &a->L;
@@ -667,16 +692,22 @@ static sl_status forward(sl__cu_ctx *c, const cu_arg *a, void *s, char *base) {
   TRY(sl_kcu_rmsnorm(s, xn, xn, c->out_norm, rows, d, hp->rms_eps));
   TRY(mm(s, &c->output, xn, logits, rows, a->rows_dec, mmw, L->mm_bytes));
   TRY(sl_kcu_argmax(s, logits, rows, nv, ids, lp));
+  if (a->samp)
+    TRY(sl_kcu_sample(s, logits, nv, rows,
+                      (const sl_kcu_sample_params *)(base + L->sp),
+                      (sl_kcu_sample_out *)(base + L->so),
+                      L->sw_bytes ? base + L->sw : NULL, L->sw_bytes));
   return SL_OK;
 }
 
 /* The cached graph for a decode step of n tokens whose attention has ns
- * splits, or a free slot (exec NULL) to record it in. */
-static graph_ent *graph_slot(sl__cu_ctx *c, int n, int ns) {
+ * splits, with or without the sampler, or a free slot (exec NULL) to record
+ * it in. */
+static graph_ent *graph_slot(sl__cu_ctx *c, int n, int ns, bool samp) {
   graph_ent *lru = &c->graphs[0];
   for (int i = 0; i < SL__CU_GRAPHS; i++) {
     graph_ent *g = &c->graphs[i];
-    if (g->exec && g->n == n && g->ns == ns)
+    if (g->exec && g->n == n && g->ns == ns && g->samp == samp)
       return g;
     if (!g->exec || (lru->exec && g->last_use < lru->last_use))
       lru = g;
@@ -685,6 +716,7 @@ static graph_ent *graph_slot(sl__cu_ctx *c, int n, int ns) {
   lru->exec = NULL;
   lru->n = n;
   lru->ns = ns;
+  lru->samp = samp;
   return lru;
 }
 
@@ -698,10 +730,10 @@ static sl_status step_task(const sl_task_ctx *tctx, void *p) {
   char *base = sl_buf_ptr(a->graph ? c->gact : c->act);
   float *logits = (float *)(base + L->logits), *lp = (float *)(base + L->lp);
   int32_t *ids = (int32_t *)(base + L->ids), *idx = (int32_t *)(base + L->idx);
-  TRY(sl_kcu_copy_h2d(s, idx, c->h_in, L->i_total * 4));
+  TRY(sl_kcu_copy_h2d(s, idx, c->h_in, a->in_bytes));
   if (a->graph) {
     /* a decode step: replayed from its graph (recorded on first use) */
-    graph_ent *g = graph_slot(c, a->n, a->graph_ns);
+    graph_ent *g = graph_slot(c, a->n, a->graph_ns, a->samp);
     if (!g->exec) {
       TRY(sl_kcu_capture_begin(s));
       sl_status st = forward(c, a, s, base);
@@ -725,6 +757,9 @@ static sl_status step_task(const sl_task_ctx *tctx, void *p) {
     return SL_OK;
   TRY(sl_kcu_copy_d2h(s, c->h_out + c->out_ids_off, ids, (size_t)rows * 4));
   TRY(sl_kcu_copy_d2h(s, c->h_out + c->out_lp_off, lp, (size_t)rows * 4));
+  if (a->samp)
+    TRY(sl_kcu_copy_d2h(s, c->h_out + c->out_samp_off, base + L->so,
+                        (size_t)rows * sizeof(sl_kcu_sample_out)));
   if (a->any_logits) {
     /* one copy per run of consecutive rows that the host wants */
     for (int r = 0; r < rows;) {
@@ -763,17 +798,23 @@ sl_status sl__cu_submit(sl__cu_ctx *c, const sl_batch *b,
                         const sl_batch_out *out) {
   if (c->pending)
     return SL_ERR_STATE;
+  /* the last step's rows are no longer asked for */
+  sl_buf_release(c->held);
+  c->held = NULL;
+  c->fetch_ok = false;
   const sl_model_hparams *hp = &c->m->hp;
   int T = c->kv.block_tokens;
   int rows = 0, total_blocks = 0, max_len = 0;
+  bool samp = false; /* sl_batch_ctx_submit checked want_logits, sampled */
   for (int s = 0; s < b->n_seqs; s++) {
     const sl_batch_seq *q = &b->seqs[s];
     rows += q->all_logits ? q->n : q->want_logits ? 1 : 0;
     total_blocks += (q->pos0 + q->n + T - 1) / T;
     if (q->pos0 + q->n > max_len)
       max_len = q->pos0 + q->n;
+    samp |= q->sample != NULL;
   }
-  if (!out->logits && !out->argmax)
+  if (!out->logits && !out->argmax && !samp)
     rows = 0;
   /* the leading decode sequences: their tokens and logits rows */
   int n_dec = 0, rows_dec = 0;
@@ -786,8 +827,9 @@ sl_status sl__cu_submit(sl__cu_ctx *c, const sl_batch *b,
   if (rows_dec > rows)
     rows_dec = rows;
   /* A decode-only step replays a CUDA graph keyed by (tokens, attention
-   * splits): its kernels read the step's indices from a buffer of fixed
-   * address (the graph's persistent activations), and the split count is
+   * splits, sampler or not): its kernels read the step's indices (and the
+   * sampler's params) from a buffer of fixed address (the graph's
+   * persistent activations), and the split count is
    * rounded up to a power of two so that a few graphs serve every length
    * (a decode token is cut by its own length, so the extra splits are
    * empty and its result is the same). */
@@ -819,21 +861,27 @@ sl_status sl__cu_submit(sl__cu_ctx *c, const sl_batch *b,
     const sl_batch_seq *q = &b->seqs[s];
     int nr = q->all_logits ? q->n : q->want_logits ? 1 : 0;
     for (int i = 0; i < nr && r < rows; i++, r++) {
-      c->row_copied[r] = out->logits && !q->argmax_only;
+      c->row_copied[r] = out->logits && !q->argmax_only && !q->sample;
       any_logits |= c->row_copied[r];
     }
   }
+  /* h_in mirrors the device's idx region: the indices, then (at the same
+   * offset as on the device) the sampler's params */
+  size_t sp_off = L.sp - L.idx;
+  size_t in_bytes = samp ? sp_off + (size_t)rows * sizeof(sl_kcu_sample_params)
+                         : L.i_total * 4;
   sl_status st;
-  if ((st = grow_host((void **)&c->h_in, &c->h_in_cap, L.i_total * 4)) !=
-          SL_OK ||
+  c->out_ids_off = 0;
+  c->out_lp_off = (size_t)rows * 4;
+  c->out_samp_off = up((size_t)rows * 8);
+  c->out_logits_off = c->out_samp_off +
+                      (samp ? up((size_t)rows * sizeof(sl_kcu_sample_out)) : 0);
+  if ((st = grow_host((void **)&c->h_in, &c->h_in_cap, in_bytes)) != SL_OK ||
       (st = grow_host((void **)&c->h_out, &c->h_out_cap,
-                      (size_t)rows * 8 +
+                      c->out_logits_off +
                           (any_logits ? (size_t)rows * nv * 4 : 0) + 64)) !=
           SL_OK)
     return st;
-  c->out_ids_off = 0;
-  c->out_lp_off = (size_t)rows * 4;
-  c->out_logits_off = (size_t)rows * 8;
   /* the indices */
   int32_t *in = c->h_in;
   memcpy(in + L.i_tok, b->tokens, sizeof(int32_t) * (size_t)b->n_tokens);
@@ -850,8 +898,21 @@ sl_status sl__cu_submit(sl__cu_ctx *c, const sl_batch *b,
       in[L.i_slot + (size_t)t] = q->block_table[pos / T] * T + pos % T;
     }
     int from = q->all_logits ? 0 : q->want_logits ? q->n - 1 : q->n;
-    for (int i = from; i < q->n && r < rows; i++)
+    for (int i = from; i < q->n && r < rows; i++) {
+      if (samp) {
+        /* this row's sampler: the sequence's params, or nothing to do */
+        sl_kcu_sample_params *sp =
+            (sl_kcu_sample_params *)((char *)c->h_in + sp_off) + r;
+        if (q->sample) {
+          *sp = *q->sample;
+        } else {
+          memset(sp, 0, sizeof *sp);
+          sp->n_top = -1;
+        }
+        sp->row = q->sample ? r : -1;
+      }
       in[L.i_rows + (size_t)r++] = q->first + i;
+    }
   }
   sl_buf_t *act = NULL;
   if (graph) {
@@ -875,8 +936,10 @@ sl_status sl__cu_submit(sl__cu_ctx *c, const sl_batch *b,
   c->b = b;
   c->out = *out;
   c->n_rows = rows;
-  cu_arg a = {c,     L,    b->n_tokens, rows,     max_len,
-              graph, ns_b, n_dec,       rows_dec, any_logits};
+  c->samp = samp;
+  c->logits_off = L.logits;
+  cu_arg a = {c,    L,     b->n_tokens, rows,       max_len, graph,
+              ns_b, n_dec, rows_dec,    any_logits, samp,    in_bytes};
   sl_buf_t *bufs[3] = {graph ? c->gact : act, c->kv.buf, c->wbuf};
   st = sl_stream_submit(c->stream, step_task, &a, sizeof a, bufs, 3, &c->seq);
   if (st != SL_OK) {
@@ -893,12 +956,36 @@ sl_status sl__cu_wait(sl__cu_ctx *c) {
     return SL_ERR_STATE;
   sl_status st = sl_stream_wait_seq(c->stream, c->seq);
   c->pending = false;
-  if (c->act)
-    sl_buf_release(c->act); /* RETIRING until its uses are done: they are */
-  c->act = NULL;
-  if (st != SL_OK)
+  if (st != SL_OK) {
+    sl_buf_release(c->act); /* RETIRING until its uses are done */
+    c->act = NULL;
     return st;
+  }
   int rows = c->n_rows;
+  /* the sampled sequences' results; a row the device could not decide
+   * keeps the activations (its logits) for sl__cu_fetch_row */
+  bool fetch = false;
+  if (c->samp) {
+    const sl_kcu_sample_out *so =
+        (const sl_kcu_sample_out *)(c->h_out + c->out_samp_off);
+    const sl_batch *b = c->b;
+    for (int s = 0, r = 0; s < b->n_seqs && r < rows; s++) {
+      const sl_batch_seq *q = &b->seqs[s];
+      int nr = q->all_logits ? q->n : q->want_logits ? 1 : 0;
+      if (q->sample) {
+        c->out.sampled[s] = so[r];
+        fetch |= so[r].id < 0;
+      }
+      r += nr;
+    }
+  }
+  if (fetch) {
+    c->held = c->act; /* NULL for a graph's step: its logits are in gact */
+    c->fetch_ok = true;
+  } else {
+    sl_buf_release(c->act); /* RETIRING until its uses are done: they are */
+  }
+  c->act = NULL;
   size_t nv = (size_t)c->m->hp.n_vocab;
   if (c->out.argmax)
     memcpy(c->out.argmax, c->h_out + c->out_ids_off, (size_t)rows * 4);
@@ -910,4 +997,15 @@ sl_status sl__cu_wait(sl__cu_ctx *c) {
         memcpy(c->out.logits + (size_t)r * nv,
                c->h_out + c->out_logits_off + (size_t)r * nv * 4, nv * 4);
   return SL_OK;
+}
+
+sl_status sl__cu_fetch_row(sl__cu_ctx *c, int row, float *dst) {
+  if (c->pending || !c->fetch_ok)
+    return SL_ERR_STATE;
+  if (row < 0 || row >= c->n_rows)
+    return SL_ERR_INVALID_ARG;
+  size_t nv = (size_t)c->m->hp.n_vocab;
+  /* a task on the engine stream, waited for (sl_buf_read) */
+  return sl_buf_read(c->held ? c->held : c->gact,
+                     c->logits_off + (size_t)row * nv * 4, dst, nv * 4);
 }

@@ -36,6 +36,8 @@ void sl__cu_free(sl__cu_ctx *c);
 sl_status sl__cu_submit(sl__cu_ctx *c, const sl_batch *b,
                         const sl_batch_out *out);
 sl_status sl__cu_wait(sl__cu_ctx *c);
+/* sl_batch_ctx_fetch_row on the GPU. */
+sl_status sl__cu_fetch_row(sl__cu_ctx *c, int row, float *dst);
 /* Device bytes the weights take once uploaded. */
 uint64_t sl__cu_weight_bytes(const sl_model_t *m);
 
