@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """A short, mixed load on a running `sluice serve` (for compute-sanitizer
-runs): N concurrent streamed chats, a repeat of one prompt (a prefix-cache
-hit), and one client that hangs up mid-stream (an abort). Exit 1 when a
-request that should have succeeded did not.
+runs): N concurrent streamed chats (even ones greedy, odd ones sampled at
+temperature 1 with a seed and top logprobs: the device sampler), a repeat of
+one prompt (a prefix-cache hit), and one client that hangs up mid-stream (an
+abort). Prints the server's clears (their share of the steps' time) and
+where tokens were sampled. Exit 1 when a request that should have succeeded
+did not.
 
-    python3 tools/gpu/load.py PORT [N]
+    python3 tools/gpu/load.py PORT [N [MAX_TOKENS]]
 """
 import http.client
 import json
@@ -14,15 +17,19 @@ import time
 
 PORT = int(sys.argv[1])
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 8
+MAX_TOKENS = int(sys.argv[3]) if len(sys.argv) > 3 else 24
 STORY = ("The lighthouse keeper wrote every evening in his log about the "
          "ships that passed and the weather over the rocks. ") * 6
 failures = []
 
 
-def chat(i, text, max_tokens=24, hang_up_after=None):
+def chat(i, text, max_tokens=None, hang_up_after=None):
     c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
     body = {"messages": [{"role": "user", "content": text}],
-            "max_tokens": max_tokens, "temperature": 0, "stream": True}
+            "max_tokens": max_tokens or MAX_TOKENS, "temperature": 0,
+            "stream": True}
+    if i % 2:
+        body.update(temperature=1.0, seed=i, logprobs=True, top_logprobs=3)
     c.request("POST", "/v1/chat/completions", json.dumps(body),
               {"Content-Type": "application/json"})
     r = c.getresponse()
@@ -54,7 +61,14 @@ def main():
     c.request("GET", "/admin/api/stats")
     st = json.loads(c.getresponse().read())
     print("stats:", json.dumps({k: st.get(k) for k in
-                                ("device", "requests", "tokens")}))
+                                ("device", "requests", "tokens", "clears",
+                                 "sampling")}))
+    cl = st.get("clears", {})
+    if cl.get("step_ms_total"):
+        print("clears: %d sites, %.3f ms of %.1f ms of steps (%.3f%%)" % (
+            cl.get("engine_sites", 0), cl.get("ms_total", 0),
+            cl["step_ms_total"], 100.0 * cl.get("ms_total", 0) /
+            cl["step_ms_total"]))
     if st.get("tokens", {}).get("cached", 0) <= 0:
         failures.append(("no prefix-cache hit",))
     if failures:

@@ -855,10 +855,13 @@ __global__ void __launch_bounds__(NT, 1)
       id = sample_sorted(s, x, n, vec, n_pen, mx, T, m, min_p, top_p, p->r,
                          (uint32_t)(best_u >> 32));
   }
-  if (tid == 0) {
+  if (tid == 0) { /* every field written: the output is the same bytes */
     o->id = id;
-    if (want_lp)
-      o->logprob = id >= 0 ? x[id] - lse : NAN;
+    o->logprob = !want_lp ? 0.0f : id >= 0 ? x[id] - lse : NAN;
+  }
+  if (tid >= (n_top > 0 ? n_top : 0) && tid < SL_KCU_SAMPLE_MAX_TOP) {
+    o->top_id[tid] = -1;
+    o->top_logprob[tid] = -INFINITY;
   }
 
   /* the top entries of the raw row, ordered by logprob (desc), id (asc) */
