@@ -21,11 +21,18 @@ MAX_TOKENS = int(sys.argv[3]) if len(sys.argv) > 3 else 24
 STORY = ("The lighthouse keeper wrote every evening in his log about the "
          "ships that passed and the weather over the rocks. ") * 6
 failures = []
+MODEL = None
+
+
+def model_id():
+    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
+    c.request("GET", "/v1/models")
+    return json.loads(c.getresponse().read())["data"][0]["id"]
 
 
 def chat(i, text, max_tokens=None, hang_up_after=None):
     c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
-    body = {"messages": [{"role": "user", "content": text}],
+    body = {"model": MODEL, "messages": [{"role": "user", "content": text}],
             "max_tokens": max_tokens or MAX_TOKENS, "temperature": 0,
             "stream": True}
     if i % 2:
@@ -48,6 +55,8 @@ def chat(i, text, max_tokens=None, hang_up_after=None):
 
 
 def main():
+    global MODEL
+    MODEL = model_id()
     ts = [threading.Thread(target=chat, args=(i, f"Client {i}: {STORY}"))
           for i in range(N)]
     ts.append(threading.Thread(target=chat, args=(N, STORY, 200, 3)))

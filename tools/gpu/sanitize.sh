@@ -18,7 +18,10 @@ for tool in ${TOOLS:-memcheck racecheck synccheck}; do
     sleep 0.5
   done
   timeout 500 python3 tools/gpu/load.py $port 8 >>"$log" 2>&1 || rc=1
-  kill -TERM $pid; wait $pid
+  # stop sluice itself (its graceful exit lets the tool print its summary),
+  # not the tool
+  pkill -TERM -P $pid 2>/dev/null || kill -TERM $pid
+  wait $pid
   echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|load ok|FAILED' "$log" | tr '\n' ' ')"
 done
 exit $rc
