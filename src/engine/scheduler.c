@@ -200,6 +200,14 @@ static bool sample_and_emit(sl_engine_t *e, sl__req *r, int s, int row) {
   int n_top = r->params.top_logprobs > 0 ? r->params.top_logprobs : 0;
   sl_status st = SL_OK;
   int32_t tok = pick_token(e, r, s, row, &lp, top, &st);
+  /* published before the token is reported: a client that reads the stats
+   * once its request is done sees its picks */
+  pthread_mutex_lock(&e->mu);
+  e->stats.argmax_device = e->n_argmax;
+  e->stats.sampled_device = e->n_sampled_device;
+  e->stats.sampled_host = e->n_sampled_host;
+  e->stats.sample_fallbacks = e->n_fallbacks;
+  pthread_mutex_unlock(&e->mu);
   if (tok < 0) {
     sl__finish(e, r, SL_FINISH_ERROR, st, SL_REASON_NONE,
                "the logits row could not be read back from the device");
@@ -699,10 +707,6 @@ bool sl__step(sl_engine_t *e) {
                         r); /* finished and freed: only the pointer is used */
   }
   pthread_mutex_lock(&e->mu);
-  e->stats.argmax_device = e->n_argmax;
-  e->stats.sampled_device = e->n_sampled_device;
-  e->stats.sampled_host = e->n_sampled_host;
-  e->stats.sample_fallbacks = e->n_fallbacks;
   e->stats.steps = e->steps;
   e->stats.step_ns += sl_now_ns() - t_step;
   pthread_mutex_unlock(&e->mu);
