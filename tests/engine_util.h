@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "default_model.h"
 #include "sluice/engine.h"
 #include "sluice/reason.h"
 

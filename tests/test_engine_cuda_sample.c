@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "default_model.h"
 #include "harness.h"
 #include "sluice/alloc.h"
 #include "sluice/engine.h"
@@ -366,26 +367,9 @@ int main(void) {
     fprintf(stderr, "skipping: no CUDA device\n");
     return 77;
   }
-  char buf[4096];
-  const char *path = sl_model_default_path(buf, sizeof buf);
-  const char *src = getenv("SLUICE_SOURCE_DIR");
-  char p2[4096];
-  if (access(path, R_OK) != 0 && src) {
-    snprintf(p2, sizeof p2, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", src);
-    path = p2;
-  }
-  char err[256];
-  sl_status st;
-  g_model = sl_model_load(path, &st, err, sizeof err);
-  if (!g_model) {
-    fprintf(stderr, "skipping: no model (%s)\n", err);
-    return 77;
-  }
-  if (sl_tokenizer_load(sl_model_gguf(g_model), &g_tok, err, sizeof err) !=
-      SL_OK) {
-    fprintf(stderr, "tokenizer: %s\n", err);
-    return 1;
-  }
+  int rc = load_default_model(&g_model, &g_tok);
+  if (rc)
+    return rc;
   RUN(test_batch_ctx_sampling_and_fetch);
   RUN(test_engine_device_vs_host);
   sl_tokenizer_free(g_tok);

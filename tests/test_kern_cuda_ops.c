@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cuda_test.h"
 #include "harness.h"
 #include "sluice/kern_cpu.h"
 #include "sluice/kern_cuda.h"
@@ -949,18 +950,9 @@ int main(int argc, char **argv) {
   fprintf(stderr, "skip: sluice was built without the CUDA backend\n");
   return 77;
 #else
-  sl_device_t *dev = NULL;
-  sl_status st = sl_device_get(SL_DEVICE_CUDA, 0, &dev);
-  if (st != SL_OK) {
-    fprintf(stderr, "skip: no CUDA device (%s)\n", sl_status_str(st));
-    return 77;
-  }
-  if (cudaSetDevice(0) != cudaSuccess ||
-      cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking) !=
-          cudaSuccess) {
-    fprintf(stderr, "cannot make a CUDA stream\n");
-    return 1;
-  }
+  int setup = cuda_test_stream(&g_stream);
+  if (setup)
+    return setup;
   int rc;
   if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
     rc = bench();

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_test.h"
 #include "harness.h"
 #include "sluice/kern_cuda.h"
 #include "sluice/rt.h"
@@ -684,18 +685,9 @@ int main(int argc, char **argv) {
   fprintf(stderr, "skip: sluice was built without the CUDA backend\n");
   return 77;
 #else
-  sl_device_t *dev = NULL;
-  sl_status st = sl_device_get(SL_DEVICE_CUDA, 0, &dev);
-  if (st != SL_OK) {
-    fprintf(stderr, "skip: no CUDA device (%s)\n", sl_status_str(st));
-    return 77;
-  }
-  if (cudaSetDevice(0) != cudaSuccess ||
-      cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking) !=
-          cudaSuccess) {
-    fprintf(stderr, "cannot make a CUDA stream\n");
-    return 1;
-  }
+  int setup = cuda_test_stream(&g_stream);
+  if (setup)
+    return setup;
   int rc;
   if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
     rc = bench();

@@ -136,6 +136,19 @@ sl_status mmv(cudaStream_t stream, const sl_kern_weight *w, const float *x,
 sl_status mmv_packed(cudaStream_t stream, const sl_kern_weight *w,
                      const float *x, float *y, int n);
 
+/* Lets `kern` take `smem` bytes of dynamic shared memory (more than the
+ * 48 KiB a launch gets without asking). */
+template <class K> sl_status allow_smem(K kern, size_t smem) {
+  if (smem <= 48 * 1024)
+    return SL_OK;
+  cudaError_t e = cudaFuncSetAttribute(
+      kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (e == cudaSuccess)
+    return SL_OK;
+  return status_of(e) == SL_ERR_DEVICE_FATAL ? SL_ERR_DEVICE_FATAL
+                                             : SL_ERR_UNSUPPORTED;
+}
+
 /* The tensor-core kernel for packed weights, any n (mmt.cu), and whether it
  * replaces mmv_packed (SLUICE_CUDA_MMT, read once). */
 sl_status mmt_packed(cudaStream_t stream, const sl_kern_weight *w,

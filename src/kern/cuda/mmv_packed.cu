@@ -329,13 +329,8 @@ sl_status launch_p(cudaStream_t stream, const sl_kern_weight *w, const float *x,
   if (blocks > 0x7fffffff || nb * T::CPB > 0x7fffffff)
     return SL_ERR_INVALID_ARG;
   auto kern = mmvp_kernel<T, N, RL, U>;
-  if (smem > 48 * 1024) { /* Q4_1 with very long rows */
-    cudaError_t e = cudaFuncSetAttribute(
-        kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e != cudaSuccess)
-      return status_of(e) == SL_ERR_DEVICE_FATAL ? SL_ERR_DEVICE_FATAL
-                                                 : SL_ERR_UNSUPPORTED;
-  }
+  if (sl_status st = allow_smem(kern, smem); st != SL_OK)
+    return st;
   kern<<<(unsigned)blocks, W * 32, smem, stream>>>(
       (const uint8_t *)w->data, tb, tiles, w->rows, (int)nb, x, w->cols, y);
   return launch_status();
