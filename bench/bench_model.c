@@ -237,7 +237,7 @@ int sl_bench_model_main(int argc, char **argv) {
   struct stat sb;
   uint64_t model_bytes = stat(model, &sb) == 0 ? (uint64_t)sb.st_size : 0;
   double pp_tps = median(pp, reps), tg_tps = median(tg, reps);
-  double dec_gbps = (double)sl_model_weight_bytes(m) * tg_tps / 1e9;
+  double dec_gbps = (double)sl_model_bytes_per_token(m) * tg_tps / 1e9;
   printf("{\"bench\": \"model\", \"device\": \"%s\", \"model\": \"%s\", "
          "\"arch\": \"%s\", "
          "\"threads\": %d, \"reps\": %d, \"model_bytes\": %llu, "
@@ -247,7 +247,7 @@ int sl_bench_model_main(int argc, char **argv) {
          "\"peak_rss_bytes\": %llu",
          sl_device_name(dev), model, sl_arch_name(hp->arch), threads, reps,
          (unsigned long long)model_bytes,
-         (unsigned long long)sl_model_weight_bytes(m),
+         (unsigned long long)sl_model_bytes_per_token(m),
          sl_kern_isa_name(sl_kern_cpu_isa()), pp_tps, tg_tps, dec_gbps,
          gpu ? "hbm_read_gbps" : "mem_read_gbps", read_gbps,
          read_gbps > 0 ? dec_gbps / read_gbps : 0.0,

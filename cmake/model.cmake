@@ -13,6 +13,15 @@ if(Python3_FOUND)
     ENVIRONMENT "SLUICE_MODEL_TOOL=$<TARGET_FILE:sl_model_tool>;SLUICE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
 endif()
 
+if(Python3_FOUND)
+  add_test(NAME test_model_bytes
+           COMMAND ${Python3_EXECUTABLE} -m pytest -q -s
+                   ${CMAKE_SOURCE_DIR}/tests/py/test_model_bytes.py)
+  set_tests_properties(test_model_bytes PROPERTIES
+    TIMEOUT 300 SKIP_REGULAR_EXPRESSION "(^|\n)[0-9]+ skipped in"
+    ENVIRONMENT "SLUICE_MODEL_TOOL=$<TARGET_FILE:sl_model_tool>;SLUICE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+endif()
+
 # The engine's threads run under TSan too (the kernels' per-ISA entries get the
 # same labels in cmake/kern_cpu.cmake).
 foreach(t test_engine)

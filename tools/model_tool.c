@@ -72,9 +72,27 @@ int main(int argc, char **argv) {
       printf("%s\n", sl_kern_isa_name(sl_kern_cpu_isa()));
     return isa_rc;
   }
+  if (argc == 3 && strcmp(argv[1], "bytes") == 0) {
+    /* the weights' bytes, and those one decode token reads */
+    char err[512];
+    sl_status st;
+    sl_model_t *m = sl_model_load(argv[2], &st, err, sizeof err);
+    if (!m) {
+      fprintf(stderr, "sl_model_tool: %s\n", err);
+      return 1;
+    }
+    printf("{\"weight_bytes\": %llu, \"bytes_per_token\": %llu, "
+           "\"n_vocab\": %lld, \"tied\": %s}\n",
+           (unsigned long long)sl_model_weight_bytes(m),
+           (unsigned long long)sl_model_bytes_per_token(m),
+           (long long)sl_model_hparams_of(m)->n_vocab,
+           sl_model_hparams_of(m)->tied_embeddings ? "true" : "false");
+    sl_model_free(m);
+    return 0;
+  }
   if (argc < 3 || (strcmp(argv[1], "logits") && strcmp(argv[1], "greedy"))) {
-    fprintf(stderr,
-            "usage: sl_model_tool logits|greedy MODEL [N] < ids | isa\n");
+    fprintf(stderr, "usage: sl_model_tool logits|greedy MODEL [N] < ids | "
+                    "bytes MODEL | isa\n");
     return 2;
   }
   if (isa_rc)

@@ -60,8 +60,11 @@ const sl_gguf_t *sl_model_gguf(const sl_model_t *m);
  * size, metadata and a stated sample of each tensor), computed at load. Lives
  * as long as `m`. */
 const uint8_t *sl_model_fingerprint(const sl_model_t *m);
-/* Bytes of weight data the forward pass reads per token (all layers). */
+/* Bytes of the weights the model uses (the memory they take). */
 uint64_t sl_model_weight_bytes(const sl_model_t *m);
+/* Bytes of weights one decode token reads: all of them, except that an
+ * untied embedding table gives one row (the output matrix is read whole). */
+uint64_t sl_model_bytes_per_token(const sl_model_t *m);
 const char *sl_arch_name(sl_arch a);
 
 /* Makes a context for one sequence of up to n_ctx tokens, computing with

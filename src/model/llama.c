@@ -297,6 +297,13 @@ uint64_t sl_model_weight_bytes(const sl_model_t *m) {
   return m->weight_bytes;
 }
 
+uint64_t sl_model_bytes_per_token(const sl_model_t *m) {
+  if (m->hp.tied_embeddings || m->hp.n_vocab <= 0)
+    return m->weight_bytes;
+  uint64_t e = m->tok_embd->nbytes;
+  return m->weight_bytes - e + e / (uint64_t)m->hp.n_vocab;
+}
+
 /* ---- context ----------------------------------------------------------------
  */
 
