@@ -238,19 +238,6 @@ static int32_t ref_pick(const ref_walk *w, double u) {
   return w->id[w->m - 1];
 }
 
-/* true when `id` is a candidate whose interval of the walk comes within
- * 1e-5 * total of u * total (a boundary case) */
-static bool ref_near(const ref_walk *w, double u, int32_t id) {
-  double r = u * w->total, eps = 1e-5 * w->total;
-  for (int i = 0; i < w->m; i++) {
-    double lo = i ? w->acc[i - 1] : 0.0, hi = w->acc[i];
-    if (w->id[i] == id && lo <= r + eps && r - eps <= hi &&
-        (fabs(r - lo) <= eps || fabs(r - hi) <= eps))
-      return true;
-  }
-  return false;
-}
-
 /* sl__logprobs (src/engine/detok.c), restated */
 static float ref_logprobs(const float *lg, int nv, int32_t tok, int n_top,
                           int32_t *top_id, float *top_lp, float *lse_out) {
@@ -451,6 +438,19 @@ static int host_check(void) {
 }
 
 #ifdef SLUICE_HAVE_CUDA
+
+/* true when `id` is a candidate whose interval of the walk comes within
+ * 1e-5 * total of u * total (a boundary case) */
+static bool ref_near(const ref_walk *w, double u, int32_t id) {
+  double r = u * w->total, eps = 1e-5 * w->total;
+  for (int i = 0; i < w->m; i++) {
+    double lo = i ? w->acc[i - 1] : 0.0, hi = w->acc[i];
+    if (w->id[i] == id && lo <= r + eps && r - eps <= hi &&
+        (fabs(r - lo) <= eps || fabs(r - hi) <= eps))
+      return true;
+  }
+  return false;
+}
 
 static cudaStream_t g_stream;
 
