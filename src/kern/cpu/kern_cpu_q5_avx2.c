@@ -7,9 +7,10 @@
  * The dots keep the shape of the Q4_0 / Q4_1 ones (kern_cpu_avx2.c): one
  * 8-lane accumulator chain over the blocks, fma of the block's int32 lane
  * sums by d_w * d_x, then one horizontal sum (plus the m * s sum for Q5_1).
- * For Q5_0 and Q5_1 that is ggml's AVX2 order; ggml's IQ4_NL dot instead
- * alternates two chains over even and odd blocks, so here the last bits may
- * differ from llama.cpp's. */
+ * For Q5_0 and Q5_1 that is the order of ggml's AVX2 dots; its IQ4_NL dot
+ * (as far as we read it) takes two blocks per step into two chains, so there
+ * the last bits may differ from llama.cpp's (the model test measures both
+ * against float64, not against each other). */
 #include "kern_cpu_impl.h"
 
 #if defined(__x86_64__)
