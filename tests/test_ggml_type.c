@@ -28,6 +28,7 @@ static const struct {
     {SL_GGML_Q5_K, "Q5_K", 256, 176, true},
     {SL_GGML_Q6_K, "Q6_K", 256, 210, true},
     {SL_GGML_Q8_K, "Q8_K", 256, 292, true},
+    {SL_GGML_IQ4_NL, "IQ4_NL", 32, 18, true},
     {SL_GGML_BF16, "BF16", 1, 2, false},
 };
 #define N_GGML (sizeof g_ggml / sizeof g_ggml[0])

@@ -27,8 +27,9 @@ static float rnd_f(float lo, float hi) { /* uniform in [lo, hi) */
 }
 
 static const sl_ggml_type k_wtypes[] = {
-    SL_GGML_F32,  SL_GGML_F16,  SL_GGML_BF16, SL_GGML_Q4_0, SL_GGML_Q4_1,
-    SL_GGML_Q8_0, SL_GGML_Q4_K, SL_GGML_Q5_K, SL_GGML_Q6_K};
+    SL_GGML_F32,  SL_GGML_F16,  SL_GGML_BF16, SL_GGML_Q4_0,
+    SL_GGML_Q4_1, SL_GGML_Q8_0, SL_GGML_Q4_K, SL_GGML_Q5_K,
+    SL_GGML_Q6_K, SL_GGML_Q5_0, SL_GGML_Q5_1, SL_GGML_IQ4_NL};
 #define N_WTYPES (sizeof k_wtypes / sizeof k_wtypes[0])
 
 /* The levels under test, set by main. */
@@ -68,10 +69,13 @@ static void fill_random(sl_ggml_type t, void *dst, int64_t n) {
       memcpy(p, &h, 2);
       break;
     case SL_GGML_Q4_0:
+    case SL_GGML_Q5_0:
+    case SL_GGML_IQ4_NL:
     case SL_GGML_Q8_0:
       ((sl__block_q4_0 *)p)->d = f16_of(rnd_f(0.001f, 0.02f));
       break;
     case SL_GGML_Q4_1:
+    case SL_GGML_Q5_1:
       ((sl__block_q4_1 *)p)->d = f16_of(rnd_f(0.001f, 0.02f));
       ((sl__block_q4_1 *)p)->m = f16_of(rnd_f(-0.1f, 0.1f));
       break;
@@ -127,7 +131,15 @@ static void test_type_info(void) {
   CHECK_OK(sl_kern_row_bytes(SL_GGML_Q6_K, 512, &b));
   CHECK_EQ_INT(b, 420);
   CHECK_EQ_INT(sl_kern_row_bytes(SL_GGML_Q4_0, 33, &b), SL_ERR_INVALID_ARG);
-  CHECK_EQ_INT(sl_kern_row_bytes(SL_GGML_Q5_0, 32, &b), SL_ERR_UNSUPPORTED);
+  CHECK_OK(sl_kern_row_bytes(SL_GGML_Q5_0, 64, &b));
+  CHECK_EQ_INT(b, 2 * 22);
+  CHECK_OK(sl_kern_row_bytes(SL_GGML_Q5_1, 64, &b));
+  CHECK_EQ_INT(b, 2 * 24);
+  CHECK_OK(sl_kern_row_bytes(SL_GGML_IQ4_NL, 64, &b));
+  CHECK_EQ_INT(b, 2 * 18);
+  /* 16: a ggml type (IQ2_XXS) sluice does not know */
+  CHECK_EQ_INT(sl_kern_row_bytes((sl_ggml_type)16, 256, &b),
+               SL_ERR_UNSUPPORTED);
   float f[32];
   uint8_t raw[64] = {0};
   CHECK_EQ_INT(sl_kern_dequant_row(SL_GGML_Q2_K, raw, f, 256),
@@ -140,7 +152,14 @@ static void test_type_info(void) {
   CHECK_EQ_INT(a, SL_GGML_Q8_1);
   CHECK_OK(sl_kern_act_type(SL_GGML_Q5_K, &a));
   CHECK_EQ_INT(a, SL_GGML_Q8_K);
-  CHECK_EQ_INT(sl_kern_act_type(SL_GGML_Q5_1, &a), SL_ERR_UNSUPPORTED);
+  CHECK_OK(sl_kern_act_type(SL_GGML_Q5_0, &a));
+  CHECK_EQ_INT(a, SL_GGML_Q8_0);
+  CHECK_OK(sl_kern_act_type(SL_GGML_IQ4_NL, &a));
+  CHECK_EQ_INT(a, SL_GGML_Q8_0);
+  CHECK_OK(sl_kern_act_type(SL_GGML_Q5_1, &a));
+  CHECK_EQ_INT(a, SL_GGML_Q8_1);
+  /* an activation type is no weight type */
+  CHECK_EQ_INT(sl_kern_act_type(SL_GGML_Q8_1, &a), SL_ERR_UNSUPPORTED);
 }
 
 /* Dequantization on every ISA equals the scalar one (up to one rounding of
@@ -184,6 +203,22 @@ static void test_dequant(void) {
   b1.qs[15] = 0xF1; /* x[15] = 1*0.25-1, x[31] = 15*0.25-1 */
   CHECK_OK(sl_kern_dequant_row(SL_GGML_Q4_1, &b1, f, 32));
   CHECK(f[15] == -0.75f && f[31] == 2.75f && f[0] == -1.0f);
+  /* Q5: bit j of the little-endian qh is element j's fifth bit */
+  sl__block_q5_0 b5 = {.d = f16_of(0.5f), .qh = {0x01, 0, 0, 0x80}};
+  b5.qs[0] = 0x3A;  /* x[0] = (16+10-16)*0.5, x[16] = (3-16)*0.5 */
+  b5.qs[15] = 0xF0; /* x[15] = -8, x[31] = (16+15-16)*0.5 = 7.5 */
+  CHECK_OK(sl_kern_dequant_row(SL_GGML_Q5_0, &b5, f, 32));
+  CHECK(f[0] == 5.0f && f[16] == -6.5f && f[15] == -8.0f && f[31] == 7.5f &&
+        f[1] == -8.0f);
+  sl__block_q5_1 b51 = {.d = f16_of(0.25f), .m = f16_of(-1.0f)};
+  b51.qh[2] = 0x02; /* element 17 */
+  b51.qs[1] = 0x21; /* x[1] = 1*0.25-1, x[17] = (16+2)*0.25-1 */
+  CHECK_OK(sl_kern_dequant_row(SL_GGML_Q5_1, &b51, f, 32));
+  CHECK(f[1] == -0.75f && f[17] == 3.5f && f[0] == -1.0f && f[16] == -1.0f);
+  sl__block_iq4_nl bn = {.d = f16_of(0.5f)};
+  bn.qs[3] = 0xF0; /* x[3] = -127*0.5, x[19] = 113*0.5 */
+  CHECK_OK(sl_kern_dequant_row(SL_GGML_IQ4_NL, &bn, f, 32));
+  CHECK(f[3] == -63.5f && f[19] == 56.5f && f[0] == -63.5f);
 }
 
 /* Activation quantization: round trip within ~half a step on every ISA, and
@@ -258,11 +293,16 @@ static double ref_dot(sl_ggml_type t, int64_t n, const void *w, const void *xq,
     s += (double)wf[i] * xf[i];
     a += fabs((double)wf[i] * xf[i]);
   }
-  if (t == SL_GGML_Q4_1) { /* m * s with s rounded to f16, as ggml */
-    const sl__block_q4_1 *wb = w;
+  if (t == SL_GGML_Q4_1 || t == SL_GGML_Q5_1) {
+    /* m * s with s rounded to f16, as ggml; both blocks start d, m */
+    size_t bb;
+    SL_ASSERT(sl_kern_type_block(t, NULL, &bb));
     const sl__block_q8_1 *xb = xq;
-    for (int64_t b = 0; b < n / 32; b++)
-      sl += fabs(sl__f16_to_f32(wb[b].m) * sl__f16_to_f32(xb[b].s)) / 1024;
+    for (int64_t b = 0; b < n / 32; b++) {
+      const sl__block_q4_1 *wb =
+          (const sl__block_q4_1 *)((const char *)w + (size_t)b * bb);
+      sl += fabs(sl__f16_to_f32(wb->m) * sl__f16_to_f32(xb[b].s)) / 1024;
+    }
   }
   sl_free(wf);
   sl_free(xf);
@@ -397,7 +437,7 @@ static void test_matmul(void) {
   /* argument errors */
   float y[4], xx[64] = {0};
   uint8_t wb[64] = {0};
-  sl_kern_weight bad = {SL_GGML_Q5_0, 1, 32, wb};
+  sl_kern_weight bad = {(sl_ggml_type)16, 1, 32, wb};
   CHECK_EQ_INT(sl_kern_matmul(pools[1], &bad, xx, y, 1), SL_ERR_UNSUPPORTED);
   sl_kern_weight odd = {SL_GGML_Q8_0, 1, 48, wb};
   CHECK_EQ_INT(sl_kern_matmul(pools[1], &odd, xx, y, 1), SL_ERR_INVALID_ARG);

@@ -46,11 +46,14 @@ static void fill(sl_ggml_type t, uint8_t *p, size_t bytes) {
       p[off + 1] = (uint8_t)((p[off + 1] & 0x80) | 0x3c);
       break;
     case SL_GGML_Q4_1:
+    case SL_GGML_Q5_1:
     case SL_GGML_Q4_K:
     case SL_GGML_Q5_K:
       memcpy(p + off + 2, &h, 2);
       /* fall through */
     case SL_GGML_Q4_0:
+    case SL_GGML_Q5_0:
+    case SL_GGML_IQ4_NL:
     case SL_GGML_Q8_0:
       memcpy(p + off, &h, 2);
       break;
@@ -103,6 +106,12 @@ static const char *type_name(sl_ggml_type t) {
     return "Q5_K";
   case SL_GGML_Q6_K:
     return "Q6_K";
+  case SL_GGML_Q5_0:
+    return "Q5_0";
+  case SL_GGML_Q5_1:
+    return "Q5_1";
+  case SL_GGML_IQ4_NL:
+    return "IQ4NL";
   default:
     return "?";
   }
@@ -139,8 +148,9 @@ int main(int argc, char **argv) {
   sl_free(mem);
 
   static const sl_ggml_type types[] = {
-      SL_GGML_F32,  SL_GGML_F16,  SL_GGML_BF16, SL_GGML_Q8_0, SL_GGML_Q4_0,
-      SL_GGML_Q4_1, SL_GGML_Q4_K, SL_GGML_Q5_K, SL_GGML_Q6_K};
+      SL_GGML_F32,  SL_GGML_F16,  SL_GGML_BF16, SL_GGML_Q8_0,
+      SL_GGML_Q4_0, SL_GGML_Q4_1, SL_GGML_Q4_K, SL_GGML_Q5_K,
+      SL_GGML_Q6_K, SL_GGML_Q5_0, SL_GGML_Q5_1, SL_GGML_IQ4_NL};
   /* the row length (BENCH_KERN_COLS, default 4096): a small model's rows
    * are short (576 in SmolLM2-135M), which changes what a kernel pays for */
   const char *cols_env = getenv("BENCH_KERN_COLS");

@@ -85,9 +85,15 @@ static bool matrix(loader *L, sl_kern_weight *w, const char *name, int layer,
     return fail(L, SL_ERR_FORMAT,
                 "tensor '%s' has the wrong shape (layer %lld)", name, layer);
   size_t rb;
-  if (sl_kern_row_bytes(t->type, cols, &rb) != SL_OK)
-    return fail(L, SL_ERR_UNSUPPORTED, "tensor '%s': unsupported type %lld",
-                name, (long long)t->type);
+  if (sl_kern_row_bytes(t->type, cols, &rb) != SL_OK) {
+    /* "tensor 'x': unsupported type Q2_K (10)" */
+    const sl_ggml_type_traits *tr = sl_ggml_type_traits_of(t->type);
+    char what[160];
+    snprintf(what, sizeof what, "%s': unsupported type %s", name,
+             tr ? tr->name : "?");
+    return fail(L, SL_ERR_UNSUPPORTED, "tensor '%s (%lld)", what,
+                (long long)t->type);
+  }
   w->type = t->type;
   w->rows = rows;
   w->cols = cols;

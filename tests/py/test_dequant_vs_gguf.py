@@ -47,7 +47,10 @@ def _isas():
 
 # without the model tool, only the level the kernels pick by default (None)
 ISAS = _isas() if os.path.exists(MODEL_TOOL) else [None]
-TYPES = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
+TYPES = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K,
+         T.Q5_0, T.Q5_1, T.IQ4_NL]
+# gguf.quants cannot quantize these: random blocks with sane scales
+RANDOM_ONLY = (T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL)
 
 
 def model_path():
@@ -96,6 +99,8 @@ def random_blocks(qtype, nblocks, rng):
         raw[:, 2:4] = f16_bytes(rng.uniform(1e-4, 2e-3, nblocks)).reshape(-1, 2)
     elif qtype == T.Q6_K:  # d last
         raw[:, ts - 2:ts] = f16_bytes(rng.uniform(1e-4, 1e-3, nblocks)).reshape(-1, 2)
+    elif qtype == T.IQ4_NL:  # d first
+        raw[:, 0:2] = f16_bytes(rng.uniform(1e-4, 2e-2, nblocks)).reshape(-1, 2)
     else:
         raise AssertionError(qtype)
     return raw.tobytes(), nblocks * bs
@@ -104,8 +109,9 @@ def random_blocks(qtype, nblocks, rng):
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_random(qtype):
     rng = np.random.default_rng(1234 + int(qtype))
-    if qtype in (T.Q4_K, T.Q5_K, T.Q6_K):
-        raw, n = random_blocks(qtype, 37, rng)
+    if qtype in RANDOM_ONLY:
+        nb = 37 if qtype != T.IQ4_NL else 37 * 8
+        raw, n = random_blocks(qtype, nb, rng)
     else:
         x = (rng.standard_normal((7, 512)) *
              rng.uniform(0.01, 3, (7, 1))).astype(np.float32)

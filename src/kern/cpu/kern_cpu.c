@@ -107,8 +107,10 @@ sl_status sl_kern_cpu_isa_requested(sl_kern_isa *isa) {
 }
 
 static void init_once(void) {
-  g_tables[SL_KERN_ISA_SCALAR] = sl__kern_cpu_scalar_ops;
-  sl__kern_cpu_ops avx2 = sl__kern_cpu_avx2_ops;
+  merge(&g_tables[SL_KERN_ISA_SCALAR], &sl__kern_cpu_scalar_ops,
+        &sl__kern_cpu_q5_scalar_ops);
+  sl__kern_cpu_ops avx2;
+  merge(&avx2, &sl__kern_cpu_avx2_ops, &sl__kern_cpu_q5_avx2_ops);
   for (int i = 0; i < SL__NTYPES; i++)
     if (sl__kern_cpu_avx2_gemm[i])
       avx2.gemm[i] = sl__kern_cpu_avx2_gemm[i];
@@ -201,6 +203,15 @@ static size_t kern_block_struct(sl_ggml_type t) {
   case SL_GGML_Q8_K:
     e = SL__QK_K, b = sizeof(sl__block_q8_K);
     break;
+  case SL_GGML_Q5_0:
+    e = SL__QK, b = sizeof(sl__block_q5_0);
+    break;
+  case SL_GGML_Q5_1:
+    e = SL__QK, b = sizeof(sl__block_q5_1);
+    break;
+  case SL_GGML_IQ4_NL:
+    e = SL__QK, b = sizeof(sl__block_iq4_nl);
+    break;
   default:
     return 0;
   }
@@ -260,10 +271,13 @@ sl_status sl_kern_act_type(sl_ggml_type wt, sl_ggml_type *act) {
     a = SL_GGML_F32;
     break;
   case SL_GGML_Q4_0:
+  case SL_GGML_Q5_0:
+  case SL_GGML_IQ4_NL:
   case SL_GGML_Q8_0:
     a = SL_GGML_Q8_0;
     break;
   case SL_GGML_Q4_1:
+  case SL_GGML_Q5_1:
     a = SL_GGML_Q8_1;
     break;
   case SL_GGML_Q4_K:

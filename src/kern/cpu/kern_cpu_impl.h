@@ -52,6 +52,20 @@ typedef struct {
   int8_t qs[SL__QK_K];
   int16_t bsums[SL__QK_K / 16]; /* sums of qs in groups of 16 */
 } sl__block_q8_K;               /* 292 B */
+typedef struct {
+  uint16_t d;
+  uint8_t qh[4]; /* bit j: the fifth bit of element j (little-endian u32) */
+  uint8_t qs[SL__QK / 2];
+} sl__block_q5_0; /* 22 B */
+typedef struct {
+  uint16_t d, m;
+  uint8_t qh[4];
+  uint8_t qs[SL__QK / 2];
+} sl__block_q5_1; /* 24 B */
+typedef struct {
+  uint16_t d;
+  uint8_t qs[SL__QK / 2]; /* indices into sl__kvalues_iq4nl */
+} sl__block_iq4_nl;       /* 18 B */
 
 _Static_assert(sizeof(sl__block_q4_0) == 18, "q4_0");
 _Static_assert(sizeof(sl__block_q4_1) == 20, "q4_1");
@@ -61,6 +75,13 @@ _Static_assert(sizeof(sl__block_q4_K) == 144, "q4_K");
 _Static_assert(sizeof(sl__block_q5_K) == 176, "q5_K");
 _Static_assert(sizeof(sl__block_q6_K) == 210, "q6_K");
 _Static_assert(sizeof(sl__block_q8_K) == 292, "q8_K");
+_Static_assert(sizeof(sl__block_q5_0) == 22, "q5_0");
+_Static_assert(sizeof(sl__block_q5_1) == 24, "q5_1");
+_Static_assert(sizeof(sl__block_iq4_nl) == 18, "iq4_nl");
+
+/* IQ4_NL's 16 non-linear levels (ggml's kvalues_iq4nl). */
+static const int8_t sl__kvalues_iq4nl[16] = {
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 /* ---- scalar f16 / bf16 ----------------------------------------------------
  */
@@ -198,6 +219,10 @@ typedef struct sl__kern_cpu_ops {
 extern const sl__kern_cpu_ops sl__kern_cpu_scalar_ops;
 extern const sl__kern_cpu_ops sl__kern_cpu_avx2_ops;
 extern const sl__kern_cpu_ops sl__kern_cpu_avx512_ops;
+/* Overlays merged into the scalar / AVX2 tables (kern_cpu_q5.c,
+ * kern_cpu_q5_avx2.c): Q5_0, Q5_1 and IQ4_NL. */
+extern const sl__kern_cpu_ops sl__kern_cpu_q5_scalar_ops;
+extern const sl__kern_cpu_ops sl__kern_cpu_q5_avx2_ops;
 /* kern_cpu_gemm_avx2.c: the AVX2 table's gemm entries */
 extern const sl__gemm_fn sl__kern_cpu_avx2_gemm[SL__NTYPES];
 

@@ -41,6 +41,33 @@ unpack_q4(const uint8_t *qs) {
                           _mm256_set1_epi8(0x0F));
 }
 
+/* The 32 5-bit quants of a Q5_0 / Q5_1 block as bytes 0..31, in
+ * unpack_q4's order: bit j of the little-endian qh is element j's fifth
+ * bit. */
+static inline __attribute__((always_inline)) __m256i
+unpack_q5(const uint8_t *qs, const uint8_t *qh) {
+  uint32_t h;
+  memcpy(&h, qh, 4);
+  /* byte k of the result gets byte k / 8 of h, then its bit k % 8 */
+  __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+                                  _mm256_setr_epi64x(0, 0x0101010101010101LL,
+                                                     0x0202020202020202LL,
+                                                     0x0303030303030303LL));
+  const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+  __m256i hi = _mm256_and_si256(
+      _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit), _mm256_set1_epi8(16));
+  return _mm256_or_si256(unpack_q4(qs), hi);
+}
+
+/* The 32 quants of an IQ4_NL block as its int8 levels, in unpack_q4's
+ * order. */
+static inline __attribute__((always_inline)) __m256i
+unpack_iq4nl(const uint8_t *qs) {
+  const __m256i lut = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128((const __m128i *)sl__kvalues_iq4nl));
+  return _mm256_shuffle_epi8(lut, unpack_q4(qs));
+}
+
 /* 8 bf16 to 8 f32. */
 static inline __attribute__((always_inline)) __m256 widen_bf16(__m128i h) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
