@@ -85,9 +85,13 @@ static bool matrix(loader *L, sl_kern_weight *w, const char *name, int layer,
     return fail(L, SL_ERR_FORMAT,
                 "tensor '%s' has the wrong shape (layer %lld)", name, layer);
   size_t rb;
-  if (sl_kern_row_bytes(t->type, cols, &rb) != SL_OK)
-    return fail(L, SL_ERR_UNSUPPORTED, "tensor '%s': unsupported type %lld",
-                name, (long long)t->type);
+  if (sl_kern_row_bytes(t->type, cols, &rb) != SL_OK) {
+    const sl_ggml_type_traits *tr = sl_ggml_type_traits_of(t->type);
+    char what[160];
+    snprintf(what, sizeof what, "tensor '%s': unsupported type %s (%d)", name,
+             tr ? tr->name : "?", (int)t->type);
+    return fail(L, SL_ERR_UNSUPPORTED, "%s%.0lld", what, 0);
+  }
   w->type = t->type;
   w->rows = rows;
   w->cols = cols;

@@ -47,7 +47,10 @@ def _isas():
 
 # without the model tool, only the level the kernels pick by default (None)
 ISAS = _isas() if os.path.exists(MODEL_TOOL) else [None]
-TYPES = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
+TYPES = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K,
+         T.Q2_K, T.Q3_K, T.IQ4_XS]
+# the 256-element types filled with random bytes (see random_blocks)
+RANDOM_BLOCK_TYPES = (T.Q4_K, T.Q5_K, T.Q6_K, T.Q2_K, T.Q3_K, T.IQ4_XS)
 
 
 def model_path():
@@ -94,8 +97,13 @@ def random_blocks(qtype, nblocks, rng):
     if qtype in (T.Q4_K, T.Q5_K):  # d, dmin first
         raw[:, 0:2] = f16_bytes(rng.uniform(1e-4, 2e-3, nblocks)).reshape(-1, 2)
         raw[:, 2:4] = f16_bytes(rng.uniform(1e-4, 2e-3, nblocks)).reshape(-1, 2)
-    elif qtype == T.Q6_K:  # d last
+    elif qtype in (T.Q6_K, T.Q3_K):  # d last
         raw[:, ts - 2:ts] = f16_bytes(rng.uniform(1e-4, 1e-3, nblocks)).reshape(-1, 2)
+    elif qtype == T.Q2_K:  # d, dmin last
+        raw[:, ts - 4:ts - 2] = f16_bytes(rng.uniform(1e-4, 2e-3, nblocks)).reshape(-1, 2)
+        raw[:, ts - 2:ts] = f16_bytes(rng.uniform(1e-4, 2e-3, nblocks)).reshape(-1, 2)
+    elif qtype == T.IQ4_XS:  # d first
+        raw[:, 0:2] = f16_bytes(rng.uniform(1e-4, 1e-3, nblocks)).reshape(-1, 2)
     else:
         raise AssertionError(qtype)
     return raw.tobytes(), nblocks * bs
@@ -104,7 +112,7 @@ def random_blocks(qtype, nblocks, rng):
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_random(qtype):
     rng = np.random.default_rng(1234 + int(qtype))
-    if qtype in (T.Q4_K, T.Q5_K, T.Q6_K):
+    if qtype in RANDOM_BLOCK_TYPES:
         raw, n = random_blocks(qtype, 37, rng)
     else:
         x = (rng.standard_normal((7, 512)) *
