@@ -11,7 +11,7 @@
 #include <stdatomic.h>
 
 #include "harness.h"
-#include "kern/cpu/kern_cpu_impl.h"
+#include "kern/cpu/kern_cpu_k23.h"
 #include "sluice/kern_cpu.h"
 #include "sluice/util.h"
 
@@ -27,9 +27,9 @@ static float rnd_f(float lo, float hi) { /* uniform in [lo, hi) */
 }
 
 static const sl_ggml_type k_wtypes[] = {
-    SL_GGML_F32,  SL_GGML_F16,  SL_GGML_BF16, SL_GGML_Q4_0,
-    SL_GGML_Q4_1, SL_GGML_Q8_0, SL_GGML_Q4_K, SL_GGML_Q5_K,
-    SL_GGML_Q6_K, SL_GGML_Q5_0, SL_GGML_Q5_1, SL_GGML_IQ4_NL};
+    SL_GGML_F32,  SL_GGML_F16,    SL_GGML_BF16, SL_GGML_Q4_0, SL_GGML_Q4_1,
+    SL_GGML_Q8_0, SL_GGML_Q4_K,   SL_GGML_Q5_K, SL_GGML_Q6_K, SL_GGML_Q5_0,
+    SL_GGML_Q5_1, SL_GGML_IQ4_NL, SL_GGML_Q2_K, SL_GGML_Q3_K, SL_GGML_IQ4_XS};
 #define N_WTYPES (sizeof k_wtypes / sizeof k_wtypes[0])
 
 /* The levels under test, set by main. */
@@ -87,6 +87,16 @@ static void fill_random(sl_ggml_type t, void *dst, int64_t n) {
     case SL_GGML_Q6_K:
       ((sl__block_q6_K *)p)->d = f16_of(rnd_f(0.0001f, 0.001f));
       break;
+    case SL_GGML_Q2_K:
+      ((sl__block_q2_K *)p)->d = f16_of(rnd_f(0.0001f, 0.002f));
+      ((sl__block_q2_K *)p)->dmin = f16_of(rnd_f(0.0001f, 0.002f));
+      break;
+    case SL_GGML_Q3_K:
+      ((sl__block_q3_K *)p)->d = f16_of(rnd_f(0.0001f, 0.001f));
+      break;
+    case SL_GGML_IQ4_XS:
+      ((sl__block_iq4_xs *)p)->d = f16_of(rnd_f(0.0001f, 0.001f));
+      break;
     default:
       SL_ASSERT(0);
     }
@@ -142,8 +152,8 @@ static void test_type_info(void) {
                SL_ERR_UNSUPPORTED);
   float f[32];
   uint8_t raw[64] = {0};
-  CHECK_EQ_INT(sl_kern_dequant_row(SL_GGML_Q2_K, raw, f, 256),
-               SL_ERR_UNSUPPORTED);
+  CHECK_EQ_INT(sl_kern_dequant_row((sl_ggml_type)16, raw, f, 256),
+               SL_ERR_UNSUPPORTED); /* IQ2_XXS: no kernel */
   CHECK_EQ_INT(sl_kern_dequant_row(SL_GGML_Q8_0, raw, f, 31),
                SL_ERR_INVALID_ARG);
   CHECK_EQ_INT(sl_kern_cpu_set_isa((sl_kern_isa)7), SL_ERR_INVALID_ARG);
@@ -219,6 +229,32 @@ static void test_dequant(void) {
   bn.qs[3] = 0xF0; /* x[3] = -127*0.5, x[19] = 113*0.5 */
   CHECK_OK(sl_kern_dequant_row(SL_GGML_IQ4_NL, &bn, f, 32));
   CHECK(f[3] == -63.5f && f[19] == 56.5f && f[0] == -63.5f);
+  float g[256];
+  /* Q2_K: group 1 (elements 16..31) scale 2, min 3; x[16] = 0.5*2*3 - 0.25*3
+   * (bits 0..1 of qs[16]), x[48] from bits 2..3 of qs[16], group 3 */
+  sl__block_q2_K b2 = {.d = f16_of(0.5f), .dmin = f16_of(0.25f)};
+  b2.scales[1] = 0x32;
+  b2.scales[3] = 0x01;
+  b2.qs[16] = 0x0B;
+  CHECK_OK(sl_kern_dequant_row(SL_GGML_Q2_K, &b2, g, 256));
+  CHECK(g[16] == 2.25f && g[17] == -0.75f && g[0] == 0.0f && g[48] == 1.0f);
+  /* Q3_K: scale 0 = (5 | 1 << 4) - 32 = -11, scale 1 = -32; x[1] = -11 *
+   * (2 - 4), x[0] = -11 * (0 - 4 + 4) (its hmask bit set), x[16] = -32 * -4,
+   * x[32] takes bit 1 of hmask[0], x[33] (group 2, scale -32) not */
+  sl__block_q3_K b3 = {.d = f16_of(1.0f)};
+  b3.scales[0] = 5;
+  b3.scales[8] = 1;
+  b3.hmask[0] = 0x03;
+  b3.qs[1] = 0x02;
+  CHECK_OK(sl_kern_dequant_row(SL_GGML_Q3_K, &b3, g, 256));
+  CHECK(g[1] == 22.0f && g[0] == 0.0f && g[16] == 128.0f && g[32] == 0.0f &&
+        g[33] == 128.0f);
+  /* IQ4_XS: sub-block 0 scale (1 | 2 << 4) - 32 = 1, sub-block 1 2 - 32 */
+  sl__block_iq4_xs b4 = {.d = f16_of(0.5f), .scales_h = 0x0002};
+  b4.scales_l[0] = 0x21;
+  b4.qs[0] = 0xF0;
+  CHECK_OK(sl_kern_dequant_row(SL_GGML_IQ4_XS, &b4, g, 256));
+  CHECK(g[0] == -63.5f && g[16] == 56.5f && g[32] == 1905.0f);
 }
 
 /* Activation quantization: round trip within ~half a step on every ISA, and

@@ -60,6 +60,16 @@ static void fill(sl_ggml_type t, uint8_t *p, size_t bytes) {
     case SL_GGML_Q6_K:
       memcpy(p + off + 208, &h, 2);
       break;
+    case SL_GGML_Q2_K: /* d, dmin last */
+      memcpy(p + off + 80, &h, 2);
+      memcpy(p + off + 82, &h, 2);
+      break;
+    case SL_GGML_Q3_K: /* d last */
+      memcpy(p + off + 108, &h, 2);
+      break;
+    case SL_GGML_IQ4_XS: /* d first */
+      memcpy(p + off, &h, 2);
+      break;
     default:
       break;
     }
@@ -106,14 +116,10 @@ static const char *type_name(sl_ggml_type t) {
     return "Q5_K";
   case SL_GGML_Q6_K:
     return "Q6_K";
-  case SL_GGML_Q5_0:
-    return "Q5_0";
-  case SL_GGML_Q5_1:
-    return "Q5_1";
-  case SL_GGML_IQ4_NL:
-    return "IQ4NL";
-  default:
-    return "?";
+  default: {
+    const sl_ggml_type_traits *tr = sl_ggml_type_traits_of(t);
+    return tr ? tr->name : "?";
+  }
   }
 }
 
@@ -148,15 +154,15 @@ int main(int argc, char **argv) {
   sl_free(mem);
 
   static const sl_ggml_type types[] = {
-      SL_GGML_F32,  SL_GGML_F16,  SL_GGML_BF16, SL_GGML_Q8_0,
-      SL_GGML_Q4_0, SL_GGML_Q4_1, SL_GGML_Q4_K, SL_GGML_Q5_K,
-      SL_GGML_Q6_K, SL_GGML_Q5_0, SL_GGML_Q5_1, SL_GGML_IQ4_NL};
+      SL_GGML_F32,  SL_GGML_F16,    SL_GGML_BF16, SL_GGML_Q8_0, SL_GGML_Q4_0,
+      SL_GGML_Q4_1, SL_GGML_Q4_K,   SL_GGML_Q5_K, SL_GGML_Q6_K, SL_GGML_Q5_0,
+      SL_GGML_Q5_1, SL_GGML_IQ4_NL, SL_GGML_Q2_K, SL_GGML_Q3_K, SL_GGML_IQ4_XS};
   /* the row length (BENCH_KERN_COLS, default 4096): a small model's rows
    * are short (576 in SmolLM2-135M), which changes what a kernel pays for */
   const char *cols_env = getenv("BENCH_KERN_COLS");
   const int64_t cols =
       cols_env && atoll(cols_env) >= 256 ? atoll(cols_env) / 256 * 256 : 4096;
-  printf("\n%-5s %8s | %-22s | %-30s\n", "type", "MB", "decode GB/s (1t, 2t)",
+  printf("\n%-6s %8s | %-22s | %-30s\n", "type", "MB", "decode GB/s (1t, 2t)",
          "prefill eff GB/s 2t (64, 256 tok)");
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
     sl_ggml_type t = types[ti];
@@ -201,7 +207,7 @@ int main(int argc, char **argv) {
       }
       pre[k] = (double)ntoks[k] * (double)(rb * (size_t)prow) / best / 1e9;
     }
-    printf("%-5s %8.1f | %8.1f %8.1f     | %10.1f %10.1f\n", type_name(t),
+    printf("%-6s %8.1f | %8.1f %8.1f     | %10.1f %10.1f\n", type_name(t),
            (double)wbytes / 1e6, dec[0], dec[1], pre[0], pre[1]);
     sl_free(w);
     sl_free(X);

@@ -31,6 +31,7 @@ typedef enum sl_ggml_type {
   SL_GGML_Q6_K = 14,
   SL_GGML_Q8_K = 15,
   SL_GGML_IQ4_NL = 20,
+  SL_GGML_IQ4_XS = 23,
   SL_GGML_BF16 = 30,
 } sl_ggml_type;
 

@@ -10,15 +10,16 @@
  *   Q4_1  32 elems, 20 B: f16 d, f16 m, u8 qs[16]   x = q * d + m
  *   Q8_0  32 elems, 34 B: f16 d, i8 qs[32]           x = q * d
  *   Q4_K 256 elems, 144 B; Q5_K 256 elems, 176 B; Q6_K 256 elems, 210 B
+ *   Q2_K 256 elems, 84 B; Q3_K 256 elems, 110 B; IQ4_XS 256 elems, 136 B
  *   F32, F16, BF16: one element per "block".
  *
  * Matmul quantizes the activations first, as ggml does (its vec_dot_type):
  * Q8_0 for Q4_0 and Q8_0 weights, Q8_1 (f16 d, f16 s = d * sum q, i8 qs[32])
- * for Q4_1, Q8_K (f32 d, i8 qs[256], i16 bsums[16]) for the K-quants; F32, F16
- * and BF16 weights take the f32 activations as they are. Q8_0 / Q8_1 follow
- * ggml's x86 quantizers (scale 127 / amax, round half to even) and the AVX2
- * Q4_0 / Q4_1 / Q8_0 dots sum their blocks in ggml's order, so on AVX2 these
- * results equal llama.cpp's bit for bit (rmsnorm and rope likewise).
+ * for Q4_1, Q8_K (f32 d, i8 qs[256], i16 bsums[16]) for the K-quants and
+ * IQ4_XS; F32, F16 and BF16 weights take the f32 activations as they are. Q8_0
+ * / Q8_1 follow ggml's x86 quantizers (scale 127 / amax, round half to even)
+ * and the AVX2 Q4_0 / Q4_1 / Q8_0 dots sum their blocks in ggml's order, so on
+ * AVX2 these results equal llama.cpp's bit for bit (rmsnorm and rope likewise).
  *
  * SIMD is chosen at run time: AVX-512 (F+BW+VL), AVX2+FMA+F16C, or scalar. The
  * env var SLUICE_ISA=scalar|avx2|avx512 (old name SLUICE_CPU_ISA, read when
@@ -76,8 +77,8 @@ const char *sl_kern_isa_name(sl_kern_isa isa);
  */
 
 /* Block size in elements and bytes of each type these kernels read or write
- * (F32 F16 BF16 Q4_0 Q4_1 Q8_0 Q8_1 Q4_K Q5_K Q6_K Q8_K). Returns false for
- * other types. */
+ * (F32 F16 BF16 Q4_0 Q4_1 Q8_0 Q8_1 Q4_K Q5_K Q6_K Q8_K, Q2_K Q3_K IQ4_XS).
+ * Returns false for other types. */
 bool sl_kern_type_block(sl_ggml_type t, int64_t *block_elems,
                         size_t *block_bytes);
 
@@ -87,9 +88,9 @@ bool sl_kern_type_block(sl_ggml_type t, int64_t *block_elems,
 sl_status sl_kern_row_bytes(sl_ggml_type t, int64_t n, size_t *out);
 
 /* Dequantizes `n` elements (a multiple of the block size) of type t (F32 F16
- * BF16 Q4_0 Q4_1 Q8_0 Q4_K Q5_K Q6_K, and Q8_0/Q8_1/Q8_K activations) from
- * `src` into dst[n]. Returns SL_ERR_UNSUPPORTED or SL_ERR_INVALID_ARG as
- * sl_kern_row_bytes does, and writes nothing then. */
+ * BF16 Q4_0 Q4_1 Q8_0 Q4_K Q5_K Q6_K Q2_K Q3_K IQ4_XS, and Q8_0/Q8_1/Q8_K
+ * activations) from `src` into dst[n]. Returns SL_ERR_UNSUPPORTED or
+ * SL_ERR_INVALID_ARG as sl_kern_row_bytes does, and writes nothing then. */
 sl_status sl_kern_dequant_row(sl_ggml_type t, const void *src, float *dst,
                               int64_t n);
 

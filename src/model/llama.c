@@ -86,13 +86,11 @@ static bool matrix(loader *L, sl_kern_weight *w, const char *name, int layer,
                 "tensor '%s' has the wrong shape (layer %lld)", name, layer);
   size_t rb;
   if (sl_kern_row_bytes(t->type, cols, &rb) != SL_OK) {
-    /* "tensor 'x': unsupported type Q2_K (10)" */
     const sl_ggml_type_traits *tr = sl_ggml_type_traits_of(t->type);
     char what[160];
-    snprintf(what, sizeof what, "%s': unsupported type %s", name,
-             tr ? tr->name : "?");
-    return fail(L, SL_ERR_UNSUPPORTED, "tensor '%s (%lld)", what,
-                (long long)t->type);
+    snprintf(what, sizeof what, "tensor '%s': unsupported type %s (%d)", name,
+             tr ? tr->name : "?", (int)t->type);
+    return fail(L, SL_ERR_UNSUPPORTED, "%s%.0lld", what, 0);
   }
   w->type = t->type;
   w->rows = rows;

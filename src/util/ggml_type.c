@@ -22,6 +22,7 @@ static const sl_ggml_type_traits g_traits[] = {
     [SL_GGML_Q6_K] = {"Q6_K", 256, 210, true, true},
     [SL_GGML_Q8_K] = {"Q8_K", 256, 292, true, true},
     [SL_GGML_IQ4_NL] = {"IQ4_NL", 32, 18, true, true},
+    [SL_GGML_IQ4_XS] = {"IQ4_XS", 256, 136, true, true},
     [SL_GGML_BF16] = {"BF16", 1, 2, false, true},
 };
 

@@ -48,9 +48,9 @@ def _isas():
 # without the model tool, only the level the kernels pick by default (None)
 ISAS = _isas() if os.path.exists(MODEL_TOOL) else [None]
 TYPES = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K,
-         T.Q5_0, T.Q5_1, T.IQ4_NL]
+         T.Q5_0, T.Q5_1, T.IQ4_NL, T.Q2_K, T.Q3_K, T.IQ4_XS]
 # gguf.quants cannot quantize these: random blocks with sane scales
-RANDOM_ONLY = (T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL)
+RANDOM_ONLY = (T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.Q2_K, T.Q3_K, T.IQ4_XS)
 
 
 def model_path():
@@ -97,10 +97,15 @@ def random_blocks(qtype, nblocks, rng):
     if qtype in (T.Q4_K, T.Q5_K):  # d, dmin first
         raw[:, 0:2] = f16_bytes(rng.uniform(1e-4, 2e-3, nblocks)).reshape(-1, 2)
         raw[:, 2:4] = f16_bytes(rng.uniform(1e-4, 2e-3, nblocks)).reshape(-1, 2)
-    elif qtype == T.Q6_K:  # d last
+    elif qtype in (T.Q6_K, T.Q3_K):  # d last
         raw[:, ts - 2:ts] = f16_bytes(rng.uniform(1e-4, 1e-3, nblocks)).reshape(-1, 2)
     elif qtype == T.IQ4_NL:  # d first
         raw[:, 0:2] = f16_bytes(rng.uniform(1e-4, 2e-2, nblocks)).reshape(-1, 2)
+    elif qtype == T.Q2_K:  # d, dmin last
+        raw[:, ts - 4:ts - 2] = f16_bytes(rng.uniform(1e-4, 2e-3, nblocks)).reshape(-1, 2)
+        raw[:, ts - 2:ts] = f16_bytes(rng.uniform(1e-4, 2e-3, nblocks)).reshape(-1, 2)
+    elif qtype == T.IQ4_XS:  # d first
+        raw[:, 0:2] = f16_bytes(rng.uniform(1e-4, 1e-3, nblocks)).reshape(-1, 2)
     else:
         raise AssertionError(qtype)
     return raw.tobytes(), nblocks * bs

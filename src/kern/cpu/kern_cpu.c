@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kern_cpu_impl.h"
+#include "kern_cpu_k23.h"
 #include "sluice/util.h"
 
 static sl__kern_cpu_ops g_tables[3];
@@ -212,6 +212,15 @@ static size_t kern_block_struct(sl_ggml_type t) {
   case SL_GGML_IQ4_NL:
     e = SL__QK, b = sizeof(sl__block_iq4_nl);
     break;
+  case SL_GGML_Q2_K:
+    e = SL__QK_K, b = sizeof(sl__block_q2_K);
+    break;
+  case SL_GGML_Q3_K:
+    e = SL__QK_K, b = sizeof(sl__block_q3_K);
+    break;
+  case SL_GGML_IQ4_XS:
+    e = SL__QK_K, b = sizeof(sl__block_iq4_xs);
+    break;
   default:
     return 0;
   }
@@ -283,6 +292,9 @@ sl_status sl_kern_act_type(sl_ggml_type wt, sl_ggml_type *act) {
   case SL_GGML_Q4_K:
   case SL_GGML_Q5_K:
   case SL_GGML_Q6_K:
+  case SL_GGML_Q2_K:
+  case SL_GGML_Q3_K:
+  case SL_GGML_IQ4_XS:
     a = SL_GGML_Q8_K;
     break;
   default:

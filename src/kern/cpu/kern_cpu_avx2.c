@@ -2,7 +2,7 @@
  * compiled for that target only and reached only through the op table when
  * sl_kern_cpu_isa_supported(SL_KERN_ISA_AVX2). Entries left NULL use the
  * scalar ones. */
-#include "kern_cpu_impl.h"
+#include "kern_cpu_k23.h"
 
 #if defined(__x86_64__)
 
@@ -746,6 +746,9 @@ const sl__kern_cpu_ops sl__kern_cpu_avx2_ops = {
             [SL_GGML_Q4_K] = dot_q4_K,
             [SL_GGML_Q5_K] = dot_q5_K,
             [SL_GGML_Q6_K] = dot_q6_K,
+            [SL_GGML_Q2_K] = sl__dot_q2_K_avx2,
+            [SL_GGML_Q3_K] = sl__dot_q3_K_avx2,
+            [SL_GGML_IQ4_XS] = sl__dot_iq4_xs_avx2,
         },
     .rmsnorm = rmsnorm,
     .rope = rope,

@@ -1,6 +1,6 @@
 /* sluice — kern/cpu: the scalar reference for every op. Other ISAs are tested
  * against these. Compiled for generic x86-64 (and any other target). */
-#include "kern_cpu_impl.h"
+#include "kern_cpu_k23.h"
 
 /* ---- dequantization -------------------------------------------------------
  */
@@ -516,6 +516,9 @@ const sl__kern_cpu_ops sl__kern_cpu_scalar_ops = {
             [SL_GGML_Q5_K] = dq_q5_K,
             [SL_GGML_Q6_K] = dq_q6_K,
             [SL_GGML_Q8_K] = dq_q8_K,
+            [SL_GGML_Q2_K] = sl__dq_q2_K,
+            [SL_GGML_Q3_K] = sl__dq_q3_K,
+            [SL_GGML_IQ4_XS] = sl__dq_iq4_xs,
         },
     .quant =
         {
@@ -535,6 +538,9 @@ const sl__kern_cpu_ops sl__kern_cpu_scalar_ops = {
             [SL_GGML_Q4_K] = dot_q4_K,
             [SL_GGML_Q5_K] = dot_q5_K,
             [SL_GGML_Q6_K] = dot_q6_K,
+            [SL_GGML_Q2_K] = sl__dot_q2_K,
+            [SL_GGML_Q3_K] = sl__dot_q3_K,
+            [SL_GGML_IQ4_XS] = sl__dot_iq4_xs,
         },
     .rmsnorm = rmsnorm,
     .rope = rope,
