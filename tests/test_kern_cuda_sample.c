@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "cuda_test.h"
+#include "engine/engine_impl.h"
 #include "harness.h"
 #include "sluice/kern_cuda.h"
 #include "sluice/rt.h"
@@ -238,38 +239,6 @@ static int32_t ref_pick(const ref_walk *w, double u) {
   return w->id[w->m - 1];
 }
 
-/* sl__logprobs (src/engine/detok.c), restated */
-static float ref_logprobs(const float *lg, int nv, int32_t tok, int n_top,
-                          int32_t *top_id, float *top_lp, float *lse_out) {
-  float mx = lg[0];
-  for (int i = 1; i < nv; i++)
-    if (lg[i] > mx)
-      mx = lg[i];
-  double sum = 0;
-  for (int i = 0; i < nv; i++)
-    sum += exp((double)(lg[i] - mx));
-  float lse = mx + (float)log(sum);
-  for (int k = 0; k < n_top; k++) {
-    top_id[k] = -1;
-    top_lp[k] = -INFINITY;
-  }
-  for (int i = 0; i < nv && n_top > 0; i++) {
-    float v = lg[i] - lse;
-    if (v <= top_lp[n_top - 1])
-      continue;
-    int k = n_top - 1;
-    while (k > 0 && top_lp[k - 1] < v) {
-      top_id[k] = top_id[k - 1];
-      top_lp[k] = top_lp[k - 1];
-      k--;
-    }
-    top_id[k] = i;
-    top_lp[k] = v;
-  }
-  *lse_out = lse;
-  return tok >= 0 ? lg[tok] - lse : NAN;
-}
-
 /* ---- cases ----------------------------------------------------------------
  */
 
@@ -384,7 +353,13 @@ static void rowcase_make(rowcase *rc, const pset *ps, const float *row, int n,
   if (ps->n_top >= 0) {
     int nt =
         ps->n_top < SL_KCU_SAMPLE_MAX_TOP ? ps->n_top : SL_KCU_SAMPLE_MAX_TOP;
-    ref_logprobs(row, n, -1, nt, rc->top_id, rc->top_lp, &rc->lp_lse);
+    /* the engine's own logprobs (src/engine/detok.c) */
+    sl_token_logprob top[SL_KCU_SAMPLE_MAX_TOP];
+    rc->lp_lse = row[0] - sl__logprobs(row, n, 0, nt, top);
+    for (int k = 0; k < nt; k++) {
+      rc->top_id[k] = top[k].id;
+      rc->top_lp[k] = top[k].logprob;
+    }
   }
 }
 

@@ -130,6 +130,14 @@ static void emit_done(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,
   r->cb(r->user, &ev);
 }
 
+/* The pick counts into the stats (e->mu held). */
+static void publish_picks(sl_engine_t *e) {
+  e->stats.argmax_device = e->n_argmax;
+  e->stats.sampled_device = e->n_sampled_device;
+  e->stats.sampled_host = e->n_sampled_host;
+  e->stats.sample_fallbacks = e->n_fallbacks;
+}
+
 /* Ends a request: reports, publishes and frees its blocks, frees it. */
 void sl__finish(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,
                 sl_reason reason, const char *msg) {
@@ -140,6 +148,12 @@ void sl__finish(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,
     e->finished_since_clear = 1; /* decode site: K steps after a finish */
   }
   r->state = SL__REQ_DONE;
+  /* where tokens were picked, published before the end is reported: a
+   * client that reads the stats once its request is done sees its picks
+   * (and the step's end publishes them for the others) */
+  pthread_mutex_lock(&e->mu);
+  publish_picks(e);
+  pthread_mutex_unlock(&e->mu);
   emit_done(e, r, why, err, reason, msg);
   pthread_mutex_lock(&e->mu);
   if (why == SL_FINISH_ERROR)
@@ -200,14 +214,6 @@ static bool sample_and_emit(sl_engine_t *e, sl__req *r, int s, int row) {
   int n_top = r->params.top_logprobs > 0 ? r->params.top_logprobs : 0;
   sl_status st = SL_OK;
   int32_t tok = pick_token(e, r, s, row, &lp, top, &st);
-  /* published before the token is reported: a client that reads the stats
-   * once its request is done sees its picks */
-  pthread_mutex_lock(&e->mu);
-  e->stats.argmax_device = e->n_argmax;
-  e->stats.sampled_device = e->n_sampled_device;
-  e->stats.sampled_host = e->n_sampled_host;
-  e->stats.sample_fallbacks = e->n_fallbacks;
-  pthread_mutex_unlock(&e->mu);
   if (tok < 0) {
     sl__finish(e, r, SL_FINISH_ERROR, st, SL_REASON_NONE,
                "the logits row could not be read back from the device");
@@ -707,6 +713,7 @@ bool sl__step(sl_engine_t *e) {
                         r); /* finished and freed: only the pointer is used */
   }
   pthread_mutex_lock(&e->mu);
+  publish_picks(e);
   e->stats.steps = e->steps;
   e->stats.step_ns += sl_now_ns() - t_step;
   pthread_mutex_unlock(&e->mu);

@@ -121,34 +121,9 @@ INL void blk_q8_0(const sl__block_q8_0 *a, const void *x, size_t xs, int64_t i,
   }
 }
 
-/* One accumulator chain over the blocks, added up as ggml's AVX2
- * ggml_vec_dot_q4_1_q8_1 / q8_0_q8_0 do (the block sums' order matters to the
- * last bit, and that bit decides roundings in the next activation
- * quantization, so matching it keeps sluice close to llama.cpp). */
-#define SL__DOT_BLK32(name, wtype)                                             \
-  INL void name##_nt(int64_t n, const void *w, const void *x, size_t xs,       \
-                     float *y, size_t ys, const int NT) {                      \
-    const wtype *a = w;                                                        \
-    const int64_t nb = n / SL__QK;                                             \
-    __m256 acc[SL__NT_MAX];                                                    \
-    float sm[SL__NT_MAX];                                                      \
-    UNROLL for (int t = 0; t < NT; t++) {                                      \
-      acc[t] = _mm256_setzero_ps();                                            \
-      sm[t] = 0;                                                               \
-    }                                                                          \
-    for (int64_t i = 0; i < nb; i++)                                           \
-      blk_##name(a, x, xs, i, acc, sm, NT);                                    \
-    UNROLL for (int t = 0; t < NT; t++) y[(size_t)t * ys] =                    \
-        hsum_ps(acc[t]) + sm[t];                                               \
-  }                                                                            \
-  SL__NT_DISPATCH(name)
-
-#define blk_dot_q4_0 blk_q4_0
-#define blk_dot_q4_1 blk_q4_1
-#define blk_dot_q8_0 blk_q8_0
-SL__DOT_BLK32(dot_q4_0, sl__block_q4_0)
-SL__DOT_BLK32(dot_q4_1, sl__block_q4_1)
-SL__DOT_BLK32(dot_q8_0, sl__block_q8_0)
+SL__DOT_BLK32(dot_q4_0, blk_q4_0, sl__block_q4_0)
+SL__DOT_BLK32(dot_q4_1, blk_q4_1, sl__block_q4_1)
+SL__DOT_BLK32(dot_q8_0, blk_q8_0, sl__block_q8_0)
 
 /* Q4_K and Q5_K share everything but the unpacking of the 4+1 bit quants. */
 INL void dot_kmin_nt(int64_t n, const void *w, const void *x, size_t xs,

@@ -68,6 +68,17 @@ typedef struct {
 } sl__block_iq4_nl;       /* 18 B */
 
 _Static_assert(sizeof(sl__block_q4_0) == 18, "q4_0");
+/* A dot-table entry over nt tokens from a one-token dot, dot1 (each token's
+ * sum is dot1's, in its order); storage: static, or extern for an entry
+ * another file's table names. */
+#define SL__DOT_ROWS(storage, name, dot1)                                      \
+  storage void name(int64_t n, const void *w, const void *x, size_t xs,        \
+                    float *y, size_t ys, int nt) {                             \
+    for (int t = 0; t < nt; t++)                                               \
+      y[(size_t)t * ys] =                                                      \
+          dot1(n, w, (const void *)((const char *)x + t * xs));                \
+  }
+
 _Static_assert(sizeof(sl__block_q4_1) == 20, "q4_1");
 _Static_assert(sizeof(sl__block_q8_0) == 34, "q8_0");
 _Static_assert(sizeof(sl__block_q8_1) == 36, "q8_1");

@@ -139,13 +139,6 @@ static float dot1_iq4_xs(int64_t n, const void *w, const void *xv) {
   return s;
 }
 
-#define SL__DOT_EXPORT(name, dot1)                                             \
-  void name(int64_t n, const void *w, const void *x, size_t xs, float *y,      \
-            size_t ys, int nt) {                                               \
-    for (int t = 0; t < nt; t++)                                               \
-      y[(size_t)t * ys] =                                                      \
-          dot1(n, w, (const void *)((const char *)x + t * xs));                \
-  }
-SL__DOT_EXPORT(sl__dot_q2_K, dot1_q2_K)
-SL__DOT_EXPORT(sl__dot_q3_K, dot1_q3_K)
-SL__DOT_EXPORT(sl__dot_iq4_xs, dot1_iq4_xs)
+SL__DOT_ROWS(extern, sl__dot_q2_K, dot1_q2_K)
+SL__DOT_ROWS(extern, sl__dot_q3_K, dot1_q3_K)
+SL__DOT_ROWS(extern, sl__dot_iq4_xs, dot1_iq4_xs)

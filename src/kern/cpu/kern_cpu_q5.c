@@ -99,16 +99,9 @@ static float dot1_iq4_nl(int64_t n, const void *w, const void *xv) {
   return s;
 }
 
-#define SL__DOT_WRAP(name, dot1)                                               \
-  static void name(int64_t n, const void *w, const void *x, size_t xs,         \
-                   float *y, size_t ys, int nt) {                              \
-    for (int t = 0; t < nt; t++)                                               \
-      y[(size_t)t * ys] =                                                      \
-          dot1(n, w, (const void *)((const char *)x + t * xs));                \
-  }
-SL__DOT_WRAP(dot_q5_0, dot1_q5_0)
-SL__DOT_WRAP(dot_q5_1, dot1_q5_1)
-SL__DOT_WRAP(dot_iq4_nl, dot1_iq4_nl)
+SL__DOT_ROWS(static, dot_q5_0, dot1_q5_0)
+SL__DOT_ROWS(static, dot_q5_1, dot1_q5_1)
+SL__DOT_ROWS(static, dot_iq4_nl, dot1_iq4_nl)
 
 const sl__kern_cpu_ops sl__kern_cpu_q5_scalar_ops = {
     .dequant =

@@ -73,26 +73,9 @@ INL void blk_q5_1(const void *w, const void *x, size_t xs, int64_t i,
   }
 }
 
-#define SL__DOT_BLK32(name, blk)                                               \
-  INL void name##_nt(int64_t n, const void *w, const void *x, size_t xs,       \
-                     float *y, size_t ys, const int NT) {                      \
-    const int64_t nb = n / SL__QK;                                             \
-    __m256 acc[SL__NT_MAX];                                                    \
-    float sm[SL__NT_MAX];                                                      \
-    UNROLL for (int t = 0; t < NT; t++) {                                      \
-      acc[t] = _mm256_setzero_ps();                                            \
-      sm[t] = 0;                                                               \
-    }                                                                          \
-    for (int64_t i = 0; i < nb; i++)                                           \
-      blk(w, x, xs, i, acc, sm, NT);                                           \
-    UNROLL for (int t = 0; t < NT; t++) y[(size_t)t * ys] =                    \
-        hsum_ps(acc[t]) + sm[t];                                               \
-  }                                                                            \
-  SL__NT_DISPATCH(name)
-
-SL__DOT_BLK32(dot_q5_0, blk_q5_0)
-SL__DOT_BLK32(dot_q5_1, blk_q5_1)
-SL__DOT_BLK32(dot_iq4_nl, blk_iq4_nl)
+SL__DOT_BLK32(dot_q5_0, blk_q5_0, void)
+SL__DOT_BLK32(dot_q5_1, blk_q5_1, void)
+SL__DOT_BLK32(dot_iq4_nl, blk_iq4_nl, void)
 
 /* ---- dequantization ------------------------------------------------------ */
 

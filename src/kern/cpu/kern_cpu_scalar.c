@@ -349,22 +349,15 @@ static float dot1_q6_K(int64_t n, const void *w, const void *xv) {
   return s;
 }
 
-#define SL__DOT_WRAP(name, dot1)                                               \
-  static void name(int64_t n, const void *w, const void *x, size_t xs,         \
-                   float *y, size_t ys, int nt) {                              \
-    for (int t = 0; t < nt; t++)                                               \
-      y[(size_t)t * ys] =                                                      \
-          dot1(n, w, (const void *)((const char *)x + t * xs));                \
-  }
-SL__DOT_WRAP(dot_f32, dot1_f32)
-SL__DOT_WRAP(dot_f16, dot1_f16)
-SL__DOT_WRAP(dot_bf16, dot1_bf16)
-SL__DOT_WRAP(dot_q4_0, dot1_q4_0)
-SL__DOT_WRAP(dot_q4_1, dot1_q4_1)
-SL__DOT_WRAP(dot_q8_0, dot1_q8_0)
-SL__DOT_WRAP(dot_q4_K, dot1_q4_K)
-SL__DOT_WRAP(dot_q5_K, dot1_q5_K)
-SL__DOT_WRAP(dot_q6_K, dot1_q6_K)
+SL__DOT_ROWS(static, dot_f32, dot1_f32)
+SL__DOT_ROWS(static, dot_f16, dot1_f16)
+SL__DOT_ROWS(static, dot_bf16, dot1_bf16)
+SL__DOT_ROWS(static, dot_q4_0, dot1_q4_0)
+SL__DOT_ROWS(static, dot_q4_1, dot1_q4_1)
+SL__DOT_ROWS(static, dot_q8_0, dot1_q8_0)
+SL__DOT_ROWS(static, dot_q4_K, dot1_q4_K)
+SL__DOT_ROWS(static, dot_q5_K, dot1_q5_K)
+SL__DOT_ROWS(static, dot_q6_K, dot1_q6_K)
 
 /* ---- small ops ------------------------------------------------------------
  */

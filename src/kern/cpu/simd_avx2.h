@@ -96,4 +96,30 @@ static inline __attribute__((always_inline)) __m256 exp256(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
+/* A dot over 32-element blocks for 1..SL__NT_MAX tokens (name##_nt, and
+ * name through SL__NT_DISPATCH): blk((const wtype *)w, x, xs, i, acc, sm, NT)
+ * adds block i of every token into its 8-lane acc and its scalar sm. One
+ * accumulator chain over the blocks, added up as ggml's AVX2
+ * ggml_vec_dot_q4_1_q8_1 / q8_0_q8_0 do (the block sums' order matters to
+ * the last bit, and that bit decides roundings in the next activation
+ * quantization, so matching it keeps sluice close to llama.cpp). Needs INL
+ * and UNROLL. */
+#define SL__DOT_BLK32(name, blk, wtype)                                        \
+  INL void name##_nt(int64_t n, const void *w, const void *x, size_t xs,       \
+                     float *y, size_t ys, const int NT) {                      \
+    const wtype *a = w;                                                        \
+    const int64_t nb = n / SL__QK;                                             \
+    __m256 acc[SL__NT_MAX];                                                    \
+    float sm[SL__NT_MAX];                                                      \
+    UNROLL for (int t = 0; t < NT; t++) {                                      \
+      acc[t] = _mm256_setzero_ps();                                            \
+      sm[t] = 0;                                                               \
+    }                                                                          \
+    for (int64_t i = 0; i < nb; i++)                                           \
+      blk(a, x, xs, i, acc, sm, NT);                                           \
+    UNROLL for (int t = 0; t < NT; t++) y[(size_t)t * ys] =                    \
+        hsum_ps(acc[t]) + sm[t];                                               \
+  }                                                                            \
+  SL__NT_DISPATCH(name)
+
 #endif
