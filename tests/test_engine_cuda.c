@@ -255,7 +255,7 @@ static void test_batch_invariance_and_cpu_agreement(void) {
 }
 
 /* What the seed's bare clear would have raced: the real forward pass of a
- * 256-token prompt queued on a non-blocking stream, then
+ * 1024-token prompt queued on a non-blocking stream, then
  * sl__rt_experiment_bare_clear (drains the device default stream alone, as
  * oMLX's mx.synchronize(); mx.clear_cache()). It returns with the forward
  * pass still in flight: memory-safe in sluice (I1 keeps the buffers
@@ -264,7 +264,9 @@ static void test_batch_invariance_and_cpu_agreement(void) {
 static void test_bare_clear_races_the_forward_pass(void) {
   const sl_model_hparams *hp = sl_model_hparams_of(g_model);
   sl_stream_t *gs = sl_thread_stream(g_dev);
-  enum { T = 16, NB = 32, N = 256 };
+  /* 1024 tokens: at 256 the H200 ran the pass about as fast as the host
+   * queued its kernels, so it could be over by the time the clear ran */
+  enum { T = 16, NB = 64, N = 1024 };
   sl_kv_view kv = {NULL, (int)hp->n_layer, NB, T,
                    (int)(hp->n_head_kv * hp->head_dim)};
   CHECK_OK(sl_buf_alloc(gs, sl_kv_view_bytes(&kv), &kv.buf));

@@ -611,6 +611,145 @@ static void test_kv_store(void) {
   }
 }
 
+/* ---- fused: add_rmsnorm, rope_kv_store -------------------------------------
+ */
+
+/* add_rmsnorm against the CPU's add then rmsnorm: x bit for bit (one IEEE
+ * addition), y within rmsnorm's 2e-6 (only the order of the sum of squares
+ * differs), with y aliasing d (as the forward pass calls it) and not; widths
+ * on the one-float4-a-thread path (576, 4096), the four-a-thread one
+ * (8192, 16384) and the two-launch fallback (4099). A dropped add, a norm
+ * of the old x, or a missing weight fails it by O(1). */
+static void test_add_rmsnorm(void) {
+  const int64_t widths[] = {576, 4096, 4099, 8192, 16384};
+  const int64_t rows_of[] = {1, 5};
+  for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++)
+    for (size_t ri = 0; ri < 2; ri++)
+      for (int alias = 0; alias < 2; alias++) {
+        int64_t W = widths[wi], R = rows_of[ri], n = W * R;
+        float *x = rnd_vec(n, 1.0f), *d = rnd_vec(n, 1.0f),
+              *w = rnd_vec(W, 2.0f);
+        float *xs = xmalloc(sizeof(float) * n),
+              *ref = xmalloc(sizeof(float) * n),
+              *got = xmalloc(sizeof(float) * n),
+              *gotx = xmalloc(sizeof(float) * n);
+        sl_kern_add(xs, x, d, n);
+        for (int64_t r = 0; r < R; r++)
+          sl_kern_rmsnorm(ref + r * W, xs + r * W, w, W, 1e-5f);
+        float *dx = dev_upload(x, sizeof(float) * n),
+              *dd = dev_upload(d, sizeof(float) * n),
+              *dw = dev_upload(w, sizeof(float) * W);
+        float *dy = alias ? dd : dev_alloc(sizeof(float) * n);
+        CHECK_OK(sl_kcu_add_rmsnorm(g_stream, dx, dy, dd, dw, R, W, 1e-5f));
+        download(got, dy, sizeof(float) * n);
+        download(gotx, dx, sizeof(float) * n);
+        CHECK_MSG(memcmp(gotx, xs, sizeof(float) * n) == 0,
+                  "width %lld: x += d not exact", (long long)W);
+        double worst = 0;
+        for (int64_t i = 0; i < n; i++) {
+          double e = fabs(got[i] - ref[i]) / (fabs(ref[i]) + 1e-30);
+          worst = isnan(got[i]) ? INFINITY : fmax(worst, e);
+        }
+        CHECK_MSG(worst <= 2e-6, "width %lld rows %lld alias %d: rel err %.3g",
+                  (long long)W, (long long)R, alias, worst);
+        dev_free(dx);
+        dev_free(dd);
+        dev_free(dw);
+        if (!alias)
+          dev_free(dy);
+        free(x);
+        free(d);
+        free(w);
+        free(xs);
+        free(ref);
+        free(got);
+        free(gotx);
+      }
+  CHECK(sl_kcu_add_rmsnorm(g_stream, NULL, NULL, NULL, NULL, 1, 8, 1e-5f) ==
+        SL_ERR_INVALID_ARG);
+}
+
+/* rope_kv_store against the three launches it replaces, on the GPU: q, k
+ * and both cache halves bit for bit (the same arithmetic), both layouts, a
+ * partial rotation, GQA (2 KV heads for 6) and a padding token (slot -1,
+ * nothing stored). A rotation of k after the store, or of q with k's head
+ * count, fails it. */
+static void test_rope_kv_store(void) {
+  const int32_t pos[] = {0, 3, 17, 4097, 900};
+  const int32_t slot[] = {9, 2, -1, 30, 17};
+  const int n_tok = 5, n_head = 6, n_kv = 2, n_slots = 32;
+  const int shapes[][2] = {{128, 128}, {64, 32}};
+  for (int si = 0; si < 2; si++)
+    for (int mode = 0; mode <= 2; mode += 2) {
+      const int hd = shapes[si][0], n_rot = shapes[si][1], kvd = n_kv * hd;
+      const int64_t nq = (int64_t)n_tok * n_head * hd,
+                    nk = (int64_t)n_tok * kvd;
+      const size_t nc = (size_t)n_slots * kvd;
+      float *q = rnd_vec(nq, 3.0f), *k = rnd_vec(nk, 3.0f),
+            *v = rnd_vec(nk, 3.0f);
+      uint16_t *c0 = xmalloc(nc * 2);
+      for (size_t i = 0; i < nc; i++)
+        c0[i] = 0x1234;
+      float *dq[2], *dk[2], *dv = dev_upload(v, sizeof(float) * nk);
+      uint16_t *kc[2], *vc[2];
+      for (int r = 0; r < 2; r++) {
+        dq[r] = dev_upload(q, sizeof(float) * nq);
+        dk[r] = dev_upload(k, sizeof(float) * nk);
+        kc[r] = dev_upload(c0, nc * 2);
+        vc[r] = dev_upload(c0, nc * 2);
+      }
+      int32_t *dpos = dev_upload(pos, sizeof pos),
+              *dslot = dev_upload(slot, sizeof slot);
+      CHECK_OK(sl_kcu_rope(g_stream, dq[0], dpos, n_tok, n_head, hd, n_rot,
+                           1e4f, 1.0f, mode));
+      CHECK_OK(sl_kcu_rope(g_stream, dk[0], dpos, n_tok, n_kv, hd, n_rot, 1e4f,
+                           1.0f, mode));
+      CHECK_OK(sl_kcu_kv_store(g_stream, kc[0], vc[0], dk[0], dv, dslot, n_tok,
+                               kvd));
+      CHECK_OK(sl_kcu_rope_kv_store(g_stream, dq[1], dk[1], dv, dpos, dslot,
+                                    n_tok, n_head, n_kv, hd, n_rot, 1e4f, 1.0f,
+                                    mode, kc[1], vc[1]));
+      float *hq[2], *hk[2];
+      uint16_t *hkc[2], *hvc[2];
+      for (int r = 0; r < 2; r++) {
+        hq[r] = xmalloc(sizeof(float) * nq);
+        hk[r] = xmalloc(sizeof(float) * nk);
+        hkc[r] = xmalloc(nc * 2);
+        hvc[r] = xmalloc(nc * 2);
+        download(hq[r], dq[r], sizeof(float) * nq);
+        download(hk[r], dk[r], sizeof(float) * nk);
+        download(hkc[r], kc[r], nc * 2);
+        download(hvc[r], vc[r], nc * 2);
+      }
+      CHECK_MSG(memcmp(hq[0], hq[1], sizeof(float) * nq) == 0,
+                "q hd %d mode %d", hd, mode);
+      CHECK_MSG(memcmp(hk[0], hk[1], sizeof(float) * nk) == 0,
+                "k hd %d mode %d", hd, mode);
+      CHECK_MSG(memcmp(hkc[0], hkc[1], nc * 2) == 0, "K cache hd %d mode %d",
+                hd, mode);
+      CHECK_MSG(memcmp(hvc[0], hvc[1], nc * 2) == 0, "V cache hd %d mode %d",
+                hd, mode);
+      CHECK(memcmp(hq[0], q, sizeof(float) * nq) != 0); /* it did rotate */
+      for (int r = 0; r < 2; r++) {
+        dev_free(dq[r]);
+        dev_free(dk[r]);
+        dev_free(kc[r]);
+        dev_free(vc[r]);
+        free(hq[r]);
+        free(hk[r]);
+        free(hkc[r]);
+        free(hvc[r]);
+      }
+      dev_free(dv);
+      dev_free(dpos);
+      dev_free(dslot);
+      free(q);
+      free(k);
+      free(v);
+      free(c0);
+    }
+}
+
 /* ---- attention -------------------------------------------------------------
  */
 
@@ -961,6 +1100,8 @@ int main(int argc, char **argv) {
     RUN(test_elementwise);
     RUN(test_rope);
     RUN(test_kv_store);
+    RUN(test_add_rmsnorm);
+    RUN(test_rope_kv_store);
     RUN(test_attention);
     RUN(test_argmax);
     rc = sl_test_finish();

@@ -152,6 +152,23 @@ sl_status sl_kcu_kv_store(void *stream, uint16_t *k_layer, uint16_t *v_layer,
                           const float *k, const float *v, const int32_t *slot,
                           int n_tok, int kv_dim);
 
+/* The fused steps of the decode path (one launch each, for the launch
+ * overhead of small kernels at batch 1):
+ * - add_rmsnorm: x += d, then y = rmsnorm(x) * w, rows of `width` (y may
+ *   alias d: the residual add and the next sublayer's norm); the results
+ *   of sl_kcu_add then sl_kcu_rmsnorm up to the order of the sum of squares;
+ * - rope_kv_store: sl_kcu_rope on q (n_head heads) and on k (n_head_kv),
+ *   then sl_kcu_kv_store of the rotated k and of v; the same bits as the
+ *   three calls. */
+sl_status sl_kcu_add_rmsnorm(void *stream, float *x, float *y, const float *d,
+                             const float *w, int64_t rows, int64_t width,
+                             float eps);
+sl_status sl_kcu_rope_kv_store(void *stream, float *q, float *k, const float *v,
+                               const int32_t *pos, const int32_t *slot,
+                               int n_tok, int n_head, int n_head_kv,
+                               int head_dim, int n_rot, float base, float scale,
+                               int mode, uint16_t *k_layer, uint16_t *v_layer);
+
 /* Causal attention of every (token, head) over its sequence's paged KV, one
  * layer. Token t belongs to sequence tok_seq[t] and sits at position
  * tok_pos[t]; it attends to positions 0..tok_pos[t] of that sequence, whose

@@ -95,6 +95,20 @@ sl_status sl_kcu_kv_store(void *stream, uint16_t *k_layer, uint16_t *v_layer,
   return SL_ERR_UNSUPPORTED;
 }
 
+sl_status sl_kcu_add_rmsnorm(void *stream, float *x, float *y, const float *d,
+                             const float *w, int64_t rows, int64_t width,
+                             float eps) {
+  return SL_ERR_UNSUPPORTED;
+}
+
+sl_status sl_kcu_rope_kv_store(void *stream, float *q, float *k, const float *v,
+                               const int32_t *pos, const int32_t *slot,
+                               int n_tok, int n_head, int n_head_kv,
+                               int head_dim, int n_rot, float base, float scale,
+                               int mode, uint16_t *k_layer, uint16_t *v_layer) {
+  return SL_ERR_UNSUPPORTED;
+}
+
 size_t sl_kcu_attn_work_bytes(int n_tok, int n_head, int head_dim,
                               int max_len) {
   return 0;

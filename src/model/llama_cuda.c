@@ -628,9 +628,11 @@ static sl_status forward(sl__cu_ctx *c, const cu_arg *a, void *s, char *base) {
 
   TRY(sl_kcu_get_rows(s, c->m->tok_embd->type, c->embd, d, idx + L->i_tok, n,
                       x));
+  /* the first layer's norm; the others' come fused with the residual add
+   * that ends the layer before (sl_kcu_add_rmsnorm) */
+  TRY(sl_kcu_rmsnorm(s, xn, x, c->layers[0].attn_norm, n, d, hp->rms_eps));
   for (int64_t l = 0; l < hp->n_layer; l++) {
     const sl__layer_w *w = &c->layers[l];
-    TRY(sl_kcu_rmsnorm(s, xn, x, w->attn_norm, n, d, hp->rms_eps));
     const sl__cu_stack *stk = &c->stacks[l];
     const sl_kern_weight *wqkv[] = {&w->wq, &w->wk, &w->wv},
                          *wgu[] = {&w->w_gate, &w->w_up};
@@ -648,14 +650,11 @@ static sl_status forward(sl__cu_ctx *c, const cu_arg *a, void *s, char *base) {
       TRY(sl_kcu_rmsnorm(s, k, k, w->k_norm, (int64_t)n * hp->n_head_kv, hd,
                          hp->rms_eps));
     }
-    TRY(sl_kcu_rope(s, q, idx + L->i_pos, n, (int)hp->n_head, (int)hd,
-                    (int)hp->n_rot, hp->rope_base, hp->rope_scale,
-                    hp->rope_mode));
-    TRY(sl_kcu_rope(s, k, idx + L->i_pos, n, (int)hp->n_head_kv, (int)hd,
-                    (int)hp->n_rot, hp->rope_base, hp->rope_scale,
-                    hp->rope_mode));
     uint16_t *kl = kvmem + sl_kv_view_k_offset(&c->kv, (int)l, 0);
-    TRY(sl_kcu_kv_store(s, kl, kl + vhalf, k, v, idx + L->i_slot, n, (int)kvd));
+    TRY(sl_kcu_rope_kv_store(s, q, k, v, idx + L->i_pos, idx + L->i_slot, n,
+                             (int)hp->n_head, (int)hp->n_head_kv, (int)hd,
+                             (int)hp->n_rot, hp->rope_base, hp->rope_scale,
+                             hp->rope_mode, kl, kl + vhalf));
     sl_kcu_attn aa = {.q = q,
                       .out = att,
                       .k_layer = kl,
@@ -677,12 +676,15 @@ static sl_status forward(sl__cu_ctx *c, const cu_arg *a, void *s, char *base) {
                       .work_bytes = L->attn_bytes};
     TRY(sl_kcu_attention(s, &aa));
     TRY(mm(s, &w->wo, att, xn, n, a->n_dec, mmw, L->mm_bytes));
-    TRY(sl_kcu_add(s, x, x, xn, (int64_t)n * d));
-    TRY(sl_kcu_rmsnorm(s, xn, x, w->ffn_norm, n, d, hp->rms_eps));
+    TRY(sl_kcu_add_rmsnorm(s, x, xn, xn, w->ffn_norm, n, d, hp->rms_eps));
     TRY(mm_parts(s, &stk->gu, wgu, ygu, 2, xn, n, a->n_dec, mmw, L->mm_bytes));
     TRY(sl_kcu_swiglu(s, g, g, u, (int64_t)n * ff));
     TRY(mm(s, &w->w_down, g, xn, n, a->n_dec, mmw, L->mm_bytes));
-    TRY(sl_kcu_add(s, x, x, xn, (int64_t)n * d));
+    if (l + 1 < hp->n_layer)
+      TRY(sl_kcu_add_rmsnorm(s, x, xn, xn, c->layers[l + 1].attn_norm, n, d,
+                             hp->rms_eps));
+    else
+      TRY(sl_kcu_add(s, x, x, xn, (int64_t)n * d));
   }
   int rows = a->rows;
   if (rows == 0)

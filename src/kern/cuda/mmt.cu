@@ -48,8 +48,7 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
                "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
                "{%0, %1, %2, %3};"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
-                 "r"(b1));
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ uint32_t h2bits(__half2 h) {
@@ -65,7 +64,8 @@ __device__ __forceinline__ __half2 bits2h(uint32_t u) {
 __device__ __forceinline__ uint32_t pair(uint32_t v, int e, uint32_t mask,
                                          __half2 bias) {
   const uint32_t t = __byte_perm(v, 0, e == 0 ? 0x4140u : 0x4342u);
-  return h2bits(__hsub2(bits2h((t & (mask * 0x00010001u)) | 0x64006400u), bias));
+  return h2bits(
+      __hsub2(bits2h((t & (mask * 0x00010001u)) | 0x64006400u), bias));
 }
 
 /* The A fragment of one k-step from word vg (row g) and vg8 (row g + 8). */
@@ -82,6 +82,28 @@ __device__ __forceinline__ float h2f(uint32_t bits) {
   return __half2float(__ushort_as_half((unsigned short)bits));
 }
 
+/* Tuning switches for measurement, read once (the sums' order depends on
+ * the warps a row gets, so they must not change within a process):
+ * SLUICE_CUDA_MMT_VARIANT (one-token kernel: 0 = 8 chunks, two stages; 1 = 8,
+ * one; 2 = 4, two; 3 = 4, one) and SLUICE_CUDA_MMT_WARPS (the warps a
+ * matrix is spread over, 2048 by default). */
+int env_int(const char *name, int dflt) {
+  const char *e = getenv(name);
+  return e && *e ? atoi(e) : dflt;
+}
+int mmt_variant(void) {
+  static int v = -1;
+  if (v < 0)
+    v = env_int("SLUICE_CUDA_MMT_VARIANT", 0) & 3;
+  return v;
+}
+int64_t mmt_target_warps(void) {
+  static int v = -1;
+  if (v < 0)
+    v = env_int("SLUICE_CUDA_MMT_WARPS", 2048);
+  return v;
+}
+
 /* Where row r of token t goes: part i holds rows [r0[i], r0[i + 1]) into
  * y[i] (n x (r0[i + 1] - r0[i])); one part is the plain product. */
 struct outmap {
@@ -93,11 +115,11 @@ struct outmap {
 /* y[t][r] = dot(W row r, x[t]) for the rows of tiles [blockIdx.x * RL, +RL)
  * and tokens t < n <= 8 NT. Shared memory: the warps' sums,
  * W x RL x NT x 128 floats. */
-template <class T, int NT, int RL, int U>
+template <class T, int NT, int RL, int U, bool DB>
 __global__ void __launch_bounds__(256)
     mmt_kernel(const uint8_t *__restrict__ w, size_t tile_bytes, int64_t tiles,
-               int64_t rows, int nb, const float *__restrict__ x,
-               int64_t cols, int n, outmap om) {
+               int64_t rows, int nb, const float *__restrict__ x, int64_t cols,
+               int n, outmap om) {
   extern __shared__ float part[];
   constexpr bool Q8 = T::QB == 32, MIN = T::SB == 4;
   const int W = blockDim.x >> 5;
@@ -134,13 +156,18 @@ __global__ void __launch_bounds__(256)
       for (int i = 0; i < 4; i++)
         acc[k][t][i] = 0.0f;
 
-  const __half2 bias =
-      Q8 ? __float2half2_rn(1152.0f) : __float2half2_rn(MIN ? 1024.0f : 1032.0f);
+  const __half2 bias = Q8 ? __float2half2_rn(1152.0f)
+                          : __float2half2_rn(MIN ? 1024.0f : 1032.0f);
   const uint32_t mask = Q8 ? 0xFFu : 0x0Fu;
 
-  for (int j0 = warp; j0 < C; j0 += W * U) {
-    /* the loads of U chunks first: quants of rows g, g + 8, their scales */
+  /* U chunks of each row tile: quants of rows g, g + 8 and their scales.
+   * For one token, two stages in turn (registers): the next U chunks' loads
+   * go out before the current ones are used, so each warp keeps 2U chunks in
+   * flight (the order of the sums is the same either way). */
+  struct stage {
     uint32_t qa[U][RL], qb[U][RL], sa[U][RL], sb[U][RL];
+  };
+  auto load = [&](int j0, stage &st) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int ch = j0 + u * W;
@@ -149,20 +176,22 @@ __global__ void __launch_bounds__(256)
         if (ch < C) {
           const size_t qo = (size_t)ch * kTileRows * 16;
           const size_t so = (size_t)(ch / T::CPB) * kTileRows * T::SB;
-          qa[u][k] = ld_stream_u32(tq[k] + qo);
-          qb[u][k] = ld_stream_u32(tq[k] + qo + 8 * 16);
+          st.qa[u][k] = ld_stream_u32(tq[k] + qo);
+          st.qb[u][k] = ld_stream_u32(tq[k] + qo + 8 * 16);
           if (MIN) {
-            sa[u][k] = ld_stream_u32(ts[k] + so);
-            sb[u][k] = ld_stream_u32(ts[k] + so + 8 * T::SB);
+            st.sa[u][k] = ld_stream_u32(ts[k] + so);
+            st.sb[u][k] = ld_stream_u32(ts[k] + so + 8 * T::SB);
           } else {
-            sa[u][k] = ld_stream_u16(ts[k] + so);
-            sb[u][k] = ld_stream_u16(ts[k] + so + 8 * T::SB);
+            st.sa[u][k] = ld_stream_u16(ts[k] + so);
+            st.sb[u][k] = ld_stream_u16(ts[k] + so + 8 * T::SB);
           }
         } else {
-          qa[u][k] = qb[u][k] = sa[u][k] = sb[u][k] = 0;
+          st.qa[u][k] = st.qb[u][k] = st.sa[u][k] = st.sb[u][k] = 0;
         }
       }
     }
+  };
+  auto compute = [&](int j0, const stage &st) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int ch = j0 + u * W;
@@ -198,20 +227,22 @@ __global__ void __launch_bounds__(256)
           uint32_t a[4];
           /* Q8_0: the sign bit flipped maps int8 q to the byte q + 128 */
           const uint32_t flip = Q8 ? 0x80808080u : 0u;
-          frag_a(a, qa[u][k] ^ flip, qb[u][k] ^ flip, mask, bias);
+          frag_a(a, st.qa[u][k] ^ flip, st.qb[u][k] ^ flip, mask, bias);
           mma16816(d, a, b[0][0], b[0][1]);
           if (!Q8) {
-            frag_a(a, qa[u][k] >> 4, qb[u][k] >> 4, mask, bias);
+            frag_a(a, st.qa[u][k] >> 4, st.qb[u][k] >> 4, mask, bias);
             mma16816(d, a, b[1][0], b[1][1]);
           }
-          const float dg = h2f(sa[u][k] & 0xFFFF), dg8 = h2f(sb[u][k] & 0xFFFF);
+          const float dg = h2f(st.sa[u][k] & 0xFFFF),
+                      dg8 = h2f(st.sb[u][k] & 0xFFFF);
           float *ac = acc[k][t];
           ac[0] = fmaf(dg, d[0], ac[0]);
           ac[1] = fmaf(dg, d[1], ac[1]);
           ac[2] = fmaf(dg8, d[2], ac[2]);
           ac[3] = fmaf(dg8, d[3], ac[3]);
           if (MIN) {
-            const float mg = h2f(sa[u][k] >> 16), mg8 = h2f(sb[u][k] >> 16);
+            const float mg = h2f(st.sa[u][k] >> 16),
+                        mg8 = h2f(st.sb[u][k] >> 16);
             ac[0] = fmaf(mg, sx0, ac[0]);
             ac[1] = fmaf(mg, sx1, ac[1]);
             ac[2] = fmaf(mg8, sx0, ac[2]);
@@ -219,6 +250,36 @@ __global__ void __launch_bounds__(256)
           }
         }
       }
+    }
+  };
+
+  const int step = W * U;
+  stage s0;
+  int j0 = warp;
+  if constexpr (DB) {
+    /* one token: memory-bound, two stages in flight */
+    stage s1;
+    if (j0 < C)
+      load(j0, s0);
+    for (;;) {
+      if (j0 >= C)
+        break;
+      if (j0 + step < C)
+        load(j0 + step, s1);
+      compute(j0, s0);
+      j0 += step;
+      if (j0 >= C)
+        break;
+      if (j0 + step < C)
+        load(j0 + step, s0);
+      compute(j0, s1);
+      j0 += step;
+    }
+  } else {
+    /* more tokens: the sums take the registers a second stage would */
+    for (; j0 < C; j0 += step) {
+      load(j0, s0);
+      compute(j0, s0);
     }
   }
 
@@ -256,15 +317,14 @@ __global__ void __launch_bounds__(256)
  * invariance). ~2048 warps over the tiles, each with >= 4 chunks. */
 int mmt_warps(int64_t tiles, int chunks) {
   int w = 1;
-  while (w < 8 && tiles * w < 2048 && chunks >= 8 * w)
+  while (w < 8 && tiles * w < mmt_target_warps() && chunks >= 8 * w)
     w *= 2;
   return w;
 }
 
-template <class T, int NT, int RL>
-sl_status launch_t(cudaStream_t stream, const sl_kern_weight *w, const float *x,
+template <class T, int NT, int RL, int U, bool DB>
+sl_status launch_k(cudaStream_t stream, const sl_kern_weight *w, const float *x,
                    const outmap &om, int n, int W) {
-  constexpr int U = NT == 1 ? 8 : NT <= 2 ? 4 : 2;
   const int64_t nb = w->cols / 32;
   const int64_t tiles = (w->rows + kTileRows - 1) / kTileRows;
   const int64_t blocks = (tiles + RL - 1) / RL;
@@ -272,12 +332,34 @@ sl_status launch_t(cudaStream_t stream, const sl_kern_weight *w, const float *x,
   const size_t smem = (size_t)W * RL * NT * 128 * sizeof(float);
   if (blocks > 0x7fffffff || nb * T::CPB > 0x7fffffff)
     return SL_ERR_INVALID_ARG;
-  auto kern = mmt_kernel<T, NT, RL, U>;
+  auto kern = mmt_kernel<T, NT, RL, U, DB>;
   if (sl_status st = allow_smem(kern, smem); st != SL_OK)
     return st;
   kern<<<(unsigned)blocks, W * 32, smem, stream>>>(
       (const uint8_t *)w->data, tb, tiles, w->rows, (int)nb, x, w->cols, n, om);
   return launch_status();
+}
+
+/* One token: U chunks a stage, one or two stages (mmt_variant). More
+ * tokens: fewer chunks, one stage (the sums need the registers). */
+template <class T, int NT, int RL>
+sl_status launch_t(cudaStream_t stream, const sl_kern_weight *w, const float *x,
+                   const outmap &om, int n, int W) {
+  if constexpr (NT == 1) {
+    switch (mmt_variant()) {
+    case 1:
+      return launch_k<T, 1, RL, 8, false>(stream, w, x, om, n, W);
+    case 2:
+      return launch_k<T, 1, RL, 4, true>(stream, w, x, om, n, W);
+    case 3:
+      return launch_k<T, 1, RL, 4, false>(stream, w, x, om, n, W);
+    default:
+      return launch_k<T, 1, RL, 8, true>(stream, w, x, om, n, W);
+    }
+  } else {
+    return launch_k<T, NT, RL, (NT <= 2 ? 4 : 2), false>(stream, w, x, om, n,
+                                                         W);
+  }
 }
 
 /* RL, the row tiles a warp takes: more tiles share each x load (the x
@@ -377,7 +459,8 @@ extern "C" sl_status sl_kcu_matmul_vec_split(void *stream,
   om.np = sp->n_parts;
   int64_t r = 0;
   for (int p = 0; p < sp->n_parts; p++) {
-    if (sp->rows[p] <= 0 || !sp->y[p] || (p + 1 < sp->n_parts && sp->rows[p] % kTileRows))
+    if (sp->rows[p] <= 0 || !sp->y[p] ||
+        (p + 1 < sp->n_parts && sp->rows[p] % kTileRows))
       return SL_ERR_INVALID_ARG;
     om.y[p] = sp->y[p];
     om.r0[p] = r;

@@ -224,6 +224,108 @@ __global__ void kv_store_kernel(uint16_t *kc, uint16_t *vc, const float *k,
   }
 }
 
+/* ---- fused: add + rmsnorm, rope + kv_store ------------------------------ */
+
+/* x[r] += d[r], then y[r] = rmsnorm(x[r]) * w: the residual add of one
+ * sublayer and the norm of the next in one launch, x read once. One block a
+ * row, each thread keeping up to K float4 of it in registers (width <=
+ * 4 K blockDim.x); the sum of squares: each thread's in order, then the warp
+ * tree, then the warps in order (a row's result does not depend on the rows
+ * beside it). */
+template <int K>
+__global__ void add_rmsnorm_kernel(float *x, float *y, const float *d,
+                                   const float *w, int width, float eps) {
+  __shared__ float part[32];
+  const int64_t r = blockIdx.x;
+  float4 *x4 = (float4 *)(x + r * width);
+  const float4 *d4 = (const float4 *)(d + r * width);
+  float4 *y4 = (float4 *)(y + r * width);
+  const float4 *w4 = (const float4 *)w;
+  const int n4 = width / 4;
+  float4 v[K];
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < K; j++) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i < n4) {
+      const float4 a = x4[i], b = d4[i];
+      v[j] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+      x4[i] = v[j];
+      ss +=
+          v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+    }
+  }
+  ss = warp_sum(ss);
+  if (threadIdx.x % 32 == 0)
+    part[threadIdx.x / 32] = ss;
+  __syncthreads();
+  float tot = 0.0f;
+  for (int i = 0; i < (int)blockDim.x / 32; i++)
+    tot += part[i];
+  const float scale = 1.0f / sqrtf(tot / (float)width + eps);
+#pragma unroll
+  for (int j = 0; j < K; j++) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i < n4) {
+      const float4 g = w ? w4[i] : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+      y4[i] = make_float4(v[j].x * scale * g.x, v[j].y * scale * g.y,
+                          v[j].z * scale * g.z, v[j].w * scale * g.w);
+    }
+  }
+}
+
+/* rope_kernel's angles for one token into cs (cos) and sn (sin), half
+ * each. */
+__device__ void rope_angles(float *cs, float *sn, float p, int half,
+                            float theta_scale, float freq_scale) {
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float theta = p;
+    for (int j = 0; j < i; j++)
+      theta *= theta_scale;
+    float th = freq_scale * theta;
+    cs[i] = cosf(th);
+    sn[i] = sinf(th);
+  }
+}
+
+/* rope_kernel on q and k of one token, then kv_store_kernel's f16 rows of
+ * the rotated k and of v: the same arithmetic, one launch instead of three
+ * (q and k keep their rotated f32 values, as after sl_kcu_rope). */
+__global__ void rope_kv_kernel(float *q, float *k, const float *v,
+                               const int32_t *pos, const int32_t *slot,
+                               int n_head, int n_head_kv, int head_dim,
+                               int n_rot, float theta_scale, float freq_scale,
+                               bool neox, uint16_t *kc, uint16_t *vc) {
+  extern __shared__ float cs_sn[];
+  const int half = n_rot / 2, t = blockIdx.x;
+  float *cs = cs_sn, *sn = cs_sn + half;
+  rope_angles(cs, sn, (float)pos[t], half, theta_scale, freq_scale);
+  __syncthreads();
+  const int nq = n_head * half, nk = n_head_kv * half;
+  float *qt = q + (int64_t)t * n_head * head_dim;
+  float *kt = k + (int64_t)t * n_head_kv * head_dim;
+  for (int e = threadIdx.x; e < nq + nk; e += blockDim.x) {
+    const bool isk = e >= nq;
+    const int kk = isk ? e - nq : e, h = kk / half, i = kk % half;
+    float *vv = (isk ? kt : qt) + (int64_t)h * head_dim;
+    int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+    float x0 = vv[a], x1 = vv[b];
+    vv[a] = fmaf(x0, cs[i], -(x1 * sn[i]));
+    vv[b] = fmaf(x0, sn[i], x1 * cs[i]);
+  }
+  __syncthreads(); /* the rotated k is whole */
+  const int32_t s = slot[t];
+  if (s < 0)
+    return;
+  const int kv_dim = n_head_kv * head_dim;
+  const float *vt = v + (int64_t)t * kv_dim;
+  uint16_t *kd = kc + (int64_t)s * kv_dim, *vd = vc + (int64_t)s * kv_dim;
+  for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+    kd[i] = __half_as_ushort(__float2half_rn(kt[i]));
+    vd[i] = __half_as_ushort(__float2half_rn(vt[i]));
+  }
+}
+
 /* ---- argmax ------------------------------------------------------------ */
 
 /* A running (max, index, sum of exp(x - max)) over a part of a row. */
@@ -413,5 +515,57 @@ extern "C" sl_status sl_kcu_argmax(void *stream, const float *logits,
   bool vec = n_vocab % 4 == 0 && aligned16(logits);
   argmax_kernel<<<(unsigned)n_rows, 1024, 0, (cudaStream_t)stream>>>(
       logits, n_vocab, ids, logprob, vec);
+  return sl__kcu_launch_status();
+}
+
+extern "C" sl_status sl_kcu_add_rmsnorm(void *stream, float *x, float *y,
+                                        const float *d, const float *w,
+                                        int64_t rows, int64_t width,
+                                        float eps) {
+  if (rows < 0 || width < 1 || rows > INT32_MAX || !x || !y || !d)
+    return SL_ERR_INVALID_ARG;
+  if (rows == 0)
+    return SL_OK;
+  const int64_t n4 = width / 4;
+  const bool vec = width % 4 == 0 && aligned16(x) && aligned16(y) &&
+                   aligned16(d) && (!w || aligned16(w)) && n4 <= 4 * 1024;
+  if (!vec) { /* the two launches */
+    sl_status st = sl_kcu_add(stream, x, x, d, rows * width);
+    return st == SL_OK ? sl_kcu_rmsnorm(stream, y, x, w, rows, width, eps) : st;
+  }
+  cudaStream_t s = (cudaStream_t)stream;
+  int threads = (int)((n4 + 31) / 32 * 32);
+  if (threads <= 1024) {
+    add_rmsnorm_kernel<1>
+        <<<(unsigned)rows, threads, 0, s>>>(x, y, d, w, (int)width, eps);
+  } else {
+    threads = (int)((n4 + 4 * 32 - 1) / (4 * 32) * 32);
+    add_rmsnorm_kernel<4>
+        <<<(unsigned)rows, threads, 0, s>>>(x, y, d, w, (int)width, eps);
+  }
+  return sl__kcu_launch_status();
+}
+
+extern "C" sl_status
+sl_kcu_rope_kv_store(void *stream, float *q, float *k, const float *v,
+                     const int32_t *pos, const int32_t *slot, int n_tok,
+                     int n_head, int n_head_kv, int head_dim, int n_rot,
+                     float base, float scale, int mode, uint16_t *k_layer,
+                     uint16_t *v_layer) {
+  if (n_tok < 0 || n_head < 1 || n_head_kv < 1 || head_dim < 1 || n_rot < 0 ||
+      n_rot % 2 || n_rot > head_dim || n_rot > 4096 || !q || !k || !v || !pos ||
+      !slot || !k_layer || !v_layer ||
+      (mode != SL_KERN_ROPE_NORM && mode != SL_KERN_ROPE_NEOX))
+    return SL_ERR_INVALID_ARG;
+  if (n_tok == 0)
+    return SL_OK;
+  if (n_rot == 0) /* nothing to rotate: the store alone */
+    return sl_kcu_kv_store(stream, k_layer, v_layer, k, v, slot, n_tok,
+                           n_head_kv * head_dim);
+  const float theta_scale = powf(base, -2.0f / (float)n_rot);
+  const size_t shm = (size_t)n_rot * sizeof(float);
+  rope_kv_kernel<<<(unsigned)n_tok, 256, shm, (cudaStream_t)stream>>>(
+      q, k, v, pos, slot, n_head, n_head_kv, head_dim, n_rot, theta_scale,
+      scale, mode == SL_KERN_ROPE_NEOX, k_layer, v_layer);
   return sl__kcu_launch_status();
 }
