@@ -40,6 +40,9 @@ size_t data_align(sl_ggml_type t) {
   case SL_GGML_F32:
   case SL_GGML_Q4_K:
   case SL_GGML_Q5_K:
+  case SL_GGML_Q5_1:
+  case SL_GGML_Q2_K:
+  case SL_GGML_IQ4_XS:
     return 4;
   default:
     return 2;
@@ -67,6 +70,18 @@ template <class F> sl_status with_traits(sl_ggml_type t, bool vec8, F &&f) {
     return f(q5_k{});
   case SL_GGML_Q6_K:
     return f(q6_k{});
+  case SL_GGML_Q5_0:
+    return f(q5_0{});
+  case SL_GGML_Q5_1:
+    return f(q5_1{});
+  case SL_GGML_IQ4_NL:
+    return f(iq4_nl{});
+  case SL_GGML_Q2_K:
+    return f(q2_k{});
+  case SL_GGML_Q3_K:
+    return f(q3_k{});
+  case SL_GGML_IQ4_XS:
+    return f(iq4_xs{});
   default:
     return SL_ERR_UNSUPPORTED;
   }
@@ -274,7 +289,7 @@ static sl_status check_args(const sl_kern_weight *w, const float *x,
 
 /* Beyond the header's contract: the weight data must be aligned as its
  * blocks' loads need (16 bytes for the packed Q4_0, Q4_1, Q8_0; 2 for the
- * others, 4 for Q4_K, Q5_K, F32), x 16-byte
+ * others, 4 for Q4_K, Q5_K, Q5_1, Q2_K, IQ4_XS, F32), x 16-byte
  * aligned for quantized weights on the matrix-vector path (n <= 8) and
  * scratch 16-byte aligned; SL_ERR_INVALID_ARG otherwise. Device pointers
  * from the allocator, packed matrices at 16-byte aligned offsets and GGUF
