@@ -7,7 +7,8 @@
  * the fraction of the device's pure read bandwidth, sl_kcu_read_bench) and
  * n = 512 (GFLOP/s) on the shapes of an 8B model (4096 x 4096, 14336 x 4096,
  * 4096 x 14336, 128256 x 4096) for Q4_0, Q4_1, Q8_0, F16, Q4_K, Q6_K, Q5_0,
- * Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS instead of testing.
+ * Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS (and 1536 x 576, 49152 x 576 for the
+ * 32-element types) instead of testing.
  *
  * Weights go to the device in their GGUF bytes and through sl_kcu_pack (the
  * packed layout for Q4_0, Q4_1, Q8_0; a copy for the others), as the engine
@@ -1000,6 +1001,10 @@ static void bench(const char *only) {
                                     SL_GGML_Q2_K, SL_GGML_Q3_K, SL_GGML_IQ4_XS};
   static const int64_t shapes[][2] = {
       {4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
+  /* and for the 32-element types the rows of 576 (not a multiple of 256)
+   * that Q4_K_M / Q5_K_M files of SmolLM2-class models hold as Q5_0, Q5_1
+   * (ffn_gate / ffn_up, and a 49152-token output matrix) */
+  static const int64_t narrow[][2] = {{1536, 576}, {49152, 576}};
   const double peak = read_peak();
   printf("pure read (sl_kcu_read_bench): %.1f GB/s\n", peak);
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
@@ -1007,6 +1012,9 @@ static void bench(const char *only) {
       continue;
     for (size_t j = 0; j < sizeof shapes / sizeof shapes[0]; j++)
       bench_one(ts[i], shapes[j][0], shapes[j][1], peak);
+    if (sl_ggml_type_traits_of(ts[i])->blck_size == 32)
+      for (size_t j = 0; j < sizeof narrow / sizeof narrow[0]; j++)
+        bench_one(ts[i], narrow[j][0], narrow[j][1], peak);
   }
 }
 #endif /* SLUICE_HAVE_CUDA */
