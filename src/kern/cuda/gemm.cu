@@ -95,6 +95,28 @@ template <> __device__ __forceinline__ __half cvt_out<__half>(float v) {
   return __float2half_rn(v);
 }
 
+/* Stores a group's GS values at o: one element at a time, except four f16
+ * (the batched path's scratch), which go as one 8-byte store: a group of 4
+ * starts at a multiple of 4 elements of a row of a multiple of 4 elements,
+ * in scratch that is 16-byte aligned. */
+template <int GS, class O> struct group_store {
+  static __device__ __forceinline__ void run(O *o, const float *v) {
+#pragma unroll
+    for (int e = 0; e < GS; e++)
+      o[e] = cvt_out<O>(v[e]);
+  }
+};
+template <> struct group_store<4, __half> {
+  static __device__ __forceinline__ void run(__half *o, const float *v) {
+    const __half2 a = __floats2half2_rn(v[0], v[1]);
+    const __half2 b = __floats2half2_rn(v[2], v[3]);
+    uint2 p;
+    p.x = *reinterpret_cast<const uint32_t *>(&a);
+    p.y = *reinterpret_cast<const uint32_t *>(&b);
+    *reinterpret_cast<uint2 *>(o) = p;
+  }
+};
+
 /* Dequantizes unit i of `row` into out_row (exact() rounding: the CPU's). */
 template <class T, class O>
 __device__ __forceinline__ void dequant_unit(const uint8_t *row, int i,
@@ -105,12 +127,12 @@ __device__ __forceinline__ void dequant_unit(const uint8_t *row, int i,
   O *ob = out_row + (int64_t)b * T::QK;
 #pragma unroll
   for (int g = 0; g < T::GPU; g++) {
-    float q[T::GS], s, m;
+    float q[T::GS], s, m, v[T::GS];
     T::group(raw, u, g, q, s, m);
-    O *o = ob + T::off(u, g);
 #pragma unroll
     for (int e = 0; e < T::GS; e++)
-      o[e] = cvt_out<O>(T::exact(q[e], s, m));
+      v[e] = T::exact(q[e], s, m);
+    group_store<T::GS, O>::run(ob + T::off(u, g), v);
   }
 }
 
