@@ -217,7 +217,14 @@ static float q5_1_fused(const uint8_t *row, int64_t k) {
 /* `rows` rows of `cols` elements of type t through the units of T. */
 template <class T>
 static void check_type(sl_ggml_type t, int64_t rows, int64_t cols) {
-  const char *name = sl_ggml_type_traits_of(t)->name;
+  const sl_ggml_type_traits *tr = sl_ggml_type_traits_of(t);
+  const char *name = tr->name;
+  /* a unit's block is the type's (float types: QK elements of type_size) */
+  CHECK_MSG(tr->is_quantized
+                ? T::QK == (int)tr->blck_size && T::BYTES == (int)tr->type_size
+                : T::BYTES == T::QK * (int)tr->type_size,
+            "%s: QK %d, BYTES %d against the type table", name, T::QK,
+            T::BYTES);
   size_t rb;
   if (sl_kern_row_bytes(t, cols, &rb) != SL_OK) {
     CHECK_MSG(0, "%s: row bytes", name);
