@@ -6,8 +6,9 @@
  * can be opened. `--bench` times n = 1, 2, 4, 8 (GB/s of weights read, and
  * the fraction of the device's pure read bandwidth, sl_kcu_read_bench) and
  * n = 512 (GFLOP/s) on the shapes of an 8B model (4096 x 4096, 14336 x 4096,
- * 4096 x 14336, 128256 x 4096) for Q4_0, Q4_1, Q8_0, F16, Q4_K, Q6_K instead
- * of testing.
+ * 4096 x 14336, 128256 x 4096) for Q4_0, Q4_1, Q8_0, F16, Q4_K, Q6_K, Q5_0,
+ * Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS (and 1536 x 576, 49152 x 576 for the
+ * 32-element types) instead of testing.
  *
  * Weights go to the device in their GGUF bytes and through sl_kcu_pack (the
  * packed layout for Q4_0, Q4_1, Q8_0; a copy for the others), as the engine
@@ -15,7 +16,9 @@
  * bytes against the layout of src/kern/cuda/packed.cuh computed here.
  *
  * Weights are random bytes with every block's scale fields overwritten by
- * sane f16 values (d in [0.001, 0.05]), so results are finite; x is uniform
+ * sane f16 values (d in [0.001, 0.05]; IQ4_XS, whose levels reach 127 and
+ * sub-block scales 32, [0.0001, 0.002]), so results are finite; every bit
+ * pattern of the other fields is a valid block; x is uniform
  * in [-1, 1]. The float64 reference is the exact dot of the rows that
  * sl_kern_dequant_row gives with x. Per output, with L1 = sum_k |w_k x_k|
  * and L2 = sqrt(sum_k (w_k x_k)^2), the bounds are:
@@ -33,8 +36,9 @@
  *  - CPU: quantizing x to 8 bits (Q8_0 / Q8_1 blocks of 32, Q8_K of 256)
  *    moves each x_k by at most 0.5 step plus the f16 rounding of the block
  *    scale: <= 0.5625 amax / 127 (amax: the largest |x| of k's block); with
- *    a margin, 0.6 amax / 127 sum_k |w_k|. For Q4_1 the CPU's s = d * sum q
- *    (f16, from the f32 d) adds <= |m| amax 0.035 per block. Plus 1e-5 L1.
+ *    a margin, 0.6 amax / 127 sum_k |w_k|. For Q4_1 and Q5_1 the CPU's s =
+ *    d * sum q (f16, from the f32 d) adds <= |m| amax 0.035 per block. Plus
+ *    1e-5 L1.
  *  - GPU against CPU: the sum of the two bounds.
  *
  * A dropped or misplaced block scale, an off-by-one block or a wrong nibble
@@ -42,9 +46,9 @@
  * block of 32), far above these bounds. For quantized weights the GPU must
  * also be closer to float64 than the CPU (root mean square over the
  * outputs). sl_kcu_get_rows must equal sl_kern_dequant_row bit for bit (+0
- * and -0 count as equal); for Q4_1 the GPU computes the fused q * d + m of
- * the AVX2/AVX-512 dequantizer, which the scalar one rounds twice, so under
- * SLUICE_ISA=scalar the fused value computed here is accepted too. */
+ * and -0 count as equal); for Q4_1 and Q5_1 the GPU computes the fused q * d
+ * + m of the AVX2/AVX-512 dequantizer, which the scalar one rounds twice, so
+ * under SLUICE_ISA=scalar the fused value computed here is accepted too. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -154,6 +158,31 @@ static void fill_weight(sl_ggml_type t, uint8_t *w, size_t bytes) {
   case SL_GGML_Q6_K:
     for (size_t i = 0; i < bytes; i += 210)
       put16(w + i + 208, f2h(unif(0.001f, 0.05f)));
+    break;
+  case SL_GGML_Q5_0:
+  case SL_GGML_IQ4_NL:
+    for (size_t i = 0; i < bytes; i += t == SL_GGML_Q5_0 ? 22 : 18)
+      put16(w + i, f2h(unif(0.001f, 0.05f)));
+    break;
+  case SL_GGML_Q5_1:
+    for (size_t i = 0; i < bytes; i += 24) {
+      put16(w + i, f2h(unif(0.001f, 0.05f)));
+      put16(w + i + 2, f2h(unif(-0.4f, 0.4f)));
+    }
+    break;
+  case SL_GGML_Q2_K: /* d, dmin at the end */
+    for (size_t i = 0; i < bytes; i += 84) {
+      put16(w + i + 80, f2h(unif(0.001f, 0.05f)));
+      put16(w + i + 82, f2h(unif(0.001f, 0.05f)));
+    }
+    break;
+  case SL_GGML_Q3_K:
+    for (size_t i = 0; i < bytes; i += 110)
+      put16(w + i + 108, f2h(unif(0.001f, 0.05f)));
+    break;
+  case SL_GGML_IQ4_XS: /* d first; levels up to 127 and scales to 32 */
+    for (size_t i = 0; i < bytes; i += 136)
+      put16(w + i, f2h(unif(0.0001f, 0.002f)));
     break;
   default:
     break;
@@ -300,14 +329,15 @@ static void check_matmul(sl_ggml_type t, int64_t rows, int64_t cols, int nmax) {
         wa += fabs((double)w[k]);
       }
       double tc = 0.6 / 127.0 * eq + 1e-5 * a1;
-      if (t == SL_GGML_Q4_1) /* the f16 s term: |m| amax 0.035 a block */
-        for (int64_t b = 0; b < cols / 32; b++) {
-          uint16_t mb;
-          memcpy(&mb,
-                 c.w + ((size_t)r * (size_t)(cols / 32) + (size_t)b) * 20 + 2,
-                 2);
-          tc += fabs((double)h2f(mb)) * amax[b * 32] * 0.035;
-        }
+      /* Q4_1, Q5_1: the f16 s term, |m| amax 0.035 a block */
+      const size_t mbb = t == SL_GGML_Q4_1 ? 20 : t == SL_GGML_Q5_1 ? 24 : 0;
+      for (int64_t b = 0; mbb && b < cols / 32; b++) {
+        uint16_t mb;
+        memcpy(&mb,
+               c.w + ((size_t)r * (size_t)(cols / 32) + (size_t)b) * mbb + 2,
+               2);
+        tc += fabs((double)h2f(mb)) * amax[b * 32] * 0.035;
+      }
       const size_t i = (size_t)tk * (size_t)rows + (size_t)r;
       ref[i] = s, l1[i] = a1, l2[i] = sqrt(a2), tcpu[i] = tc, w1[i] = wa;
     }
@@ -395,12 +425,15 @@ out:
 }
 
 static const sl_ggml_type k_types[] = {
-    SL_GGML_F32,  SL_GGML_F16,  SL_GGML_BF16, SL_GGML_Q4_0, SL_GGML_Q4_1,
-    SL_GGML_Q8_0, SL_GGML_Q4_K, SL_GGML_Q5_K, SL_GGML_Q6_K};
+    SL_GGML_F32,  SL_GGML_F16,  SL_GGML_BF16, SL_GGML_Q4_0,   SL_GGML_Q4_1,
+    SL_GGML_Q8_0, SL_GGML_Q5_0, SL_GGML_Q5_1, SL_GGML_IQ4_NL, SL_GGML_Q2_K,
+    SL_GGML_Q3_K, SL_GGML_Q4_K, SL_GGML_Q5_K, SL_GGML_Q6_K,   SL_GGML_IQ4_XS};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
+/* The 256-element blocks (Q2_K..Q6_K, IQ4_XS); the others get rows of 576
+ * (not a multiple of 256) and 32. */
 static bool is_k(sl_ggml_type t) {
-  return t == SL_GGML_Q4_K || t == SL_GGML_Q5_K || t == SL_GGML_Q6_K;
+  return sl_ggml_type_traits_of(t)->blck_size == 256;
 }
 
 static void test_matmul(void) {
@@ -435,6 +468,15 @@ static void test_matmul(void) {
   check_matmul(SL_GGML_Q4_0, 1, 1024, 16);
   check_matmul(SL_GGML_Q4_K, 4096, 4096, 64);
   check_matmul(SL_GGML_Q6_K, 4096, 4096, 64);
+  check_matmul(SL_GGML_Q3_K, 4096, 4096, 64);
+  check_matmul(SL_GGML_IQ4_XS, 1000, 4096, 16);
+  check_matmul(SL_GGML_Q2_K, 1000, 4096, 16);
+  check_matmul(SL_GGML_Q5_0, 4096, 4096, 64);
+  check_matmul(SL_GGML_Q5_1, 1000, 4096, 16);
+  check_matmul(SL_GGML_IQ4_NL, 1000, 4096, 16);
+  /* a single 32-element block a row, a single row */
+  check_matmul(SL_GGML_Q5_1, 100, 32, 16);
+  check_matmul(SL_GGML_IQ4_NL, 1, 1024, 16);
   check_matmul(SL_GGML_F16, 1024, 14336, 16);
 }
 
@@ -449,14 +491,18 @@ static bool same_float(float a, float b) {
   return ua == ub; /* the same NaN */
 }
 
-/* The fused q * d + m of element k of a Q4_1 row. */
-static float q4_1_fused(const uint8_t *row, int64_t k) {
-  const uint8_t *b = row + (k / 32) * 20;
+/* The fused q * d + m of element k of a Q4_1 or Q5_1 row. */
+static float q41_fused(sl_ggml_type t, const uint8_t *row, int64_t k) {
+  const bool q5 = t == SL_GGML_Q5_1;
+  const uint8_t *b = row + (k / 32) * (q5 ? 24 : 20);
+  const uint8_t *qs = b + (q5 ? 8 : 4);
   uint16_t d, m;
   memcpy(&d, b, 2);
   memcpy(&m, b + 2, 2);
   int j = (int)(k % 32);
-  int q = j < 16 ? b[4 + j] & 0xF : b[4 + j - 16] >> 4;
+  int q = j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4;
+  if (q5)
+    q |= ((b[4 + j / 8] >> (j % 8)) & 1) << 4;
   return fmaf((float)q, h2f(d), h2f(m));
 }
 
@@ -490,8 +536,9 @@ static void check_get_rows(sl_ggml_type t, int64_t rows, int64_t cols) {
       float g = out[(size_t)i * (size_t)cols + (size_t)k];
       float e = c.wf[(int64_t)ids[i] * cols + k];
       bool ok = same_float(g, e);
-      if (!ok && t == SL_GGML_Q4_1 && sl_kern_cpu_isa() == SL_KERN_ISA_SCALAR)
-        ok = same_float(g, q4_1_fused(c.w + (size_t)ids[i] * rb, k));
+      if (!ok && (t == SL_GGML_Q4_1 || t == SL_GGML_Q5_1) &&
+          sl_kern_cpu_isa() == SL_KERN_ISA_SCALAR)
+        ok = same_float(g, q41_fused(t, c.w + (size_t)ids[i] * rb, k));
       if (!ok && bad++ < 3)
         fprintf(stderr, "  get_rows %s row %d col %lld: %.9g vs %.9g\n",
                 tr->name, ids[i], (long long)k, g, e);
@@ -599,7 +646,10 @@ static void test_pack(void) {
   CHECK_EQ_INT(sl_kcu_packed_bytes(SL_GGML_Q4_K, 3, 256), 3u * 144);
   CHECK_EQ_INT(sl_kcu_packed_bytes(SL_GGML_F32, 3, 5), 60);
   CHECK_EQ_INT(sl_kcu_packed_bytes(SL_GGML_Q4_0, 3, 48), 0);
-  CHECK_EQ_INT(sl_kcu_packed_bytes(SL_GGML_Q5_0, 3, 64), 0);
+  CHECK_EQ_INT(sl_kcu_packed_bytes(SL_GGML_Q5_0, 3, 64), 3u * 2 * 22);
+  CHECK_EQ_INT(sl_kcu_packed_bytes(SL_GGML_Q3_K, 2, 512), 2u * 2 * 110);
+  CHECK_EQ_INT(sl_kcu_packed_bytes(SL_GGML_Q2_K, 2, 288), 0);
+  CHECK_EQ_INT(sl_kcu_packed_bytes(SL_GGML_Q8_K, 3, 256), 0);
   CHECK_EQ_INT(sl_kcu_packed_bytes(SL_GGML_Q4_0, 0, 64), 0);
   CHECK_EQ_INT(sl_kcu_packed_bytes(SL_GGML_Q4_0, INT64_MAX / 2, 1 << 20),
                SIZE_MAX);
@@ -615,7 +665,10 @@ static void test_pack(void) {
     CHECK_MSG(0, "cudaMalloc");
     goto out;
   }
-  CHECK_EQ_INT(sl_kcu_pack(g_s, SL_GGML_Q5_0, a, b, 2, 64), SL_ERR_UNSUPPORTED);
+  CHECK_EQ_INT(sl_kcu_pack(g_s, SL_GGML_Q8_K, a, b, 2, 256),
+               SL_ERR_UNSUPPORTED);
+  CHECK_EQ_INT(sl_kcu_pack(g_s, SL_GGML_IQ4_XS, a, b, 2, 288),
+               SL_ERR_INVALID_ARG);
   CHECK_EQ_INT(sl_kcu_pack(g_s, SL_GGML_Q4_0, a, b, 2, 48), SL_ERR_INVALID_ARG);
   CHECK_EQ_INT(sl_kcu_pack(g_s, SL_GGML_Q4_0, a, (char *)b + 8, 2, 64),
                SL_ERR_INVALID_ARG); /* dst not 16-byte aligned */
@@ -636,7 +689,7 @@ out:
 static void test_args(void) {
   for (size_t i = 0; i < N_TYPES; i++)
     CHECK(sl_kcu_type_supported(k_types[i]));
-  CHECK(!sl_kcu_type_supported(SL_GGML_Q5_0));
+  CHECK(!sl_kcu_type_supported(SL_GGML_Q8_1));
   CHECK(!sl_kcu_type_supported(SL_GGML_Q8_K));
 
   void *dw = NULL, *scratch = NULL;
@@ -653,11 +706,11 @@ static void test_args(void) {
   cudaMemset(dw, 0, 1 << 20);
   cudaMemset(dids, 0, 64);
 
-  sl_kern_weight w = {SL_GGML_Q5_0, 64, 64, dw};
+  sl_kern_weight w = {SL_GGML_Q8_K, 64, 256, dw};
   CHECK_EQ_INT(sl_kcu_matmul(g_s, &w, dx, dy, 1, NULL, 0), SL_ERR_UNSUPPORTED);
   CHECK_EQ_INT(sl_kcu_matmul(g_s, &w, dx, dy, 16, scratch, 1 << 20),
                SL_ERR_UNSUPPORTED);
-  CHECK_EQ_INT(sl_kcu_get_rows(g_s, SL_GGML_Q5_0, dw, 64, dids, 1, dy),
+  CHECK_EQ_INT(sl_kcu_get_rows(g_s, SL_GGML_Q8_K, dw, 256, dids, 1, dy),
                SL_ERR_UNSUPPORTED);
 
   w = (sl_kern_weight){SL_GGML_Q4_0, 64, 48, dw}; /* not a multiple of 32 */
@@ -671,6 +724,18 @@ static void test_args(void) {
   CHECK_EQ_INT(sl_kcu_get_rows(g_s, SL_GGML_Q6_K, dw, 288, dids, 1, dy),
                SL_ERR_INVALID_ARG);
   CHECK_EQ_INT(sl_kcu_matmul(g_s, &w, dx, dy, -1, NULL, 0), SL_ERR_INVALID_ARG);
+  w = (sl_kern_weight){SL_GGML_Q3_K, 64, 576, dw}; /* 2.25 blocks */
+  CHECK_EQ_INT(sl_kcu_matmul(g_s, &w, dx, dy, 1, NULL, 0), SL_ERR_INVALID_ARG);
+  w = (sl_kern_weight){SL_GGML_Q5_1, 64, 80, dw}; /* 2.5 blocks */
+  CHECK_EQ_INT(sl_kcu_matmul(g_s, &w, dx, dy, 1, NULL, 0), SL_ERR_INVALID_ARG);
+  /* the 4-byte loads of Q5_1, Q2_K, IQ4_XS; Q5_0, Q3_K take 2-byte data */
+  w = (sl_kern_weight){SL_GGML_Q5_1, 64, 64, (char *)dw + 2};
+  CHECK_EQ_INT(sl_kcu_matmul(g_s, &w, dx, dy, 1, NULL, 0), SL_ERR_INVALID_ARG);
+  CHECK_EQ_INT(
+      sl_kcu_get_rows(g_s, SL_GGML_IQ4_XS, (char *)dw + 2, 256, dids, 1, dy),
+      SL_ERR_INVALID_ARG);
+  w = (sl_kern_weight){SL_GGML_Q3_K, 4, 256, (char *)dw + 2};
+  CHECK_OK(sl_kcu_matmul(g_s, &w, dx, dy, 1, NULL, 0));
   /* packed data must be 16-byte aligned (its 16-byte loads) */
   w = (sl_kern_weight){SL_GGML_Q8_0, 64, 64, (char *)dw + 8};
   CHECK_EQ_INT(sl_kcu_matmul(g_s, &w, dx, dy, 1, NULL, 0), SL_ERR_INVALID_ARG);
@@ -837,8 +902,10 @@ static void test_batch_invariance(void) {
   check_invariance2(SL_GGML_Q4_1, SL_KCU_MM_VEC, 70, 9000, 512);
   check_invariance2(SL_GGML_Q8_0, SL_KCU_MM_VEC, 70, 1000, 4096);
   check_invariance2(SL_GGML_Q4_1, SL_KCU_MM_VEC, 40, 17000, 256);
-  const sl_ggml_type ts[] = {SL_GGML_Q4_0, SL_GGML_Q4_1, SL_GGML_Q8_0,
-                             SL_GGML_F16,  SL_GGML_F32,  SL_GGML_Q6_K};
+  const sl_ggml_type ts[] = {SL_GGML_Q4_0, SL_GGML_Q4_1,   SL_GGML_Q8_0,
+                             SL_GGML_F16,  SL_GGML_F32,    SL_GGML_Q6_K,
+                             SL_GGML_Q5_0, SL_GGML_Q5_1,   SL_GGML_Q2_K,
+                             SL_GGML_Q3_K, SL_GGML_IQ4_NL, SL_GGML_IQ4_XS};
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
     check_invariance(ts[i], SL_KCU_MM_VEC, 21);
     check_invariance(ts[i], SL_KCU_MM_GEMM, 37);
@@ -929,9 +996,15 @@ static void bench_one(sl_ggml_type t, int64_t rows, int64_t cols, double peak) {
 /* --bench [type name]: all types, or the one named (e.g. q4_0). */
 static void bench(const char *only) {
   static const sl_ggml_type ts[] = {SL_GGML_Q4_0, SL_GGML_Q4_1, SL_GGML_Q8_0,
-                                    SL_GGML_F16,  SL_GGML_Q4_K, SL_GGML_Q6_K};
+                                    SL_GGML_F16,  SL_GGML_Q4_K, SL_GGML_Q6_K,
+                                    SL_GGML_Q5_0, SL_GGML_Q5_1, SL_GGML_IQ4_NL,
+                                    SL_GGML_Q2_K, SL_GGML_Q3_K, SL_GGML_IQ4_XS};
   static const int64_t shapes[][2] = {
       {4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
+  /* and for the 32-element types the rows of 576 (not a multiple of 256)
+   * that Q4_K_M / Q5_K_M files of SmolLM2-class models hold as Q5_0, Q5_1
+   * (ffn_gate / ffn_up, and a 49152-token output matrix) */
+  static const int64_t narrow[][2] = {{1536, 576}, {49152, 576}};
   const double peak = read_peak();
   printf("pure read (sl_kcu_read_bench): %.1f GB/s\n", peak);
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
@@ -939,6 +1012,9 @@ static void bench(const char *only) {
       continue;
     for (size_t j = 0; j < sizeof shapes / sizeof shapes[0]; j++)
       bench_one(ts[i], shapes[j][0], shapes[j][1], peak);
+    if (sl_ggml_type_traits_of(ts[i])->blck_size == 32)
+      for (size_t j = 0; j < sizeof narrow / sizeof narrow[0]; j++)
+        bench_one(ts[i], narrow[j][0], narrow[j][1], peak);
   }
 }
 #endif /* SLUICE_HAVE_CUDA */

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 /* True when `t` has CUDA matrix kernels: F32, F16, BF16, Q8_0, Q4_0, Q4_1,
- * Q4_K, Q5_K, Q6_K. */
+ * Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS. */
 bool sl_kcu_type_supported(sl_ggml_type t);
 
 /* Device bytes of a rows x cols matrix of type t in the layout the CUDA

@@ -40,6 +40,9 @@ size_t data_align(sl_ggml_type t) {
   case SL_GGML_F32:
   case SL_GGML_Q4_K:
   case SL_GGML_Q5_K:
+  case SL_GGML_Q5_1:
+  case SL_GGML_Q2_K:
+  case SL_GGML_IQ4_XS:
     return 4;
   default:
     return 2;
@@ -67,6 +70,18 @@ template <class F> sl_status with_traits(sl_ggml_type t, bool vec8, F &&f) {
     return f(q5_k{});
   case SL_GGML_Q6_K:
     return f(q6_k{});
+  case SL_GGML_Q5_0:
+    return f(q5_0{});
+  case SL_GGML_Q5_1:
+    return f(q5_1{});
+  case SL_GGML_IQ4_NL:
+    return f(iq4_nl{});
+  case SL_GGML_Q2_K:
+    return f(q2_k{});
+  case SL_GGML_Q3_K:
+    return f(q3_k{});
+  case SL_GGML_IQ4_XS:
+    return f(iq4_xs{});
   default:
     return SL_ERR_UNSUPPORTED;
   }
@@ -80,6 +95,28 @@ template <> __device__ __forceinline__ __half cvt_out<__half>(float v) {
   return __float2half_rn(v);
 }
 
+/* Stores a group's GS values at o: one element at a time, except four f16
+ * (the batched path's scratch), which go as one 8-byte store: a group of 4
+ * starts at a multiple of 4 elements of a row of a multiple of 4 elements,
+ * in scratch that is 16-byte aligned. */
+template <int GS, class O> struct group_store {
+  static __device__ __forceinline__ void run(O *o, const float *v) {
+#pragma unroll
+    for (int e = 0; e < GS; e++)
+      o[e] = cvt_out<O>(v[e]);
+  }
+};
+template <> struct group_store<4, __half> {
+  static __device__ __forceinline__ void run(__half *o, const float *v) {
+    const __half2 a = __floats2half2_rn(v[0], v[1]);
+    const __half2 b = __floats2half2_rn(v[2], v[3]);
+    uint2 p;
+    p.x = *reinterpret_cast<const uint32_t *>(&a);
+    p.y = *reinterpret_cast<const uint32_t *>(&b);
+    *reinterpret_cast<uint2 *>(o) = p;
+  }
+};
+
 /* Dequantizes unit i of `row` into out_row (exact() rounding: the CPU's). */
 template <class T, class O>
 __device__ __forceinline__ void dequant_unit(const uint8_t *row, int i,
@@ -90,12 +127,12 @@ __device__ __forceinline__ void dequant_unit(const uint8_t *row, int i,
   O *ob = out_row + (int64_t)b * T::QK;
 #pragma unroll
   for (int g = 0; g < T::GPU; g++) {
-    float q[T::GS], s, m;
+    float q[T::GS], s, m, v[T::GS];
     T::group(raw, u, g, q, s, m);
-    O *o = ob + T::off(u, g);
 #pragma unroll
     for (int e = 0; e < T::GS; e++)
-      o[e] = cvt_out<O>(T::exact(q[e], s, m));
+      v[e] = T::exact(q[e], s, m);
+    group_store<T::GS, O>::run(ob + T::off(u, g), v);
   }
 }
 
@@ -274,7 +311,7 @@ static sl_status check_args(const sl_kern_weight *w, const float *x,
 
 /* Beyond the header's contract: the weight data must be aligned as its
  * blocks' loads need (16 bytes for the packed Q4_0, Q4_1, Q8_0; 2 for the
- * others, 4 for Q4_K, Q5_K, F32), x 16-byte
+ * others, 4 for Q4_K, Q5_K, Q5_1, Q2_K, IQ4_XS, F32), x 16-byte
  * aligned for quantized weights on the matrix-vector path (n <= 8) and
  * scratch 16-byte aligned; SL_ERR_INVALID_ARG otherwise. Device pointers
  * from the allocator, packed matrices at 16-byte aligned offsets and GGUF

@@ -94,6 +94,24 @@ inline bool blk(sl_ggml_type t, int64_t *elems, size_t *bytes) {
   case SL_GGML_Q6_K:
     *elems = 256, *bytes = 210;
     return true;
+  case SL_GGML_Q5_0:
+    *elems = 32, *bytes = 22;
+    return true;
+  case SL_GGML_Q5_1:
+    *elems = 32, *bytes = 24;
+    return true;
+  case SL_GGML_IQ4_NL:
+    *elems = 32, *bytes = 18;
+    return true;
+  case SL_GGML_Q2_K:
+    *elems = 256, *bytes = 84;
+    return true;
+  case SL_GGML_Q3_K:
+    *elems = 256, *bytes = 110;
+    return true;
+  case SL_GGML_IQ4_XS:
+    *elems = 256, *bytes = 136;
+    return true;
   default:
     return false;
   }

@@ -215,6 +215,18 @@ sl_status mmv(cudaStream_t stream, const sl_kern_weight *w, const float *x,
     return launch<q5_k>(stream, w, x, y, n);
   case SL_GGML_Q6_K:
     return launch<q6_k>(stream, w, x, y, n);
+  case SL_GGML_Q5_0:
+    return launch<q5_0>(stream, w, x, y, n);
+  case SL_GGML_Q5_1:
+    return launch<q5_1>(stream, w, x, y, n);
+  case SL_GGML_IQ4_NL:
+    return launch<iq4_nl>(stream, w, x, y, n);
+  case SL_GGML_Q2_K:
+    return launch<q2_k>(stream, w, x, y, n);
+  case SL_GGML_Q3_K:
+    return launch<q3_k>(stream, w, x, y, n);
+  case SL_GGML_IQ4_XS:
+    return launch<iq4_xs>(stream, w, x, y, n);
   default:
     return SL_ERR_UNSUPPORTED;
   }
