@@ -84,8 +84,9 @@ __device__ __forceinline__ float h2f(uint32_t bits) {
 
 /* Tuning switches for measurement, read once (the sums' order depends on
  * the warps a row gets, so they must not change within a process):
- * SLUICE_CUDA_MMT_VARIANT (one-token kernel: 0 = 8 chunks, two stages; 1 = 8,
- * one; 2 = 4, two; 3 = 4, one) and SLUICE_CUDA_MMT_WARPS (the warps a
+ * SLUICE_CUDA_MMT_VARIANT (the one-token kernel: 0 = 4 chunks a stage, two
+ * stages, the default: measured best on the H200 (docs/PERF.md); 1 = 8,
+ * two; 2 = 8, one; 3 = 4, one) and SLUICE_CUDA_MMT_WARPS (the warps a
  * matrix is spread over, 2048 by default). */
 int env_int(const char *name, int dflt) {
   const char *e = getenv(name);
@@ -348,13 +349,13 @@ sl_status launch_t(cudaStream_t stream, const sl_kern_weight *w, const float *x,
   if constexpr (NT == 1) {
     switch (mmt_variant()) {
     case 1:
-      return launch_k<T, 1, RL, 8, false>(stream, w, x, om, n, W);
+      return launch_k<T, 1, RL, 8, true>(stream, w, x, om, n, W);
     case 2:
-      return launch_k<T, 1, RL, 4, true>(stream, w, x, om, n, W);
+      return launch_k<T, 1, RL, 8, false>(stream, w, x, om, n, W);
     case 3:
       return launch_k<T, 1, RL, 4, false>(stream, w, x, om, n, W);
     default:
-      return launch_k<T, 1, RL, 8, true>(stream, w, x, om, n, W);
+      return launch_k<T, 1, RL, 4, true>(stream, w, x, om, n, W);
     }
   } else {
     return launch_k<T, NT, RL, (NT <= 2 ? 4 : 2), false>(stream, w, x, om, n,
