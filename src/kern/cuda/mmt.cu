@@ -33,6 +33,7 @@
  */
 #include <stdlib.h>
 
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -86,8 +87,9 @@ __device__ __forceinline__ float h2f(uint32_t bits) {
  * the warps a row gets, so they must not change within a process):
  * SLUICE_CUDA_MMT_VARIANT (the one-token kernel: 0 = 4 chunks a stage, two
  * stages, the default: measured best on the H200 (docs/PERF.md); 1 = 8,
- * two; 2 = 8, one; 3 = 4, one) and SLUICE_CUDA_MMT_WARPS (the warps a
- * matrix is spread over, 2048 by default). */
+ * two; 2 = 8, one; 3 = 4, one), SLUICE_CUDA_MMT_WARPS (the warps a
+ * matrix is spread over, 2048 by default) and SLUICE_CUDA_MMT_KS_BLOCKS
+ * (mmt_ksplit; 0: off). */
 int env_int(const char *name, int dflt) {
   const char *e = getenv(name);
   return e && *e ? atoi(e) : dflt;
@@ -102,6 +104,12 @@ int64_t mmt_target_warps(void) {
   static int v = -1;
   if (v < 0)
     v = env_int("SLUICE_CUDA_MMT_WARPS", 2048);
+  return v;
+}
+int64_t mmt_ks_blocks(void) {
+  static int v = -1;
+  if (v < 0)
+    v = env_int("SLUICE_CUDA_MMT_KS_BLOCKS", 0);
   return v;
 }
 
@@ -127,6 +135,9 @@ __global__ void __launch_bounds__(256)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
   const int64_t t0 = (int64_t)blockIdx.x * RL;
+  /* KS blocks of a cluster share the row tiles: block y's warp w is the
+   * virtual warp y W + w of KS W, exactly as one block of KS W warps */
+  const int KS = gridDim.y, Wv = W * KS, vw = blockIdx.y * W + warp;
   const int C = nb * T::CPB; /* 16-byte chunks a row */
 
   const uint8_t *tq[RL], *ts[RL];
@@ -171,7 +182,7 @@ __global__ void __launch_bounds__(256)
   auto load = [&](int j0, stage &st) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
-      const int ch = j0 + u * W;
+      const int ch = j0 + u * Wv;
 #pragma unroll
       for (int k = 0; k < RL; k++) {
         if (ch < C) {
@@ -195,7 +206,7 @@ __global__ void __launch_bounds__(256)
   auto compute = [&](int j0, const stage &st) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
-      const int ch = j0 + u * W;
+      const int ch = j0 + u * Wv;
       if (ch >= C)
         break;
       /* x: Q4 chunk ch is block ch (x at 32 ch, two k-steps: +0, +16);
@@ -254,9 +265,9 @@ __global__ void __launch_bounds__(256)
     }
   };
 
-  const int step = W * U;
+  const int step = Wv * U;
   stage s0;
-  int j0 = warp;
+  int j0 = vw;
   if constexpr (DB) {
     /* one token: memory-bound, two stages in flight */
     stage s1;
@@ -296,13 +307,9 @@ __global__ void __launch_bounds__(256)
       p[(g + 8) * 8 + 2 * c] = acc[k][t][2];
       p[(g + 8) * 8 + 2 * c + 1] = acc[k][t][3];
     }
-  __syncthreads();
-  for (int i = threadIdx.x; i < PW; i += blockDim.x) {
+  auto store = [&](int i, float s) {
     const int k = i / (NT * 128), t = (i / 128) % NT, r16 = (i % 128) / 8,
               tk = 8 * t + i % 8;
-    float s = part[i];
-    for (int v = 1; v < W; v++)
-      s += part[v * PW + i];
     const int64_t ti = t0 + k, r = ti * kTileRows + r16;
     if (ti < tiles && r < rows && tk < n) {
       int p = 0;
@@ -311,6 +318,32 @@ __global__ void __launch_bounds__(256)
       const int64_t pr = om.r0[p + 1] - om.r0[p];
       om.y[p][(int64_t)tk * pr + (r - om.r0[p])] = s;
     }
+  };
+  if (KS == 1) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < PW; i += blockDim.x) {
+      float s = part[i];
+      for (int v = 1; v < W; v++)
+        s += part[v * PW + i];
+      store(i, s);
+    }
+  } else {
+    /* the cluster's blocks share the outputs; each sums the KS W virtual
+     * warps' parts in order, read from their blocks' shared memory */
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();
+    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < PW;
+         i += KS * blockDim.x) {
+      float s = 0.0f;
+      for (int b = 0; b < KS; b++) {
+        const float *pb = cl.map_shared_rank(part, b);
+        for (int v = 0; v < W; v++)
+          s = b == 0 && v == 0 ? pb[i] : s + pb[v * PW + i];
+      }
+      store(i, s);
+    }
+    cl.sync(); /* no block leaves while another reads its parts */
   }
 }
 
@@ -321,6 +354,20 @@ int mmt_warps(int64_t tiles, int chunks) {
   while (w < 8 && tiles * w < mmt_target_warps() && chunks >= 8 * w)
     w *= 2;
   return w;
+}
+
+/* The blocks a row tile is split over, KS (1, 2 or 4; a thread-block
+ * cluster): from the shape alone, as W. Matrices of few tiles (the 4096
+ * rows of o and down: 256 blocks of 8 warps, 16 warps an SM) get more warps
+ * in flight, each with >= 8 chunks, in up to SLUICE_CUDA_MMT_KS_BLOCKS
+ * blocks (1024 is the setting to measure). Off (0) by default until it has
+ * run on a GPU: it is compiled, not yet measured or tested there. */
+int mmt_ksplit(int64_t tiles, int chunks, int W) {
+  const int64_t most = mmt_ks_blocks();
+  int ks = 1;
+  while (ks < 4 && tiles * ks * 2 <= most && chunks >= 8 * W * ks * 2)
+    ks *= 2;
+  return ks;
 }
 
 template <class T, int NT, int RL, int U, bool DB>
@@ -336,9 +383,31 @@ sl_status launch_k(cudaStream_t stream, const sl_kern_weight *w, const float *x,
   auto kern = mmt_kernel<T, NT, RL, U, DB>;
   if (sl_status st = allow_smem(kern, smem); st != SL_OK)
     return st;
-  kern<<<(unsigned)blocks, W * 32, smem, stream>>>(
-      (const uint8_t *)w->data, tb, tiles, w->rows, (int)nb, x, w->cols, n, om);
-  return launch_status();
+  const int ks = mmt_ksplit(tiles, (int)(nb * T::CPB), W);
+  if (ks == 1) {
+    kern<<<(unsigned)blocks, W * 32, smem, stream>>>(
+        (const uint8_t *)w->data, tb, tiles, w->rows, (int)nb, x, w->cols, n,
+        om);
+    return launch_status();
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)blocks, (unsigned)ks, 1);
+  cfg.blockDim = dim3((unsigned)W * 32, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = 1;
+  at[0].val.clusterDim.y = (unsigned)ks;
+  at[0].val.clusterDim.z = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  cudaError_t e =
+      cudaLaunchKernelEx(&cfg, kern, (const uint8_t *)w->data, tb, tiles,
+                         w->rows, (int)nb, x, w->cols, n, om);
+  if (e != cudaSuccess)
+    (void)cudaGetLastError(); /* reported as the launch's error below */
+  return e == cudaSuccess ? launch_status() : SL_ERR_DEVICE;
 }
 
 /* One token: U chunks a stage, one or two stages (mmt_variant). More
