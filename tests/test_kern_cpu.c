@@ -482,6 +482,77 @@ static void test_matmul(void) {
   sl_kern_pool_destroy(pools[1]);
 }
 
+/* sl_kern_matmul_parts against one sl_kern_matmul per part: bit for bit,
+ * for parts of mixed weight and activation types (Q8_K, Q8_0, Q8_1 and F16
+ * activations in one call; gemm and dot paths side by side), any token
+ * count, one or two threads, every ISA. A part computed with another
+ * part's activations, or a part whose rows no thread took, fails it. */
+static void test_matmul_parts(void) {
+  static const sl_ggml_type sets[][3] = {
+      {SL_GGML_Q4_K, SL_GGML_Q8_0, SL_GGML_Q5_0},
+      {SL_GGML_Q4_1, SL_GGML_Q4_0, SL_GGML_Q6_K},
+      {SL_GGML_F16, SL_GGML_IQ4_XS, SL_GGML_Q4_1}};
+  static const int64_t prow[3] = {37, 16, 5}, toks[] = {1, 5, 64};
+  const int64_t cols = 256 * 3;
+  sl_kern_isa isas[3];
+  int ni = isa_list(isas);
+  sl_kern_pool_t *pools[2] = {sl_kern_pool_create(1), sl_kern_pool_create(2)};
+  CHECK(pools[0] && pools[1]);
+  float *X = sl_malloc(64 * cols * sizeof(float));
+  for (int64_t i = 0; i < 64 * cols; i++)
+    X[i] = rnd_f(-1, 1);
+  for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++) {
+    sl_kern_weight W[3];
+    const sl_kern_weight *pw[3];
+    uint8_t *wd[3];
+    float *ref[3], *got[3];
+    for (int i = 0; i < 3; i++) {
+      size_t wrb = row_bytes(sets[si][i], cols);
+      wd[i] = sl_malloc(wrb * prow[i]);
+      fill_random(sets[si][i], wd[i], cols * prow[i]);
+      W[i] = (sl_kern_weight){sets[si][i], prow[i], cols, wd[i]};
+      pw[i] = &W[i];
+      ref[i] = sl_malloc(64 * prow[i] * sizeof(float));
+      got[i] = sl_malloc(64 * prow[i] * sizeof(float));
+    }
+    for (int ki = 0; ki < ni; ki++)
+      for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++)
+        for (int p = 0; p < 2; p++) {
+          int64_t nt = toks[k];
+          CHECK_OK(sl_kern_cpu_set_isa(isas[ki]));
+          for (int i = 0; i < 3; i++) {
+            CHECK_OK(sl_kern_matmul(pools[p], &W[i], X, ref[i], nt));
+            memset(got[i], 0xff, nt * prow[i] * sizeof(float));
+          }
+          CHECK_OK(sl_kern_matmul_parts(pools[p], pw, 3, X, got, nt));
+          for (int i = 0; i < 3; i++)
+            CHECK_MSG(memcmp(got[i], ref[i], nt * prow[i] * sizeof(float)) == 0,
+                      "set %zu part %d isa %s nt %lld threads %d", si, i,
+                      sl_kern_isa_name(isas[ki]), (long long)nt, p + 1);
+        }
+    for (int i = 0; i < 3; i++) {
+      sl_free(wd[i]);
+      sl_free(ref[i]);
+      sl_free(got[i]);
+    }
+  }
+  /* argument errors: no parts, too many, parts of different widths */
+  uint8_t wb[1024] = {0};
+  float y0[64], y1[64];
+  float *ys[5] = {y0, y1, y0, y1, y0};
+  sl_kern_weight a = {SL_GGML_Q8_0, 1, 64, wb}, b = {SL_GGML_Q8_0, 1, 32, wb};
+  const sl_kern_weight *ab[5] = {&a, &b, &a, &a, &a};
+  CHECK_EQ_INT(sl_kern_matmul_parts(pools[1], ab, 0, X, ys, 1),
+               SL_ERR_INVALID_ARG);
+  CHECK_EQ_INT(sl_kern_matmul_parts(pools[1], ab, 5, X, ys, 1),
+               SL_ERR_INVALID_ARG);
+  CHECK_EQ_INT(sl_kern_matmul_parts(pools[1], ab, 2, X, ys, 1),
+               SL_ERR_INVALID_ARG);
+  sl_free(X);
+  sl_kern_pool_destroy(pools[0]);
+  sl_kern_pool_destroy(pools[1]);
+}
+
 static void count_task(void *ctx, int ith, int nth) {
   _Atomic long *c = ctx;
   atomic_fetch_add(&c[ith], 1);
@@ -891,6 +962,7 @@ int main(void) {
   RUN(test_quantize_act);
   RUN(test_vec_dot_scalar_vs_f64);
   RUN(test_matmul);
+  RUN(test_matmul_parts);
   RUN(test_pool);
   RUN(test_small_ops);
   RUN(test_f32_to_f16);

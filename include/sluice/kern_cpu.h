@@ -158,6 +158,18 @@ typedef struct sl_kern_weight {
 sl_status sl_kern_matmul(sl_kern_pool_t *pool, const sl_kern_weight *W,
                          const float *X, float *Y, int64_t n_tokens);
 
+/* Up to SL_KERN_MATMUL_PARTS_MAX products of one X (q, k, v; gate, up):
+ * Y[i] = W[i] X as sl_kern_matmul computes it, bit for bit, with X
+ * quantized once per activation type and one fork and join of the pool for
+ * them all (a thread that finds one product's rows taken goes on to the
+ * next). Every W[i] has the same cols; the Y[i] do not overlap X or one
+ * another. */
+#define SL_KERN_MATMUL_PARTS_MAX 4
+sl_status sl_kern_matmul_parts(sl_kern_pool_t *pool,
+                               const sl_kern_weight *const *W, int n_parts,
+                               const float *X, float *const *Y,
+                               int64_t n_tokens);
+
 /* ---- small ops (all vectorized; out may alias an input) --------------------
  */
 

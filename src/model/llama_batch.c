@@ -283,9 +283,11 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
     const sl__layer_w *w = &m->layers[l];
     for (int t = 0; t < n; t++)
       sl_kern_rmsnorm(xn + t * d, x + t * d, w->attn_norm, d, hp->rms_eps);
-    if ((st = sl_kern_matmul(c->pool, &w->wq, xn, q, n)) != SL_OK ||
-        (st = sl_kern_matmul(c->pool, &w->wk, xn, k, n)) != SL_OK ||
-        (st = sl_kern_matmul(c->pool, &w->wv, xn, v, n)) != SL_OK)
+    const sl_kern_weight *wqkv[] = {&w->wq, &w->wk, &w->wv},
+                         *wgu[] = {&w->w_gate, &w->w_up};
+    float *const yqkv[] = {q, k, v}, *const ygu[] = {g, u};
+    /* q, k and v as one product: one quantization of xn, one fork/join */
+    if ((st = sl_kern_matmul_parts(c->pool, wqkv, 3, xn, yqkv, n)) != SL_OK)
       break;
     for (int s = 0; s < b->n_seqs && st == SL_OK; s++) {
       const sl_batch_seq *sq = &b->seqs[s];
@@ -329,8 +331,7 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
     sl_kern_add(x, x, xn, (int64_t)n * d);
     for (int t = 0; t < n; t++)
       sl_kern_rmsnorm(xn + t * d, x + t * d, w->ffn_norm, d, hp->rms_eps);
-    if ((st = sl_kern_matmul(c->pool, &w->w_gate, xn, g, n)) != SL_OK ||
-        (st = sl_kern_matmul(c->pool, &w->w_up, xn, u, n)) != SL_OK)
+    if ((st = sl_kern_matmul_parts(c->pool, wgu, 2, xn, ygu, n)) != SL_OK)
       break;
     sl_kern_swiglu(g, g, u, (int64_t)n * ff);
     if ((st = sl_kern_matmul(c->pool, &w->w_down, g, xn, n)) != SL_OK)

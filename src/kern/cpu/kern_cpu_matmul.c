@@ -7,7 +7,9 @@
  * block-major); otherwise, within a chunk, tokens go in tiles of SL__NT_MAX
  * through the dot kernel, which loads and unpacks each weight block once per
  * tile while the chunk's rows stay in L1 across tiles. Either way each
- * output is the one-row dot. */
+ * output is the one-row dot. Several products of one X (q, k, v; gate, up)
+ * go as one call: X quantized once per activation type, one fork and join
+ * (sl_kern_matmul_parts). */
 #include <stdatomic.h>
 
 #include "kern_cpu_impl.h"
@@ -54,10 +56,9 @@ static void quant_task(void *p, int ith, int nth) {
   }
 }
 
-static void dot_task(void *p, int ith, int nth) {
-  (void)ith;
-  (void)nth;
-  mm_job *j = p;
+/* Runs one product's share: chunks of its rows off its counter until none
+ * is left. */
+static void dot_run(mm_job *j) {
   const int64_t rows = j->W->rows, cols = j->W->cols;
   const char *w = j->W->data;
   for (;;) {
@@ -84,30 +85,38 @@ static void dot_task(void *p, int ith, int nth) {
   }
 }
 
-sl_status sl_kern_matmul(sl_kern_pool_t *pool, const sl_kern_weight *W,
-                         const float *X, float *Y, int64_t n_tokens) {
-  if (!W || n_tokens < 0 || W->rows < 0 || W->cols < 0)
+/* The products of one call, in order: a thread that finds one done moves
+ * on to the next, so one fork and join covers them all. */
+typedef struct mm_parts_job {
+  mm_job *jobs;
+  int np;
+} mm_parts_job;
+
+static void dot_task(void *p, int ith, int nth) {
+  (void)ith;
+  (void)nth;
+  mm_parts_job *pj = p;
+  for (int i = 0; i < pj->np; i++)
+    dot_run(&pj->jobs[i]);
+}
+
+/* One part's job, before its activations have a place: the act type, its
+ * row bytes, the dot and whether a gemm takes it. */
+static sl_status part_init(const sl__kern_cpu_ops *ops, const sl_kern_weight *W,
+                           const float *X, float *Y, int64_t n_tokens,
+                           mm_job *j) {
+  if (!W || W->rows < 0 || W->cols < 0 || (!Y && W->rows > 0))
     return SL_ERR_INVALID_ARG;
   sl_ggml_type act;
   sl_status st = sl_kern_act_type(W->type, &act);
   if (st != SL_OK)
     return st;
-  size_t wrb, xrb, xbytes;
+  size_t wrb, xrb;
   if ((st = sl_kern_row_bytes(W->type, W->cols, &wrb)) != SL_OK)
     return st;
   if ((st = sl_kern_row_bytes(act, W->cols, &xrb)) != SL_OK)
     return st;
-  if (n_tokens == 0 || W->rows == 0)
-    return SL_OK;
-  if (W->cols == 0) {
-    memset(Y, 0, (size_t)(n_tokens * W->rows) * sizeof(float));
-    return SL_OK;
-  }
-  if (!sl_mul_ok(xrb, (size_t)n_tokens, &xbytes))
-    return SL_ERR_OVERFLOW;
-
-  const sl__kern_cpu_ops *ops = sl__kern_cpu_ops_get();
-  mm_job job = {
+  *j = (mm_job){
       .W = W,
       .w_row_bytes = wrb,
       .X = X,
@@ -123,57 +132,129 @@ sl_status sl_kern_matmul(sl_kern_pool_t *pool, const sl_kern_weight *W,
   /* a gemm takes two or more tokens (for one, converting the weight scales
    * first is a second pass over the rows that the dot does not need), Q8_0
    * or Q8_1 activations, and rows whose weight scales fit its stack buffer */
-  if (job.gemm &&
+  if (j->gemm &&
       (n_tokens < 2 || (act != SL_GGML_Q8_0 && act != SL_GGML_Q8_1) ||
        2 * nb > SL__GEMM_WSC_MAX))
-    job.gemm = NULL;
-  /* gemm: the scales after the quantized rows, 64-byte aligned */
-  size_t xoff = 0, sbytes = 0;
-  if (job.gemm) {
-    job.ld = (n_tokens + 3) & ~(int64_t)3;
-    xoff = (xbytes + 63) & ~(size_t)63;
-    sbytes = 2 * sizeof(float) * (size_t)nb * (size_t)job.ld;
+    j->gemm = NULL;
+  return SL_OK;
+}
+
+sl_status sl_kern_matmul_parts(sl_kern_pool_t *pool,
+                               const sl_kern_weight *const *W, int n_parts,
+                               const float *X, float *const *Y,
+                               int64_t n_tokens) {
+  if (!W || !Y || n_parts < 1 || n_parts > SL_KERN_MATMUL_PARTS_MAX ||
+      n_tokens < 0)
+    return SL_ERR_INVALID_ARG;
+  const sl__kern_cpu_ops *ops = sl__kern_cpu_ops_get();
+  mm_job jobs[SL_KERN_MATMUL_PARTS_MAX];
+  for (int i = 0; i < n_parts; i++) {
+    sl_status st = part_init(ops, W[i], X, Y[i], n_tokens, &jobs[i]);
+    if (st != SL_OK)
+      return st;
+    if (W[i]->cols != W[0]->cols)
+      return SL_ERR_INVALID_ARG; /* one X for all */
   }
-  size_t total = job.gemm ? xoff + sbytes : xbytes;
-  void *owned = NULL;
-  if (act == SL_GGML_F32) {
-    job.xq = (void *)X; /* float weights read the activations as they are */
-  } else if (pool) {
-    if (!(job.xq = sl__kern_pool_scratch(pool, total)))
-      return SL_ERR_NOMEM;
-  } else {
-    if (!(owned = job.xq = sl_malloc(total)))
-      return SL_ERR_NOMEM;
-  }
-  if (job.gemm) {
-    job.xd = (float *)((char *)job.xq + xoff);
-    job.xsum = job.xd + nb * job.ld;
-    /* the padding tokens' scales read as zeros */
-    if (job.ld > n_tokens)
-      for (int64_t i = 0; i < nb; i++)
-        for (int64_t t = n_tokens; t < job.ld; t++)
-          job.xd[i * job.ld + t] = job.xsum[i * job.ld + t] = 0.0f;
-    if (act != SL_GGML_Q8_1)
-      job.xsum = NULL;
+  const int64_t cols = W[0]->cols, nb = cols / SL__QK;
+  if (n_tokens == 0)
+    return SL_OK;
+  if (cols == 0) {
+    for (int i = 0; i < n_parts; i++)
+      memset(Y[i], 0, (size_t)(n_tokens * W[i]->rows) * sizeof(float));
+    return SL_OK;
   }
 
+  /* the activations, quantized once per act type: group g's quantized rows
+   * (and, where a gemm of the group takes them, its scales, 64-byte
+   * aligned) at off[g] of one scratch buffer */
+  mm_job grp[SL_KERN_MATMUL_PARTS_MAX];
+  size_t off[SL_KERN_MATMUL_PARTS_MAX];
+  int ng = 0, of[SL_KERN_MATMUL_PARTS_MAX];
+  size_t total = 0;
+  for (int i = 0; i < n_parts; i++) {
+    int g = 0;
+    while (g < ng && grp[g].act != jobs[i].act)
+      g++;
+    if (g == ng)
+      grp[ng++] = jobs[i];
+    else if (jobs[i].gemm && !grp[g].gemm)
+      grp[g].gemm = jobs[i].gemm; /* the group needs the scales */
+    of[i] = g;
+  }
+  for (int g = 0; g < ng; g++) {
+    mm_job *q = &grp[g];
+    size_t xbytes;
+    if (!sl_mul_ok(q->xq_row_bytes, (size_t)n_tokens, &xbytes))
+      return SL_ERR_OVERFLOW;
+    off[g] = total;
+    if (q->act == SL_GGML_F32)
+      continue; /* float weights read the activations as they are */
+    total += (xbytes + 63) & ~(size_t)63;
+    if (q->gemm) {
+      q->ld = (n_tokens + 3) & ~(int64_t)3;
+      total += 2 * sizeof(float) * (size_t)nb * (size_t)q->ld;
+    }
+  }
+  void *owned = NULL, *buf = NULL;
+  if (total > 0) {
+    if (pool) {
+      if (!(buf = sl__kern_pool_scratch(pool, total)))
+        return SL_ERR_NOMEM;
+    } else if (!(owned = buf = sl_malloc(total))) {
+      return SL_ERR_NOMEM;
+    }
+  }
   int nth = sl_kern_pool_n_threads(pool);
-  /* ~8 chunks per thread for balance, at least 4 rows each; a gemm's chunk
-   * also fits its weight scales on the stack */
-  int64_t chunk = W->rows / ((int64_t)nth * 8);
-  chunk = chunk < 4 ? 4 : chunk;
-  if (job.gemm && chunk > SL__GEMM_WSC_MAX / (2 * nb))
-    chunk = SL__GEMM_WSC_MAX / (2 * nb);
-  job.chunk = chunk;
-  atomic_init(&job.next, 0);
-
-  if (act != SL_GGML_F32) {
+  for (int g = 0; g < ng; g++) {
+    mm_job *q = &grp[g];
+    if (q->act == SL_GGML_F32) {
+      q->xq = (void *)X;
+      continue;
+    }
+    q->xq = (char *)buf + off[g];
+    if (q->gemm) {
+      size_t xbytes = q->xq_row_bytes * (size_t)n_tokens;
+      q->xd = (float *)((char *)q->xq + ((xbytes + 63) & ~(size_t)63));
+      q->xsum = q->xd + nb * q->ld;
+      /* the padding tokens' scales read as zeros */
+      for (int64_t i = 0; i < nb; i++)
+        for (int64_t t = n_tokens; t < q->ld; t++)
+          q->xd[i * q->ld + t] = q->xsum[i * q->ld + t] = 0.0f;
+      if (q->act != SL_GGML_Q8_1)
+        q->xsum = NULL;
+    }
     if (n_tokens >= 2 * nth && nth > 1)
-      sl_kern_pool_run(pool, quant_task, &job);
+      sl_kern_pool_run(pool, quant_task, q);
     else
-      quant_task(&job, 0, 1);
+      quant_task(q, 0, 1);
   }
-  sl_kern_pool_run(pool, dot_task, &job);
+  for (int i = 0; i < n_parts; i++) {
+    mm_job *j = &jobs[i];
+    const mm_job *q = &grp[of[i]];
+    j->xq = q->xq;
+    if (j->gemm) {
+      j->xd = q->xd;
+      j->xsum = q->xsum;
+      j->ld = q->ld;
+    }
+    /* ~8 chunks per thread for balance, at least 4 rows each; a gemm's
+     * chunk also fits its weight scales on the stack */
+    int64_t chunk = j->W->rows / ((int64_t)nth * 8);
+    chunk = chunk < 4 ? 4 : chunk;
+    if (j->gemm && chunk > SL__GEMM_WSC_MAX / (2 * nb))
+      chunk = SL__GEMM_WSC_MAX / (2 * nb);
+    j->chunk = chunk;
+    atomic_init(&j->next, 0);
+  }
+  mm_parts_job pj = {jobs, n_parts};
+  sl_kern_pool_run(pool, dot_task, &pj);
   sl_free(owned);
   return SL_OK;
+}
+
+sl_status sl_kern_matmul(sl_kern_pool_t *pool, const sl_kern_weight *W,
+                         const float *X, float *Y, int64_t n_tokens) {
+  const sl_kern_weight *ws[1] = {W};
+  float *ys[1] = {Y};
+  return sl_kern_matmul_parts(pool, ws, 1, X, ys, n_tokens);
 }
