@@ -32,6 +32,7 @@
 
 #define _Noreturn [[noreturn]] /* C11's spelling in sluice/util.h */
 extern "C" {
+#include "rand_weights.h"
 #include "sluice/kern_cpu.h"
 #include "sluice/util.h"
 }
@@ -106,95 +107,6 @@ static int g_fail, g_checks;
     }                                                                          \
   } while (0)
 
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void) {
-  uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static float unif(float a, float b) {
-  return a + (b - a) * (float)((double)(rnd() >> 11) * 0x1.0p-53);
-}
-/* f32 -> f16 bits for values in the normal range, round to nearest even */
-static uint16_t f2h(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t e = ((x >> 23) & 0xFF) - 127 + 15, mant = x & 0x7FFFFF;
-  uint32_t h = (e << 10) | (mant >> 13), rem = mant & 0x1FFF;
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
-    h++;
-  return (uint16_t)(sign | h);
-}
-static void put16(uint8_t *p, uint16_t v) {
-  memcpy(p, &v, 2);
-}
-
-/* Random blocks of t: random bytes, f16 scale fields set to sane values. */
-static void fill(sl_ggml_type t, uint8_t *w, size_t bytes) {
-  for (size_t i = 0; i < bytes; i++)
-    w[i] = (uint8_t)rnd();
-  switch (t) {
-  case SL_GGML_F32:
-    for (size_t i = 0; i < bytes; i += 4) {
-      float v = unif(-1.0f, 1.0f);
-      memcpy(w + i, &v, 4);
-    }
-    break;
-  case SL_GGML_F16:
-    for (size_t i = 0; i < bytes; i += 2)
-      put16(w + i, f2h(unif(-1.0f, 1.0f)));
-    break;
-  case SL_GGML_BF16:
-    for (size_t i = 0; i < bytes; i += 2) {
-      float v = unif(-1.0f, 1.0f);
-      uint32_t u;
-      memcpy(&u, &v, 4);
-      put16(w + i, (uint16_t)(u >> 16));
-    }
-    break;
-  case SL_GGML_Q4_K:
-  case SL_GGML_Q5_K:
-    for (size_t i = 0; i < bytes; i += t == SL_GGML_Q4_K ? 144 : 176) {
-      put16(w + i, f2h(unif(0.001f, 0.05f)));
-      put16(w + i + 2, f2h(unif(0.001f, 0.05f)));
-    }
-    break;
-  case SL_GGML_Q6_K:
-    for (size_t i = 0; i < bytes; i += 210)
-      put16(w + i + 208, f2h(unif(0.001f, 0.05f)));
-    break;
-  case SL_GGML_Q5_0:
-  case SL_GGML_IQ4_NL:
-    for (size_t i = 0; i < bytes; i += t == SL_GGML_Q5_0 ? 22 : 18)
-      put16(w + i, f2h(unif(0.001f, 0.05f)));
-    break;
-  case SL_GGML_Q5_1:
-    for (size_t i = 0; i < bytes; i += 24) {
-      put16(w + i, f2h(unif(0.001f, 0.05f)));
-      put16(w + i + 2, f2h(unif(-0.4f, 0.4f)));
-    }
-    break;
-  case SL_GGML_Q2_K:
-    for (size_t i = 0; i < bytes; i += 84) {
-      put16(w + i + 80, f2h(unif(0.001f, 0.05f)));
-      put16(w + i + 82, f2h(unif(0.001f, 0.05f)));
-    }
-    break;
-  case SL_GGML_Q3_K:
-    for (size_t i = 0; i < bytes; i += 110)
-      put16(w + i + 108, f2h(unif(0.001f, 0.05f)));
-    break;
-  case SL_GGML_IQ4_XS:
-    for (size_t i = 0; i < bytes; i += 136)
-      put16(w + i, f2h(unif(0.0001f, 0.002f)));
-    break;
-  default:
-    break;
-  }
-}
-
 static bool same_float(float a, float b) {
   uint32_t ua, ub;
   memcpy(&ua, &a, 4);
@@ -240,9 +152,9 @@ static void check_type(sl_ggml_type t, int64_t rows, int64_t cols) {
     goto out;
   }
   {
-    fill(t, w, rb * (size_t)rows);
+    rw_fill_weight(t, w, rb * (size_t)rows);
     for (int64_t k = 0; k < cols; k++)
-      x[k] = unif(-1.0f, 1.0f);
+      x[k] = rw_unif(-1.0f, 1.0f);
     const bool scalar = sl_kern_cpu_isa() == SL_KERN_ISA_SCALAR;
     const int64_t nb = cols / T::QK;
     int bad = 0, badhit = 0, baddot = 0;

@@ -56,6 +56,7 @@
 
 #include "cuda_test.h"
 #include "harness.h"
+#include "rand_weights.h"
 #include "sluice/kern_cpu.h"
 #include "sluice/kern_cuda.h"
 #include "sluice/rt.h"
@@ -76,117 +77,11 @@ static cudaError_t h2d(void *dst, const void *src, size_t n) {
   return e == cudaSuccess ? cudaStreamSynchronize(g_s) : e;
 }
 
-static uint64_t g_rng = 0x243F6A8885A308D3ull;
-
-static uint64_t rnd(void) {
-  uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static float unif(float a, float b) {
-  return a + (b - a) * (float)((double)(rnd() >> 11) * 0x1.0p-53);
-}
-
-/* f32 -> f16 bits, round to nearest even (finite input). */
-static uint16_t f2h(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  float a = fabsf(f);
-  if (a >= 65520.0f)
-    return (uint16_t)(sign | 0x7C00u);
-  if (a < 0x1.0p-14f) /* subnormal: multiples of 2^-24 */
-    return (uint16_t)(sign | (uint32_t)lrintf(a * 0x1.0p24f));
-  uint32_t e = ((x >> 23) & 0xFF) - 127 + 15, mant = x & 0x7FFFFF;
-  uint32_t h = (e << 10) | (mant >> 13), rem = mant & 0x1FFF;
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
-    h++;
-  return (uint16_t)(sign | h);
-}
 static float h2f(uint16_t h) {
   uint32_t e = (h >> 10) & 0x1F, m = h & 0x3FF;
   float v =
       e == 0 ? ldexpf((float)m, -24) : ldexpf((float)(m | 0x400), (int)e - 25);
   return h & 0x8000 ? -v : v;
-}
-static void put16(uint8_t *p, uint16_t v) {
-  memcpy(p, &v, 2);
-}
-
-/* Random weights of type t, rows x cols, in w (row-major GGUF bytes). */
-static void fill_weight(sl_ggml_type t, uint8_t *w, size_t bytes) {
-  for (size_t i = 0; i < bytes; i++)
-    w[i] = (uint8_t)rnd();
-  switch (t) {
-  case SL_GGML_F32:
-    for (size_t i = 0; i < bytes; i += 4) {
-      float v = unif(-1.0f, 1.0f);
-      memcpy(w + i, &v, 4);
-    }
-    break;
-  case SL_GGML_F16:
-    for (size_t i = 0; i < bytes; i += 2)
-      put16(w + i, f2h(unif(-1.0f, 1.0f)));
-    break;
-  case SL_GGML_BF16:
-    for (size_t i = 0; i < bytes; i += 2) {
-      float v = unif(-1.0f, 1.0f);
-      uint32_t u;
-      memcpy(&u, &v, 4);
-      put16(w + i, (uint16_t)(u >> 16));
-    }
-    break;
-  case SL_GGML_Q4_0:
-  case SL_GGML_Q8_0:
-    for (size_t i = 0; i < bytes; i += t == SL_GGML_Q4_0 ? 18 : 34)
-      put16(w + i, f2h(unif(0.001f, 0.05f)));
-    break;
-  case SL_GGML_Q4_1:
-    for (size_t i = 0; i < bytes; i += 20) {
-      put16(w + i, f2h(unif(0.001f, 0.05f)));
-      put16(w + i + 2, f2h(unif(-0.4f, 0.4f)));
-    }
-    break;
-  case SL_GGML_Q4_K:
-  case SL_GGML_Q5_K:
-    for (size_t i = 0; i < bytes; i += t == SL_GGML_Q4_K ? 144 : 176) {
-      put16(w + i, f2h(unif(0.001f, 0.05f)));
-      put16(w + i + 2, f2h(unif(0.001f, 0.05f)));
-    }
-    break;
-  case SL_GGML_Q6_K:
-    for (size_t i = 0; i < bytes; i += 210)
-      put16(w + i + 208, f2h(unif(0.001f, 0.05f)));
-    break;
-  case SL_GGML_Q5_0:
-  case SL_GGML_IQ4_NL:
-    for (size_t i = 0; i < bytes; i += t == SL_GGML_Q5_0 ? 22 : 18)
-      put16(w + i, f2h(unif(0.001f, 0.05f)));
-    break;
-  case SL_GGML_Q5_1:
-    for (size_t i = 0; i < bytes; i += 24) {
-      put16(w + i, f2h(unif(0.001f, 0.05f)));
-      put16(w + i + 2, f2h(unif(-0.4f, 0.4f)));
-    }
-    break;
-  case SL_GGML_Q2_K: /* d, dmin at the end */
-    for (size_t i = 0; i < bytes; i += 84) {
-      put16(w + i + 80, f2h(unif(0.001f, 0.05f)));
-      put16(w + i + 82, f2h(unif(0.001f, 0.05f)));
-    }
-    break;
-  case SL_GGML_Q3_K:
-    for (size_t i = 0; i < bytes; i += 110)
-      put16(w + i + 108, f2h(unif(0.001f, 0.05f)));
-    break;
-  case SL_GGML_IQ4_XS: /* d first; levels up to 127 and scales to 32 */
-    for (size_t i = 0; i < bytes; i += 136)
-      put16(w + i, f2h(unif(0.0001f, 0.002f)));
-    break;
-  default:
-    break;
-  }
 }
 
 /* One weight matrix on host and device, its dequantized rows and random x
@@ -237,13 +132,13 @@ static bool case_init2(mm_case *c, sl_ggml_type t, int64_t rows, int64_t cols,
   c->x = sl_malloc((size_t)(nmax * cols) * sizeof(float));
   if (!c->w || (dequant && !c->wf) || !c->x)
     return false;
-  fill_weight(t, c->w, c->bytes);
+  rw_fill_weight(t, c->w, c->bytes);
   for (int64_t r = 0; dequant && r < rows; r++)
     if (sl_kern_dequant_row(t, c->w + (size_t)r * rb, c->wf + r * cols, cols) !=
         SL_OK)
       return false;
   for (int64_t i = 0; i < nmax * cols; i++)
-    c->x[i] = unif(-1.0f, 1.0f);
+    c->x[i] = rw_unif(-1.0f, 1.0f);
   size_t pb;
   if (!upload_packed(t, c->w, c->bytes, rows, cols, &c->dw, &pb) ||
       cudaMalloc((void **)&c->dx, (size_t)(nmax * cols) * sizeof(float)) !=
@@ -522,7 +417,7 @@ static void check_get_rows(sl_ggml_type t, int64_t rows, int64_t cols) {
     goto out;
   }
   for (int i = 0; i < N; i++)
-    ids[i] = (int32_t)(rnd() % (uint64_t)rows);
+    ids[i] = (int32_t)(rw_rnd() % (uint64_t)rows);
   ids[0] = 0, ids[1] = (int32_t)rows - 1, ids[2] = ids[3];
   h2d(dids, ids, sizeof ids);
   CHECK_OK(sl_kcu_get_rows(g_s, t, c.dw, cols, dids, N, dout));
@@ -587,7 +482,7 @@ static void check_pack(sl_ggml_type t, int64_t rows, int64_t cols) {
   uint8_t *got = NULL, *want = NULL;
   if (!w)
     goto out;
-  fill_weight(t, w, gb);
+  rw_fill_weight(t, w, gb);
   if (!upload_packed(t, w, gb, rows, cols, &dp, &pb)) {
     CHECK_MSG(0, "pack %s %lld x %lld", tr->name, (long long)rows,
               (long long)cols);

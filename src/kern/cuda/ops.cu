@@ -37,6 +37,19 @@ __device__ float warp_sum(float v) {
   return v;
 }
 
+/* The block's sum of v: each warp's tree, then the warps in order (part:
+ * blockDim.x / 32 floats of shared memory); every thread gets it. */
+__device__ float block_sum(float v, float *part) {
+  v = warp_sum(v);
+  if (threadIdx.x % 32 == 0)
+    part[threadIdx.x / 32] = v;
+  __syncthreads();
+  float tot = 0.0f;
+  for (int i = 0; i < (int)blockDim.x / 32; i++)
+    tot += part[i];
+  return tot;
+}
+
 /* Rows up to 1024 wide (q/k norm: head_dim): one warp per row, 4 rows per
  * block. Each lane reads and writes the same elements in both passes, so y
  * may equal x. */
@@ -74,13 +87,7 @@ __global__ void rmsnorm_block_kernel(float *y, const float *x, const float *w,
     for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
       ss += xr[i] * xr[i];
   }
-  ss = warp_sum(ss);
-  if (threadIdx.x % 32 == 0)
-    part[threadIdx.x / 32] = ss;
-  __syncthreads();
-  float tot = 0.0f;
-  for (int i = 0; i < (int)blockDim.x / 32; i++)
-    tot += part[i];
+  const float tot = block_sum(ss, part);
   float scale = 1.0f / sqrtf(tot / (float)width + eps);
   if (vec) {
     const float4 *x4 = (const float4 *)xr;
@@ -153,6 +160,19 @@ __global__ void swiglu_kernel(float *y, const float *g, const float *u,
 
 /* ---- rope -------------------------------------------------------------- */
 
+/* The angles of one token into cs (cos) and sn (sin), half each. */
+__device__ void rope_angles(float *cs, float *sn, float p, int half,
+                            float theta_scale, float freq_scale) {
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float theta = p;
+    for (int j = 0; j < i; j++)
+      theta *= theta_scale;
+    float th = freq_scale * theta;
+    cs[i] = cosf(th);
+    sn[i] = sinf(th);
+  }
+}
+
 /* One block per token. The angles as sl_kern_rope computes them: theta_0 =
  * pos, theta_{i+1} = theta_i * theta_scale (theta_scale = powf(base,
  * -2/n_rot), computed on the host by the same libm call as the CPU), angle
@@ -166,15 +186,7 @@ __global__ void rope_kernel(float *x, const int32_t *pos, int n_head,
   const int half = n_rot / 2;
   const int t = blockIdx.x;
   float *cs = cs_sn, *sn = cs_sn + half;
-  const float p = (float)pos[t];
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    float theta = p;
-    for (int j = 0; j < i; j++)
-      theta *= theta_scale;
-    float th = freq_scale * theta;
-    cs[i] = cosf(th);
-    sn[i] = sinf(th);
-  }
+  rope_angles(cs, sn, (float)pos[t], half, theta_scale, freq_scale);
   __syncthreads();
   float *xt = x + (int64_t)t * n_head * head_dim;
   for (int k = threadIdx.x; k < n_head * half; k += blockDim.x) {
@@ -255,13 +267,7 @@ __global__ void add_rmsnorm_kernel(float *x, float *y, const float *d,
           v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
     }
   }
-  ss = warp_sum(ss);
-  if (threadIdx.x % 32 == 0)
-    part[threadIdx.x / 32] = ss;
-  __syncthreads();
-  float tot = 0.0f;
-  for (int i = 0; i < (int)blockDim.x / 32; i++)
-    tot += part[i];
+  const float tot = block_sum(ss, part);
   const float scale = 1.0f / sqrtf(tot / (float)width + eps);
 #pragma unroll
   for (int j = 0; j < K; j++) {
@@ -271,20 +277,6 @@ __global__ void add_rmsnorm_kernel(float *x, float *y, const float *d,
       y4[i] = make_float4(v[j].x * scale * g.x, v[j].y * scale * g.y,
                           v[j].z * scale * g.z, v[j].w * scale * g.w);
     }
-  }
-}
-
-/* rope_kernel's angles for one token into cs (cos) and sn (sin), half
- * each. */
-__device__ void rope_angles(float *cs, float *sn, float p, int half,
-                            float theta_scale, float freq_scale) {
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    float theta = p;
-    for (int j = 0; j < i; j++)
-      theta *= theta_scale;
-    float th = freq_scale * theta;
-    cs[i] = cosf(th);
-    sn[i] = sinf(th);
   }
 }
 
