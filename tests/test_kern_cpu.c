@@ -33,7 +33,7 @@ static const sl_ggml_type k_wtypes[] = {
 #define N_WTYPES (sizeof k_wtypes / sizeof k_wtypes[0])
 
 /* The levels under test, set by main. */
-static sl_kern_isa g_isas[3];
+static sl_kern_isa g_isas[SL_KERN_ISA_COUNT];
 static int g_nisa;
 
 static int isa_list(sl_kern_isa *out) {
@@ -175,7 +175,7 @@ static void test_type_info(void) {
 /* Dequantization on every ISA equals the scalar one (up to one rounding of
  * an fma). Known values pin the layouts. */
 static void test_dequant(void) {
-  sl_kern_isa isas[3];
+  sl_kern_isa isas[SL_KERN_ISA_COUNT];
   int ni = isa_list(isas);
   const int64_t n = 256 * 3;
   for (size_t ti = 0; ti < N_WTYPES; ti++) {
@@ -261,7 +261,7 @@ static void test_dequant(void) {
  * the ISAs agree. */
 static void test_quantize_act(void) {
   static const sl_ggml_type acts[] = {SL_GGML_Q8_0, SL_GGML_Q8_1, SL_GGML_Q8_K};
-  sl_kern_isa isas[3];
+  sl_kern_isa isas[SL_KERN_ISA_COUNT];
   int ni = isa_list(isas);
   const int64_t n = 512;
   float x[512], back[512], ref[512];
@@ -383,7 +383,7 @@ static void test_vec_dot_scalar_vs_f64(void) {
  * from the arithmetic, not from a measurement: every ISA must meet it. */
 static void test_matmul(void) {
   static const int64_t toks[] = {1, 3, 17, 64};
-  sl_kern_isa isas[3];
+  sl_kern_isa isas[SL_KERN_ISA_COUNT];
   int ni = isa_list(isas);
   sl_kern_pool_t *pools[2] = {sl_kern_pool_create(1), sl_kern_pool_create(2)};
   CHECK(pools[0] && pools[1]);
@@ -482,6 +482,105 @@ static void test_matmul(void) {
   sl_kern_pool_destroy(pools[1]);
 }
 
+/* The VNNI levels under test against their base levels (avxvnni: avx2,
+ * avx512vnni: avx512), for the types they bring kernels for: the dot for
+ * 1..4 tokens and matmul for 1..9 tokens equal the base level's bit for bit,
+ * on short rows and on rows long enough for three bias segments of the gemm
+ * tiles (300 blocks); every entry is also the same level's one-row dot, and
+ * within the f64 rounding bound of a chain of `nb` fmas per lane. */
+static void test_vnni_vs_base(void) {
+  static const sl_ggml_type types[] = {SL_GGML_Q4_0,   SL_GGML_Q4_1,
+                                       SL_GGML_Q5_0,   SL_GGML_Q5_1,
+                                       SL_GGML_IQ4_NL, SL_GGML_Q8_0};
+  static const int64_t ncols[] = {32 * 7, 32 * 300};
+  static const int64_t toks[] = {1, 2, 3, 4, 7, 9};
+  enum { ROWS = 9, MAXT = 9 };
+  sl_kern_isa isas[SL_KERN_ISA_COUNT];
+  int ni = isa_list(isas), tested = 0;
+  sl_kern_pool_t *pool = sl_kern_pool_create(2);
+  CHECK(pool);
+  for (int k = 0; k < ni; k++) {
+    if (isas[k] != SL_KERN_ISA_AVXVNNI && isas[k] != SL_KERN_ISA_AVX512VNNI)
+      continue;
+    sl_kern_isa isa = isas[k];
+    sl_kern_isa base =
+        isa == SL_KERN_ISA_AVXVNNI ? SL_KERN_ISA_AVX2 : SL_KERN_ISA_AVX512;
+    const char *in = sl_kern_isa_name(isa);
+    tested++;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+      for (size_t ci = 0; ci < sizeof ncols / sizeof ncols[0]; ci++) {
+        sl_ggml_type t = types[ti], act;
+        CHECK_OK(sl_kern_act_type(t, &act));
+        int64_t cols = ncols[ci], nb = cols / 32;
+        size_t wrb = row_bytes(t, cols), xrb = row_bytes(act, cols);
+        uint8_t *w = sl_malloc(wrb * ROWS), *xq = sl_malloc(xrb * MAXT);
+        float *X = sl_malloc(MAXT * cols * sizeof(float));
+        float *yb = sl_malloc(MAXT * ROWS * sizeof(float));
+        float *yv = sl_malloc(MAXT * ROWS * sizeof(float));
+        fill_random(t, w, cols * ROWS);
+        for (int64_t i = 0; i < MAXT * cols; i++)
+          X[i] = rnd_f(-1, 1);
+        for (int64_t tt = 0; tt < MAXT; tt++)
+          CHECK_OK(
+              sl_kern_quantize_act(act, X + tt * cols, xq + tt * xrb, cols));
+        sl_kern_weight W = {t, ROWS, cols, w};
+        int diff = 0, off = 0, notdot = 0;
+        /* the dot table for 1..4 tokens at once */
+        for (int nt = 1; nt <= 4; nt++)
+          for (int64_t r = 0; r < ROWS; r++) {
+            float db[4], dv[4];
+            CHECK_OK(sl_kern_cpu_set_isa(base));
+            sl__kern_cpu_ops_get()->dot[t](cols, w + r * wrb, xq, xrb, db, 1,
+                                           nt);
+            CHECK_OK(sl_kern_cpu_set_isa(isa));
+            sl__kern_cpu_ops_get()->dot[t](cols, w + r * wrb, xq, xrb, dv, 1,
+                                           nt);
+            diff += memcmp(db, dv, nt * sizeof(float)) != 0;
+          }
+        CHECK_MSG(diff == 0, "type %d cols %lld %s: %d dots differ from %s", t,
+                  (long long)cols, in, diff, sl_kern_isa_name(base));
+        for (size_t k2 = 0; k2 < sizeof toks / sizeof toks[0]; k2++) {
+          int64_t nt = toks[k2];
+          CHECK_OK(sl_kern_cpu_set_isa(base));
+          CHECK_OK(sl_kern_matmul(pool, &W, X, yb, nt));
+          CHECK_OK(sl_kern_cpu_set_isa(isa));
+          memset(yv, 0xff, MAXT * ROWS * sizeof(float));
+          CHECK_OK(sl_kern_matmul(pool, &W, X, yv, nt));
+          diff = off = notdot = 0;
+          for (int64_t tt = 0; tt < nt; tt++)
+            for (int64_t r = 0; r < ROWS; r++) {
+              float got = yv[tt * ROWS + r], one;
+              diff += memcmp(&got, &yb[tt * ROWS + r], sizeof got) != 0;
+              CHECK_OK(
+                  sl_kern_vec_dot(t, cols, w + r * wrb, xq + tt * xrb, &one));
+              notdot += memcmp(&got, &one, sizeof got) != 0;
+              double absum, slack;
+              double want =
+                  ref_dot(t, cols, w + r * wrb, xq + tt * xrb, &absum, &slack);
+              /* one rounding per fma of a lane's chain, the scale product,
+               * the horizontal sum */
+              off += !(fabs(got - want) <=
+                       (double)(nb + 8) * 6e-8 * absum + slack + 1e-9);
+            }
+          CHECK_MSG(diff == 0 && off == 0 && notdot == 0,
+                    "type %d cols %lld %s nt %lld: %d differ from %s, %d off "
+                    "f64, %d differ from the one-row dot",
+                    t, (long long)cols, in, (long long)nt, diff,
+                    sl_kern_isa_name(base), off, notdot);
+        }
+        sl_free(w);
+        sl_free(xq);
+        sl_free(X);
+        sl_free(yb);
+        sl_free(yv);
+      }
+  }
+  if (!tested)
+    fprintf(stderr, "  (no VNNI level under test)\n");
+  sl_kern_cpu_set_isa(isas[ni - 1]);
+  sl_kern_pool_destroy(pool);
+}
+
 static void count_task(void *ctx, int ith, int nth) {
   _Atomic long *c = ctx;
   atomic_fetch_add(&c[ith], 1);
@@ -512,7 +611,7 @@ static void test_pool(void) {
  * --------------------------------------------------------- */
 
 static void test_small_ops(void) {
-  sl_kern_isa isas[3];
+  sl_kern_isa isas[SL_KERN_ISA_COUNT];
   int ni = isa_list(isas);
   static const int64_t sizes[] = {1, 7, 64, 333};
   for (int k = 0; k < ni; k++) {
@@ -626,7 +725,7 @@ static void test_small_ops(void) {
  */
 
 static void test_f32_to_f16(void) {
-  sl_kern_isa isas[3];
+  sl_kern_isa isas[SL_KERN_ISA_COUNT];
   int ni = isa_list(isas);
   float x[67];
   uint16_t h[67];
@@ -680,7 +779,7 @@ static void attn_ref(double *out, const float *q, const uint16_t *k,
 /* The paged form gives bit-identical results to the contiguous one on the
  * same rows, with blocks scattered in memory in a shuffled order. */
 static void test_attn_f16_paged(void) {
-  sl_kern_isa isas[3];
+  sl_kern_isa isas[SL_KERN_ISA_COUNT];
   int ni = isa_list(isas);
   const int64_t hd = 64, st = 2 * 64, T = 16, maxlen = 200;
   const int64_t nblk = (maxlen + T - 1) / T;
@@ -738,7 +837,7 @@ static void test_attn_f16_paged(void) {
 }
 
 static void test_attn_f16(void) {
-  sl_kern_isa isas[3];
+  sl_kern_isa isas[SL_KERN_ISA_COUNT];
   int ni = isa_list(isas);
   static const int64_t hds[] = {64, 128, 40, 7};
   static const int64_t lens[] = {1, 3, 8, 33, 100, 257};
@@ -838,6 +937,12 @@ static void test_isa_env(void) {
   setenv("SLUICE_ISA", "avx512", 1);
   CHECK_OK(sl_kern_cpu_isa_requested(&isa));
   CHECK_EQ_INT(isa, SL_KERN_ISA_AVX512);
+  setenv("SLUICE_ISA", "avxvnni", 1);
+  CHECK_OK(sl_kern_cpu_isa_requested(&isa));
+  CHECK_EQ_INT(isa, SL_KERN_ISA_AVXVNNI);
+  setenv("SLUICE_ISA", "avx512vnni", 1);
+  CHECK_OK(sl_kern_cpu_isa_requested(&isa));
+  CHECK_EQ_INT(isa, SL_KERN_ISA_AVX512VNNI);
   setenv("SLUICE_ISA", "AVX2", 1);
   CHECK_EQ_INT(sl_kern_cpu_isa_requested(&isa), SL_ERR_INVALID_ARG);
   setenv("SLUICE_ISA", "avx", 1);
@@ -856,7 +961,7 @@ int main(void) {
   sl_kern_isa want;
   sl_status st = sl_kern_cpu_isa_requested(&want);
   if (st == SL_ERR_INVALID_ARG) {
-    fprintf(stderr, "SLUICE_ISA=%s: not scalar, avx2 or avx512\n",
+    fprintf(stderr, "SLUICE_ISA=%s: not a level name\n",
             getenv("SLUICE_ISA") && *getenv("SLUICE_ISA")
                 ? getenv("SLUICE_ISA")
                 : getenv("SLUICE_CPU_ISA"));
@@ -875,7 +980,7 @@ int main(void) {
     }
     g_isas[g_nisa++] = want;
   } else {
-    for (int i = SL_KERN_ISA_SCALAR; i <= SL_KERN_ISA_AVX512; i++)
+    for (int i = 0; i < SL_KERN_ISA_COUNT; i++)
       if (sl_kern_cpu_isa_supported((sl_kern_isa)i))
         g_isas[g_nisa++] = (sl_kern_isa)i;
   }
@@ -891,6 +996,7 @@ int main(void) {
   RUN(test_quantize_act);
   RUN(test_vec_dot_scalar_vs_f64);
   RUN(test_matmul);
+  RUN(test_vnni_vs_base);
   RUN(test_pool);
   RUN(test_small_ops);
   RUN(test_f32_to_f16);

@@ -230,6 +230,10 @@ typedef struct sl__kern_cpu_ops {
 extern const sl__kern_cpu_ops sl__kern_cpu_scalar_ops;
 extern const sl__kern_cpu_ops sl__kern_cpu_avx2_ops;
 extern const sl__kern_cpu_ops sl__kern_cpu_avx512_ops;
+/* The VNNI overlays (vnni_body.h, compiled twice): merged into the AVX2
+ * table for avxvnni, into the AVX-512 one for avx512vnni. */
+extern const sl__kern_cpu_ops sl__kern_cpu_avxvnni_ops;
+extern const sl__kern_cpu_ops sl__kern_cpu_avx512vnni_ops;
 /* Overlays merged into the scalar / AVX2 tables (kern_cpu_q5.c,
  * kern_cpu_q5_avx2.c): Q5_0, Q5_1 and IQ4_NL. */
 extern const sl__kern_cpu_ops sl__kern_cpu_q5_scalar_ops;
