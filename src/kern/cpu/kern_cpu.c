@@ -99,8 +99,10 @@ static void merge(sl__kern_cpu_ops *dst, const sl__kern_cpu_ops *base,
        * gemm drops the inherited gemm */
       dst->dot[i] = over->dot[i];
       dst->gemm[i] = over->gemm[i];
+      dst->gemm_one[i] = over->gemm_one[i];
     } else if (over->gemm[i]) {
       dst->gemm[i] = over->gemm[i];
+      dst->gemm_one[i] = over->gemm_one[i];
     }
   }
 #define SL__OVER(f)                                                            \

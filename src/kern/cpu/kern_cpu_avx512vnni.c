@@ -20,6 +20,7 @@
 #include "simd_avx2.h"
 
 #define SL__DPBUSD(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
+#define SL__VNT               8
 #define SL__VNNI_OPS          sl__kern_cpu_avx512vnni_ops
 #include "vnni_body.h"
 

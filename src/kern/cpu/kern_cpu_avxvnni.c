@@ -22,6 +22,7 @@
 #include "simd_avx2.h"
 
 #define SL__DPBUSD(acc, u, s) _mm256_dpbusd_avx_epi32(acc, u, s)
+#define SL__VNT               4
 #define SL__VNNI_OPS          sl__kern_cpu_avxvnni_ops
 #include "vnni_body.h"
 

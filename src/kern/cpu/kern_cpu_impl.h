@@ -4,6 +4,7 @@
 #define SLUICE_KERN_CPU_IMPL_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -209,6 +210,9 @@ typedef struct sl__kern_cpu_ops {
   sl__quant_fn quant[SL__NTYPES]; /* by activation type */
   sl__dot_fn dot[SL__NTYPES];     /* by weight type */
   sl__gemm_fn gemm[SL__NTYPES];   /* by weight type; NULL: dot row by row */
+  /* by weight type: the gemm also takes one token (it beats the dot there),
+   * and prefers chunks of a multiple of 8 rows */
+  bool gemm_one[SL__NTYPES];
   void (*rmsnorm)(float *out, const float *x, const float *w, int64_t n,
                   float eps);
   /* cs/sn: n_rot/2 cos and sin values */
