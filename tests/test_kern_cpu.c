@@ -489,7 +489,9 @@ static void test_matmul(void) {
  * the one-row dot bit for bit and stays within the f64 rounding bound of a
  * chain of `nb` fmas, on short rows and on rows long enough for two bias
  * segments of the gemm tiles (300 blocks). The base level (avx2 / avx512)
- * runs the same matmuls as a witness: it must meet the same bound. */
+ * runs the same matmuls as a witness: it must meet the same bound. Under
+ * avx512vnni, the avxvnni level's tiling (four tokens a tile, compiled
+ * EVEX-encoded: kern_cpu_avx512vnni4.c) must give the same bits. */
 static void test_vnni(void) {
   static const sl_ggml_type types[] = {SL_GGML_Q4_0,   SL_GGML_Q4_1,
                                        SL_GGML_Q5_0,   SL_GGML_Q5_1,
@@ -564,6 +566,34 @@ static void test_vnni(void) {
               off += !(fabs(got - want) <= tol);
               boff += !(fabs(yb[tt * ROWS + r] - want) <= tol);
             }
+          if (isa == SL_KERN_ISA_AVX512VNNI) {
+            /* the avxvnni tiling (four tokens), EVEX-encoded: same bits */
+            int64_t ld = (nt + 3) & ~(int64_t)3;
+            float *xd = sl_malloc(2 * nb * ld * sizeof(float));
+            float *xs = xd + nb * ld;
+            for (int64_t i = 0; i < nb * ld * 2; i++)
+              xd[i] = 0.0f;
+            for (int64_t tt = 0; tt < nt; tt++)
+              for (int64_t i = 0; i < nb; i++) {
+                const uint8_t *b =
+                    xq + tt * xrb + i * (act == SL_GGML_Q8_1 ? 36 : 34);
+                uint16_t h[2];
+                memcpy(h, b, 4);
+                xd[i * ld + tt] = sl__f16_to_f32(h[0]);
+                xs[i * ld + tt] = sl__f16_to_f32(h[1]);
+              }
+            sl__kern_cpu_avx512vnni4_ops.gemm[t](
+                cols, w, wrb, ROWS, xq, xrb, xd,
+                act == SL_GGML_Q8_1 ? xs : NULL, ld, nt, yb, ROWS);
+            int d4 = 0;
+            for (int64_t e = 0; e < nt * ROWS; e++)
+              d4 += memcmp(&yb[e], &yv[e], sizeof(float)) != 0;
+            CHECK_MSG(d4 == 0,
+                      "type %d cols %lld nt %lld: %d entries of the 4-token "
+                      "tiling differ",
+                      t, (long long)cols, (long long)nt, d4);
+            sl_free(xd);
+          }
           CHECK_MSG(off == 0 && notdot == 0 && boff == 0,
                     "type %d cols %lld %s nt %lld: %d off f64, %d differ from "
                     "the one-row dot; %s: %d off f64",

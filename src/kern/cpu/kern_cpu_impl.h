@@ -238,6 +238,8 @@ extern const sl__kern_cpu_ops sl__kern_cpu_avx512_ops;
  * table for avxvnni, into the AVX-512 one for avx512vnni. */
 extern const sl__kern_cpu_ops sl__kern_cpu_avxvnni_ops;
 extern const sl__kern_cpu_ops sl__kern_cpu_avx512vnni_ops;
+/* kern_cpu_avx512vnni4.c: the avxvnni tiling, EVEX-encoded; tests only */
+extern const sl__kern_cpu_ops sl__kern_cpu_avx512vnni4_ops;
 /* Overlays merged into the scalar / AVX2 tables (kern_cpu_q5.c,
  * kern_cpu_q5_avx2.c): Q5_0, Q5_1 and IQ4_NL. */
 extern const sl__kern_cpu_ops sl__kern_cpu_q5_scalar_ops;
