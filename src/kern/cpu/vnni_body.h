@@ -18,13 +18,15 @@
  * last. The dots and the gemm tiles both follow it, so batching changes no
  * bit of any result.
  *
- * Gemm tiles: eight rows by up to SL__VNT tokens, the rows in the lanes. Each
- * row's block is unpacked to 32 unsigned bytes and the eight are transposed
- * as an 8x8 matrix of dwords, so vector k holds elements 4k..4k+3 of every
- * row; eight vpdpbusd against the token's dwords broadcast give the eight
- * rows' block sums, and one cvt, mul and fma scale them. Signed weights go as
- * unsigned codes u = q + off (off = 8 for Q4_0, 16 for Q5_0, 128 for IQ4_NL
- * and Q8_0): sum(q x) = sum(u x) - off * sum(x), the last term per token and
+ * Gemm tiles: eight rows by up to SL__VNT tokens, the rows in the lanes. The
+ * eight rows' block is turned into columns, vector m holding elements
+ * 4m..4m+3 of every row as unsigned bytes (the nibble types transpose their
+ * packed bytes, 4x4 dwords per half, before unpacking them; Q8_0 transposes
+ * 8x8 dwords); eight vpdpbusd against the token's dwords broadcast give the
+ * eight rows' exact block sums, and one cvt, mul and fma scale them. Signed
+ * weights go as unsigned codes u = q + off (off = 8 for Q4_0, 16 for Q5_0,
+ * 128 for IQ4_NL and Q8_0): sum(q x) = sum(u x) - off * sum(x), the last term
+ * per token and
  * block, computed once per token tile for a segment of blocks (SL__VSEG) and
  * shared by the chunk's rows. The matmul sends one-token products here too
  * (gemm_one): with the rows in the lanes, one token costs less than the dot.
@@ -33,6 +35,10 @@
  * serves): the sign trick, one vpdpbusd and a horizontal sum per block. */
 
 #define XB(type, t, i) (((const type *)((const char *)x + (size_t)(t)*xs))[i])
+
+/* Loops over the eight rows or the up to SL__VNT tokens of a tile: unrolled
+ * whole, so their arrays stay in registers. */
+#define UNROLL8 _Pragma("GCC unroll 8")
 
 /* acc + a * b, one rounding (the vector fma's lane arithmetic). */
 INL float fma1(float a, float b, float acc) {
@@ -130,26 +136,106 @@ SL__VDOT(vdot_q5_1, vblk_q5_1, sl__block_q5_1, 1)
  * --------------------------------------------------------------
  */
 
-/* The unsigned codes u = q + off of a block, in element order (Q4_1 and Q5_1:
- * their quants, off 0). */
-INL __m256i ucode_q4_0(const sl__block_q4_0 *b) { /* off 8 */
-  return unpack_q4(b->qs);
+/* The columns of eight rows' block i, as unsigned codes u = q + off (off 8
+ * for Q4_0, 16 for Q5_0, 128 for IQ4_NL and Q8_0; Q4_1 and Q5_1: their
+ * quants): v[m], lane r = elements 4m..4m+3 of row a[r]. */
+
+/* The nibble types: the 16 packed bytes of the rows go through a 4x4 dword
+ * transpose (rows 0..3 in the low half, 4..7 in the high) before they are
+ * unpacked, so the transpose moves half the bytes: packed dword m holds
+ * elements 4m..4m+3 (low nibbles) and 16+4m.. (high ones). */
+INL void cols_nibbles(const uint8_t *const *qs, __m256i *v) {
+#define SL__LD2(lo, hi)                                                        \
+  _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(hi)),                     \
+                   _mm_loadu_si128((const __m128i *)(lo)))
+  __m256i p0 = SL__LD2(qs[0], qs[4]), p1 = SL__LD2(qs[1], qs[5]);
+  __m256i p2 = SL__LD2(qs[2], qs[6]), p3 = SL__LD2(qs[3], qs[7]);
+#undef SL__LD2
+  __m256i a0 = _mm256_unpacklo_epi32(p0, p1),
+          a1 = _mm256_unpackhi_epi32(p0, p1);
+  __m256i a2 = _mm256_unpacklo_epi32(p2, p3),
+          a3 = _mm256_unpackhi_epi32(p2, p3);
+  __m256i c[4] = {_mm256_unpacklo_epi64(a0, a2), _mm256_unpackhi_epi64(a0, a2),
+                  _mm256_unpacklo_epi64(a1, a3), _mm256_unpackhi_epi64(a1, a3)};
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  UNROLL for (int m = 0; m < 4; m++) {
+    v[m] = _mm256_and_si256(c[m], m4);
+    v[m + 4] = _mm256_and_si256(_mm256_srli_epi16(c[m], 4), m4);
+  }
 }
-INL __m256i ucode_q5_0(const sl__block_q5_0 *b) { /* off 16 */
-  return unpack_q5(b->qs, b->qh);
+
+/* The fifth bits of Q5_0 / Q5_1: element j of row r gets 16 when bit j of
+ * its qh is set. */
+INL void cols_add_qh(const uint8_t *const *qh, __m256i *v) {
+  int32_t h[8];
+  for (int r = 0; r < 8; r++)
+    memcpy(&h[r], qh[r], 4);
+  __m256i hv =
+      _mm256_setr_epi32(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
+  /* bits 4m..4m+3 of a lane: its byte m / 2, from bit 4 * (m % 2) */
+#define SL__REP(k)                                                             \
+  _mm256_shuffle_epi8(hv, _mm256_setr_epi8(k, k, k, k, 4 + k, 4 + k, 4 + k,    \
+                                           4 + k, 8 + k, 8 + k, 8 + k, 8 + k,  \
+                                           12 + k, 12 + k, 12 + k, 12 + k, k,  \
+                                           k, k, k, 4 + k, 4 + k, 4 + k,       \
+                                           4 + k, 8 + k, 8 + k, 8 + k, 8 + k,  \
+                                           12 + k, 12 + k, 12 + k, 12 + k))
+  const __m256i by[4] = {SL__REP(0), SL__REP(1), SL__REP(2), SL__REP(3)};
+#undef SL__REP
+  const __m256i blo = _mm256_set1_epi32(0x08040201);
+  const __m256i bhi = _mm256_set1_epi32((int)0x80402010u);
+  const __m256i b16 = _mm256_set1_epi8(16);
+#define SL__ADD(m, bits)                                                       \
+  v[m] = _mm256_or_si256(                                                      \
+      v[m],                                                                    \
+      _mm256_and_si256(                                                        \
+          _mm256_cmpeq_epi8(_mm256_and_si256(by[(m) / 2], bits), bits), b16))
+  SL__ADD(0, blo);
+  SL__ADD(1, bhi);
+  SL__ADD(2, blo);
+  SL__ADD(3, bhi);
+  SL__ADD(4, blo);
+  SL__ADD(5, bhi);
+  SL__ADD(6, blo);
+  SL__ADD(7, bhi);
+#undef SL__ADD
 }
-INL __m256i ucode_iq4_nl(const sl__block_iq4_nl *b) { /* off 128 */
-  return _mm256_xor_si256(unpack_iq4nl(b->qs), _mm256_set1_epi8(-128));
+
+#define SL__QS8(a, i)                                                          \
+  const uint8_t *qs[8] = {a[0][i].qs, a[1][i].qs, a[2][i].qs, a[3][i].qs,      \
+                          a[4][i].qs, a[5][i].qs, a[6][i].qs, a[7][i].qs}
+#define SL__QH8(a, i)                                                          \
+  const uint8_t *qh[8] = {a[0][i].qh, a[1][i].qh, a[2][i].qh, a[3][i].qh,      \
+                          a[4][i].qh, a[5][i].qh, a[6][i].qh, a[7][i].qh}
+
+INL void cols_q4_0(const sl__block_q4_0 *const *a, int64_t i, __m256i *v) {
+  SL__QS8(a, i);
+  cols_nibbles(qs, v);
 }
-INL __m256i ucode_q8_0(const sl__block_q8_0 *b) { /* off 128 */
-  return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b->qs),
-                          _mm256_set1_epi8(-128));
+INL void cols_q4_1(const sl__block_q4_1 *const *a, int64_t i, __m256i *v) {
+  SL__QS8(a, i);
+  cols_nibbles(qs, v);
 }
-INL __m256i ucode_q4_1(const sl__block_q4_1 *b) {
-  return unpack_q4(b->qs);
+INL void cols_q5_0(const sl__block_q5_0 *const *a, int64_t i, __m256i *v) {
+  SL__QS8(a, i);
+  SL__QH8(a, i);
+  cols_nibbles(qs, v);
+  cols_add_qh(qh, v);
 }
-INL __m256i ucode_q5_1(const sl__block_q5_1 *b) {
-  return unpack_q5(b->qs, b->qh);
+INL void cols_q5_1(const sl__block_q5_1 *const *a, int64_t i, __m256i *v) {
+  SL__QS8(a, i);
+  SL__QH8(a, i);
+  cols_nibbles(qs, v);
+  cols_add_qh(qh, v);
+}
+INL void cols_iq4_nl(const sl__block_iq4_nl *const *a, int64_t i, __m256i *v) {
+  SL__QS8(a, i);
+  cols_nibbles(qs, v);
+  const __m256i lut =
+      _mm256_xor_si256(_mm256_broadcastsi128_si256(
+                           _mm_loadu_si128((const __m128i *)sl__kvalues_iq4nl)),
+                       _mm256_set1_epi8(-128));
+  UNROLL8 for (int m = 0; m < 8; m++) v[m] = _mm256_shuffle_epi8(lut, v[m]);
 }
 
 /* v[r] (row r's 8 dwords) to v[k] (dword k of every row, row r in lane r). */
@@ -181,6 +267,12 @@ INL void transpose8x8(__m256i *v) {
   v[7] = _mm256_permute2x128_si256(b3, b7, 0x31);
 }
 
+INL void cols_q8_0(const sl__block_q8_0 *const *a, int64_t i, __m256i *v) {
+  UNROLL8 for (int r = 0; r < 8; r++) v[r] = _mm256_xor_si256(
+      _mm256_loadu_si256((const __m256i *)a[r][i].qs), _mm256_set1_epi8(-128));
+  transpose8x8(v);
+}
+
 INL __m256i bcast4(const int8_t *p) {
   int32_t v;
   memcpy(&v, p, 4);
@@ -198,20 +290,19 @@ INL __m256i bcast4(const int8_t *p) {
  * -off * sum(x) (NULL for the unsigned types: no bias, an m * s chain);
  * spill[2][SL__VNT]: acc then sm, read unless `first`, written unless `last`
  * (then rows < nr of y get the sums). */
-#define SL__VTILE(name, wtype, ucode, has_m, xtype)                            \
+#define SL__VTILE(name, wtype, cols, has_m, xtype)                             \
   INL void name(int64_t i0, int64_t i1, const wtype *const *a, const void *x,  \
                 size_t xs, const float *xd, const float *xsum, int64_t ld,     \
                 const int32_t *bias, __m256 *spill, int first, int last,       \
                 float *y, size_t ys, int nr, const int NT) {                   \
     __m256 acc[SL__VNT], sm[SL__VNT];                                          \
-    UNROLL for (int t = 0; t < NT; t++) {                                      \
+    UNROLL8 for (int t = 0; t < NT; t++) {                                     \
       acc[t] = first ? _mm256_setzero_ps() : spill[t];                         \
       sm[t] = first ? _mm256_setzero_ps() : spill[SL__VNT + t];                \
     }                                                                          \
     for (int64_t i = i0; i < i1; i++) {                                        \
       __m256i v[8];                                                            \
-      UNROLL for (int r = 0; r < 8; r++) v[r] = ucode(&a[r][i]);               \
-      transpose8x8(v);                                                         \
+      cols(a, i, v);                                                           \
       __m256 dw = _mm256_cvtph_ps(                                             \
           _mm_setr_epi16((short)a[0][i].d, (short)a[1][i].d, (short)a[2][i].d, \
                          (short)a[3][i].d, (short)a[4][i].d, (short)a[5][i].d, \
@@ -223,7 +314,7 @@ INL __m256i bcast4(const int8_t *p) {
                            (short)SL__VM(a[2][i]), (short)SL__VM(a[3][i]),     \
                            (short)SL__VM(a[4][i]), (short)SL__VM(a[5][i]),     \
                            (short)SL__VM(a[6][i]), (short)SL__VM(a[7][i])));   \
-      UNROLL for (int t = 0; t < NT; t++) {                                    \
+      UNROLL8 for (int t = 0; t < NT; t++) {                                   \
         const int8_t *q = XB(xtype, t, i).qs;                                  \
         __m256i c0 = has_m ? _mm256_setzero_si256()                            \
                            : _mm256_set1_epi32(bias[(i - i0) * SL__VNT + t]);  \
@@ -245,13 +336,13 @@ INL __m256i bcast4(const int8_t *p) {
       }                                                                        \
     }                                                                          \
     if (!last) {                                                               \
-      UNROLL for (int t = 0; t < NT; t++) {                                    \
+      UNROLL8 for (int t = 0; t < NT; t++) {                                   \
         spill[t] = acc[t];                                                     \
         spill[SL__VNT + t] = sm[t];                                            \
       }                                                                        \
       return;                                                                  \
     }                                                                          \
-    UNROLL for (int t = 0; t < NT; t++) {                                      \
+    UNROLL8 for (int t = 0; t < NT; t++) {                                     \
       float o[8];                                                              \
       _mm256_storeu_ps(o, has_m ? _mm256_add_ps(acc[t], sm[t]) : acc[t]);      \
       for (int r = 0; r < nr; r++)                                             \
@@ -357,14 +448,14 @@ INL __m256i bcast4(const int8_t *p) {
 #endif
 
 #define SL__VMF(b) 0
-SL__VTILE(vtile_q4_0, sl__block_q4_0, ucode_q4_0, 0, sl__block_q8_0)
-SL__VTILE(vtile_q5_0, sl__block_q5_0, ucode_q5_0, 0, sl__block_q8_0)
-SL__VTILE(vtile_iq4_nl, sl__block_iq4_nl, ucode_iq4_nl, 0, sl__block_q8_0)
-SL__VTILE(vtile_q8_0, sl__block_q8_0, ucode_q8_0, 0, sl__block_q8_0)
+SL__VTILE(vtile_q4_0, sl__block_q4_0, cols_q4_0, 0, sl__block_q8_0)
+SL__VTILE(vtile_q5_0, sl__block_q5_0, cols_q5_0, 0, sl__block_q8_0)
+SL__VTILE(vtile_iq4_nl, sl__block_iq4_nl, cols_iq4_nl, 0, sl__block_q8_0)
+SL__VTILE(vtile_q8_0, sl__block_q8_0, cols_q8_0, 0, sl__block_q8_0)
 #undef SL__VMF
 #define SL__VMF(b) (b).m
-SL__VTILE(vtile_q4_1, sl__block_q4_1, ucode_q4_1, 1, sl__block_q8_1)
-SL__VTILE(vtile_q5_1, sl__block_q5_1, ucode_q5_1, 1, sl__block_q8_1)
+SL__VTILE(vtile_q4_1, sl__block_q4_1, cols_q4_1, 1, sl__block_q8_1)
+SL__VTILE(vtile_q5_1, sl__block_q5_1, cols_q5_1, 1, sl__block_q8_1)
 #undef SL__VMF
 
 SL__VGEMM(vgemm_q4_0, sl__block_q4_0, vtile_q4_0, 8, 0, sl__block_q8_0)
