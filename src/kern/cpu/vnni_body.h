@@ -11,22 +11,22 @@
  *   SL__VNNI_OPS          the name of the overlay table to define.
  *
  * The order of the sums (which differs from the AVX2 kernels' in the float
- * rounding only): for each row and token, a block's products are summed
+ * rounding only; Q8_0 keeps the AVX2 order, see below): for each row and
+ * token, a block's products are summed
  * exactly, as an int32, and the blocks chain through one float fma each,
  * acc = fma((float)isum, d_w * d_x, acc), from block 0 up, acc from +0; Q4_1
  * and Q5_1 chain their m * s terms the same way into a second sum, added
  * last. The dots and the gemm tiles both follow it, so batching changes no
  * bit of any result.
  *
- * Gemm tiles: eight rows by up to SL__VNT tokens, the rows in the lanes. The
- * eight rows' block is turned into columns, vector m holding elements
- * 4m..4m+3 of every row as unsigned bytes (the nibble types transpose their
- * packed bytes, 4x4 dwords per half, before unpacking them; Q8_0 transposes
- * 8x8 dwords); eight vpdpbusd against the token's dwords broadcast give the
- * eight rows' exact block sums, and one cvt, mul and fma scale them. Signed
- * weights go as unsigned codes u = q + off (off = 8 for Q4_0, 16 for Q5_0,
- * 128 for IQ4_NL and Q8_0): sum(q x) = sum(u x) - off * sum(x), the last term
- * per token and
+ * Gemm tiles (all but Q8_0, below): eight rows by up to SL__VNT tokens, the
+ * rows in the lanes. The eight rows' block is turned into columns, vector m
+ * holding elements 4m..4m+3 of every row as unsigned bytes (the packed
+ * nibbles are transposed, 4x4 dwords per half, before they are unpacked);
+ * eight vpdpbusd against the token's dwords broadcast give the eight rows'
+ * exact block sums, and one cvt, mul and fma scale them. Signed weights go
+ * as unsigned codes u = q + off (off = 8 for Q4_0, 16 for Q5_0, 128 for
+ * IQ4_NL): sum(q x) = sum(u x) - off * sum(x), the last term per token and
  * block, computed once per token tile for a segment of blocks (SL__VSEG) and
  * shared by the chunk's rows. The matmul sends one-token products here too
  * (gemm_one): with the rows in the lanes, one token costs less than the dot.
@@ -93,12 +93,6 @@ INL void vblk_iq4_nl(const sl__block_iq4_nl *a, const void *x, size_t xs,
   (void)sm;
   vblk_signed(unpack_iq4nl(a[i].qs), _cvtsh_ss(a[i].d), x, xs, i, acc, NT);
 }
-INL void vblk_q8_0(const sl__block_q8_0 *a, const void *x, size_t xs, int64_t i,
-                   float *acc, float *sm, const int NT) {
-  (void)sm;
-  __m256i q = _mm256_loadu_si256((const __m256i *)a[i].qs);
-  vblk_signed(q, _cvtsh_ss(a[i].d), x, xs, i, acc, NT);
-}
 INL void vblk_q4_1(const sl__block_q4_1 *a, const void *x, size_t xs, int64_t i,
                    float *acc, float *sm, const int NT) {
   vblk_min(unpack_q4(a[i].qs), _cvtsh_ss(a[i].d), _cvtsh_ss(a[i].m), x, xs, i,
@@ -128,7 +122,6 @@ INL void vblk_q5_1(const sl__block_q5_1 *a, const void *x, size_t xs, int64_t i,
 SL__VDOT(vdot_q4_0, vblk_q4_0, sl__block_q4_0, 0)
 SL__VDOT(vdot_q5_0, vblk_q5_0, sl__block_q5_0, 0)
 SL__VDOT(vdot_iq4_nl, vblk_iq4_nl, sl__block_iq4_nl, 0)
-SL__VDOT(vdot_q8_0, vblk_q8_0, sl__block_q8_0, 0)
 SL__VDOT(vdot_q4_1, vblk_q4_1, sl__block_q4_1, 1)
 SL__VDOT(vdot_q5_1, vblk_q5_1, sl__block_q5_1, 1)
 
@@ -238,41 +231,6 @@ INL void cols_iq4_nl(const sl__block_iq4_nl *const *a, int64_t i, __m256i *v) {
   UNROLL8 for (int m = 0; m < 8; m++) v[m] = _mm256_shuffle_epi8(lut, v[m]);
 }
 
-/* v[r] (row r's 8 dwords) to v[k] (dword k of every row, row r in lane r). */
-INL void transpose8x8(__m256i *v) {
-  __m256i a0 = _mm256_unpacklo_epi32(v[0], v[1]);
-  __m256i a1 = _mm256_unpackhi_epi32(v[0], v[1]);
-  __m256i a2 = _mm256_unpacklo_epi32(v[2], v[3]);
-  __m256i a3 = _mm256_unpackhi_epi32(v[2], v[3]);
-  __m256i a4 = _mm256_unpacklo_epi32(v[4], v[5]);
-  __m256i a5 = _mm256_unpackhi_epi32(v[4], v[5]);
-  __m256i a6 = _mm256_unpacklo_epi32(v[6], v[7]);
-  __m256i a7 = _mm256_unpackhi_epi32(v[6], v[7]);
-  /* rows 0..3 (b0..b3) and 4..7 (b4..b7) of dwords k | k + 4 */
-  __m256i b0 = _mm256_unpacklo_epi64(a0, a2);
-  __m256i b1 = _mm256_unpackhi_epi64(a0, a2);
-  __m256i b2 = _mm256_unpacklo_epi64(a1, a3);
-  __m256i b3 = _mm256_unpackhi_epi64(a1, a3);
-  __m256i b4 = _mm256_unpacklo_epi64(a4, a6);
-  __m256i b5 = _mm256_unpackhi_epi64(a4, a6);
-  __m256i b6 = _mm256_unpacklo_epi64(a5, a7);
-  __m256i b7 = _mm256_unpackhi_epi64(a5, a7);
-  v[0] = _mm256_permute2x128_si256(b0, b4, 0x20);
-  v[4] = _mm256_permute2x128_si256(b0, b4, 0x31);
-  v[1] = _mm256_permute2x128_si256(b1, b5, 0x20);
-  v[5] = _mm256_permute2x128_si256(b1, b5, 0x31);
-  v[2] = _mm256_permute2x128_si256(b2, b6, 0x20);
-  v[6] = _mm256_permute2x128_si256(b2, b6, 0x31);
-  v[3] = _mm256_permute2x128_si256(b3, b7, 0x20);
-  v[7] = _mm256_permute2x128_si256(b3, b7, 0x31);
-}
-
-INL void cols_q8_0(const sl__block_q8_0 *const *a, int64_t i, __m256i *v) {
-  UNROLL8 for (int r = 0; r < 8; r++) v[r] = _mm256_xor_si256(
-      _mm256_loadu_si256((const __m256i *)a[r][i].qs), _mm256_set1_epi8(-128));
-  transpose8x8(v);
-}
-
 INL __m256i bcast4(const int8_t *p) {
   int32_t v;
   memcpy(&v, p, 4);
@@ -283,18 +241,22 @@ INL __m256i bcast4(const int8_t *p) {
  * the stack. Rows longer than that run in segments, the accumulators kept in
  * `spill` between segments; a chunk then has at most
  * SL__GEMM_WSC_MAX / (2 * SL__VSEG) rows (the matmul's chunk bound). */
-#define SL__VSEG    256
+#define SL__VSEG 256
+/* Rows ahead that a tile prefetches (its rows' blocks, pfd bytes on): a tile
+ * reads eight rows' blocks in turn, which the hardware prefetchers follow
+ * badly once the weights stream from DRAM. */
+#define SL__VPF     16
 #define SL__VGROUPS ((SL__GEMM_WSC_MAX / (2 * SL__VSEG) + 7) / 8 + 1)
 
 /* Blocks [i0, i1) of eight rows a[0..7] by NT tokens. bias: [i - i0][t],
  * -off * sum(x) (NULL for the unsigned types: no bias, an m * s chain);
  * spill[2][SL__VNT]: acc then sm, read unless `first`, written unless `last`
- * (then rows < nr of y get the sums). */
+ * (then rows < nr of y get the sums); pfd: the prefetch distance in bytes. */
 #define SL__VTILE(name, wtype, cols, has_m, xtype)                             \
   INL void name(int64_t i0, int64_t i1, const wtype *const *a, const void *x,  \
                 size_t xs, const float *xd, const float *xsum, int64_t ld,     \
                 const int32_t *bias, __m256 *spill, int first, int last,       \
-                float *y, size_t ys, int nr, const int NT) {                   \
+                size_t pfd, float *y, size_t ys, int nr, const int NT) {       \
     __m256 acc[SL__VNT], sm[SL__VNT];                                          \
     UNROLL8 for (int t = 0; t < NT; t++) {                                     \
       acc[t] = first ? _mm256_setzero_ps() : spill[t];                         \
@@ -302,6 +264,8 @@ INL __m256i bcast4(const int8_t *p) {
     }                                                                          \
     for (int64_t i = i0; i < i1; i++) {                                        \
       __m256i v[8];                                                            \
+      UNROLL8 for (int r = 0; r < 8; r++)                                      \
+          _mm_prefetch((const char *)&a[r][i] + pfd, _MM_HINT_T0);             \
       cols(a, i, v);                                                           \
       __m256 dw = _mm256_cvtph_ps(                                             \
           _mm_setr_epi16((short)a[0][i].d, (short)a[1][i].d, (short)a[2][i].d, \
@@ -396,7 +360,8 @@ INL __m256i bcast4(const int8_t *p) {
     }                                                                          \
   }
 #define SL__VTILE_CALL(fn, NT)                                                 \
-  fn(s0, s1, a, xt, xs, xdt, xst, ld, bias, sp, first, last, yt, ys, g, NT)
+  fn(s0, s1, a, xt, xs, xdt, xst, ld, bias, sp, first, last, SL__VPF *wst, yt, \
+     ys, g, NT)
 
 /* A tile call with NT a constant, 1..SL__VNT. */
 #if SL__VNT == 8
@@ -451,7 +416,6 @@ INL __m256i bcast4(const int8_t *p) {
 SL__VTILE(vtile_q4_0, sl__block_q4_0, cols_q4_0, 0, sl__block_q8_0)
 SL__VTILE(vtile_q5_0, sl__block_q5_0, cols_q5_0, 0, sl__block_q8_0)
 SL__VTILE(vtile_iq4_nl, sl__block_iq4_nl, cols_iq4_nl, 0, sl__block_q8_0)
-SL__VTILE(vtile_q8_0, sl__block_q8_0, cols_q8_0, 0, sl__block_q8_0)
 #undef SL__VMF
 #define SL__VMF(b) (b).m
 SL__VTILE(vtile_q4_1, sl__block_q4_1, cols_q4_1, 1, sl__block_q8_1)
@@ -461,9 +425,148 @@ SL__VTILE(vtile_q5_1, sl__block_q5_1, cols_q5_1, 1, sl__block_q8_1)
 SL__VGEMM(vgemm_q4_0, sl__block_q4_0, vtile_q4_0, 8, 0, sl__block_q8_0)
 SL__VGEMM(vgemm_q5_0, sl__block_q5_0, vtile_q5_0, 16, 0, sl__block_q8_0)
 SL__VGEMM(vgemm_iq4_nl, sl__block_iq4_nl, vtile_iq4_nl, 128, 0, sl__block_q8_0)
-SL__VGEMM(vgemm_q8_0, sl__block_q8_0, vtile_q8_0, 128, 0, sl__block_q8_0)
 SL__VGEMM(vgemm_q4_1, sl__block_q4_1, vtile_q4_1, 0, 1, sl__block_q8_1)
 SL__VGEMM(vgemm_q5_1, sl__block_q5_1, vtile_q5_1, 0, 1, sl__block_q8_1)
+
+/* ---- Q8_0: the AVX2 kernels' order ----------------------------------------
+ * Q8_0 rows are twice as many bytes per element, and streaming eight of them
+ * at once from DRAM ran at half the one-row dot's bandwidth (the 49152-row
+ * output matrix, Q8_0 in llama.cpp's files of the default model, measured
+ * on one Zen 4), so Q8_0 keeps the AVX2 kernels' order: eight lanes of sums
+ * of four products, an fma per lane and block, one horizontal sum at the end
+ * (its results equal the AVX2 table's bit for bit), and one token goes
+ * through the dot. The gemm tiles (two rows by up to four tokens) take the
+ * codes u = q + 128 and, per lane, the bias -128 * (the lane's four x
+ * summed): one vpdpbusd per block, row and token. */
+
+INL void lblk_q8_0(const sl__block_q8_0 *a, const void *x, size_t xs, int64_t i,
+                   __m256 *acc, float *sm, const int NT) {
+  (void)sm;
+  __m256i q = _mm256_loadu_si256((const __m256i *)a[i].qs);
+  __m256i aq = _mm256_sign_epi8(q, q);
+  float dw = _cvtsh_ss(a[i].d);
+  UNROLL for (int t = 0; t < NT; t++) {
+    const sl__block_q8_0 *xb = &XB(sl__block_q8_0, t, i);
+    __m256i xv = _mm256_loadu_si256((const __m256i *)xb->qs);
+    __m256i p = SL__DPBUSD(_mm256_setzero_si256(), aq, _mm256_sign_epi8(xv, q));
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
+                             _mm256_set1_ps(dw * _cvtsh_ss(xb->d)), acc[t]);
+  }
+}
+SL__DOT_BLK32(ldot_q8_0, lblk_q8_0, sl__block_q8_0)
+
+/* Blocks per bias segment (SL__LSEG * SL__NT_MAX bias vectors, 16 KiB, on
+ * the stack); longer rows keep their accumulators in `spill` between
+ * segments, and a chunk then has at most SL__GEMM_WSC_MAX / (2 * SL__LSEG)
+ * rows. */
+#define SL__LSEG  128
+#define SL__LPAIR (SL__GEMM_WSC_MAX / (4 * SL__LSEG) + 1)
+
+/* Blocks [i0, i1) of rows a0 and a1 (a1 == a0 when !two) by NT tokens. nbv:
+ * [i - i0][t] the bias vectors; spill[2][SL__NT_MAX]: the accumulators, read
+ * unless `first`, written unless `last` (then the sums go to y, as the
+ * one-row dot's `hsum + 0.0f`). */
+INL void ltile_q8_0(int64_t i0, int64_t i1, const sl__block_q8_0 *a0,
+                    const sl__block_q8_0 *a1, const void *x, size_t xs,
+                    const float *xd, int64_t ld, const __m256i *nbv,
+                    __m256 *spill, int first, int last, float *y, size_t ys,
+                    int two, const int NT) {
+  __m256 acc0[SL__NT_MAX], acc1[SL__NT_MAX];
+  UNROLL for (int t = 0; t < NT; t++) {
+    acc0[t] = first ? _mm256_setzero_ps() : spill[t];
+    acc1[t] = first ? _mm256_setzero_ps() : spill[SL__NT_MAX + t];
+  }
+  const __m256i flip = _mm256_set1_epi8(-128);
+  for (int64_t i = i0; i < i1; i++) {
+    __m256i u0 =
+        _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)a0[i].qs), flip);
+    __m256i u1 =
+        _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)a1[i].qs), flip);
+    __m256 d0 = _mm256_set1_ps(_cvtsh_ss(a0[i].d));
+    __m256 d1 = _mm256_set1_ps(_cvtsh_ss(a1[i].d));
+    const __m256i *bi = nbv + (i - i0) * SL__NT_MAX;
+    UNROLL for (int t = 0; t < NT; t++) {
+      __m256i xv =
+          _mm256_loadu_si256((const __m256i *)XB(sl__block_q8_0, t, i).qs);
+      __m256 dx = _mm256_broadcast_ss(xd + i * ld + t);
+      acc0[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(SL__DPBUSD(bi[t], u0, xv)),
+                                _mm256_mul_ps(d0, dx), acc0[t]);
+      acc1[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(SL__DPBUSD(bi[t], u1, xv)),
+                                _mm256_mul_ps(d1, dx), acc1[t]);
+    }
+  }
+  if (!last) {
+    UNROLL for (int t = 0; t < NT; t++) {
+      spill[t] = acc0[t];
+      spill[SL__NT_MAX + t] = acc1[t];
+    }
+    return;
+  }
+  UNROLL for (int t = 0; t < NT; t++) {
+    y[(size_t)t * ys] = hsum_ps(acc0[t]) + 0.0f;
+    if (two)
+      y[(size_t)t * ys + 1] = hsum_ps(acc1[t]) + 0.0f;
+  }
+}
+
+/* The chunk driver (sl__gemm_fn): per token tile and block segment, the
+ * bias vectors, then the row pairs. */
+static void lgemm_q8_0(int64_t cols, const void *w, size_t wst, int64_t nr,
+                       const void *x, size_t xs, const float *xd,
+                       const float *xsum, int64_t ld, int64_t n, float *y,
+                       size_t ys) {
+  (void)xsum;
+  const int64_t nb = cols / SL__QK;
+  __m256i nbv[SL__LSEG * SL__NT_MAX];
+  __m256 spill[SL__LPAIR][2 * SL__NT_MAX];
+  SL_ASSERT(nb <= SL__LSEG || (nr + 1) / 2 <= SL__LPAIR);
+  const __m256i off = _mm256_set1_epi8(-128); /* 128 as unsigned bytes */
+  for (int64_t t0 = 0; t0 < n; t0 += SL__NT_MAX) {
+    int64_t nt = n - t0 < SL__NT_MAX ? n - t0 : SL__NT_MAX;
+    const void *xt = (const char *)x + (size_t)t0 * xs;
+    for (int64_t s0 = 0; s0 < nb; s0 += SL__LSEG) {
+      int64_t s1 = nb - s0 < SL__LSEG ? nb : s0 + SL__LSEG;
+      for (int64_t i = s0; i < s1; i++)
+        for (int64_t t = 0; t < nt; t++) {
+          const sl__block_q8_0 *xb =
+              &((const sl__block_q8_0 *)((const char *)xt + (size_t)t * xs))[i];
+          __m256i xv = _mm256_loadu_si256((const __m256i *)xb->qs);
+          nbv[(i - s0) * SL__NT_MAX + t] =
+              _mm256_sub_epi32(_mm256_setzero_si256(),
+                               SL__DPBUSD(_mm256_setzero_si256(), off, xv));
+        }
+      for (int64_t r = 0; r < nr; r += 2) {
+        int two = r + 1 < nr;
+        const sl__block_q8_0 *a0 =
+            (const sl__block_q8_0 *)((const char *)w + (size_t)r * wst);
+        const sl__block_q8_0 *a1 =
+            two ? (const sl__block_q8_0 *)((const char *)a0 + wst) : a0;
+        float *yt = y + (size_t)t0 * ys + (size_t)r;
+        __m256 *sp = spill[nb <= SL__LSEG ? 0 : r / 2];
+        int first = s0 == 0, last = s1 == nb;
+        const float *xdt = xd + t0;
+        switch (nt) {
+        case 1:
+          ltile_q8_0(s0, s1, a0, a1, xt, xs, xdt, ld, nbv, sp, first, last, yt,
+                     ys, two, 1);
+          break;
+        case 2:
+          ltile_q8_0(s0, s1, a0, a1, xt, xs, xdt, ld, nbv, sp, first, last, yt,
+                     ys, two, 2);
+          break;
+        case 3:
+          ltile_q8_0(s0, s1, a0, a1, xt, xs, xdt, ld, nbv, sp, first, last, yt,
+                     ys, two, 3);
+          break;
+        default:
+          ltile_q8_0(s0, s1, a0, a1, xt, xs, xdt, ld, nbv, sp, first, last, yt,
+                     ys, two, 4);
+          break;
+        }
+      }
+    }
+  }
+}
 
 const sl__kern_cpu_ops SL__VNNI_OPS = {
     .dot =
@@ -473,7 +576,7 @@ const sl__kern_cpu_ops SL__VNNI_OPS = {
             [SL_GGML_Q5_0] = vdot_q5_0,
             [SL_GGML_Q5_1] = vdot_q5_1,
             [SL_GGML_IQ4_NL] = vdot_iq4_nl,
-            [SL_GGML_Q8_0] = vdot_q8_0,
+            [SL_GGML_Q8_0] = ldot_q8_0,
         },
     .gemm =
         {
@@ -482,7 +585,7 @@ const sl__kern_cpu_ops SL__VNNI_OPS = {
             [SL_GGML_Q5_0] = vgemm_q5_0,
             [SL_GGML_Q5_1] = vgemm_q5_1,
             [SL_GGML_IQ4_NL] = vgemm_iq4_nl,
-            [SL_GGML_Q8_0] = vgemm_q8_0,
+            [SL_GGML_Q8_0] = lgemm_q8_0,
         },
     .gemm_one =
         {
@@ -491,6 +594,5 @@ const sl__kern_cpu_ops SL__VNNI_OPS = {
             [SL_GGML_Q5_0] = true,
             [SL_GGML_Q5_1] = true,
             [SL_GGML_IQ4_NL] = true,
-            [SL_GGML_Q8_0] = true,
         },
 };
