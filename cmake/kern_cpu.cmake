@@ -18,11 +18,11 @@ if(Python3_Interpreter_FOUND)
     ENVIRONMENT "SLUICE_SOURCE_DIR=${CMAKE_SOURCE_DIR};SL_DEQUANT_TOOL=$<TARGET_FILE:sl_dequant_tool>;SLUICE_MODEL_TOOL=$<TARGET_FILE:sl_model_tool>")
 endif()
 
-# Kernel tests once per ISA level (SLUICE_ISA=scalar|avx2|avx512): each entry
+# Kernel tests once per ISA level (SLUICE_ISA=scalar|avx2|avx512|avxvnni|avx512vnni): each entry
 # exits 77 (skipped) where this CPU cannot run its level. Labels "c;threaded"
 # so the sanitizer stages of scripts/test.sh (-L c, -L threaded) pick them.
 foreach(name ${SL_TESTS_PER_ISA})
-  foreach(isa scalar avx2 avx512)
+  foreach(isa scalar avx2 avx512 avxvnni avx512vnni)
     add_test(NAME ${name}_${isa} COMMAND ${name})
     set_tests_properties(${name}_${isa} PROPERTIES
       SKIP_RETURN_CODE 77 TIMEOUT 1800 LABELS "c;threaded"

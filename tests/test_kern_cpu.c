@@ -33,7 +33,7 @@ static const sl_ggml_type k_wtypes[] = {
 #define N_WTYPES (sizeof k_wtypes / sizeof k_wtypes[0])
 
 /* The levels under test, set by main. */
-static sl_kern_isa g_isas[3];
+static sl_kern_isa g_isas[SL_KERN_ISA_COUNT];
 static int g_nisa;
 
 static int isa_list(sl_kern_isa *out) {
@@ -175,7 +175,7 @@ static void test_type_info(void) {
 /* Dequantization on every ISA equals the scalar one (up to one rounding of
  * an fma). Known values pin the layouts. */
 static void test_dequant(void) {
-  sl_kern_isa isas[3];
+  sl_kern_isa isas[SL_KERN_ISA_COUNT];
   int ni = isa_list(isas);
   const int64_t n = 256 * 3;
   for (size_t ti = 0; ti < N_WTYPES; ti++) {
@@ -261,7 +261,7 @@ static void test_dequant(void) {
  * the ISAs agree. */
 static void test_quantize_act(void) {
   static const sl_ggml_type acts[] = {SL_GGML_Q8_0, SL_GGML_Q8_1, SL_GGML_Q8_K};
-  sl_kern_isa isas[3];
+  sl_kern_isa isas[SL_KERN_ISA_COUNT];
   int ni = isa_list(isas);
   const int64_t n = 512;
   float x[512], back[512], ref[512];
@@ -383,7 +383,7 @@ static void test_vec_dot_scalar_vs_f64(void) {
  * from the arithmetic, not from a measurement: every ISA must meet it. */
 static void test_matmul(void) {
   static const int64_t toks[] = {1, 3, 17, 64};
-  sl_kern_isa isas[3];
+  sl_kern_isa isas[SL_KERN_ISA_COUNT];
   int ni = isa_list(isas);
   sl_kern_pool_t *pools[2] = {sl_kern_pool_create(1), sl_kern_pool_create(2)};
   CHECK(pools[0] && pools[1]);
@@ -494,7 +494,7 @@ static void test_matmul_parts(void) {
       {SL_GGML_F16, SL_GGML_IQ4_XS, SL_GGML_Q4_1}};
   static const int64_t prow[3] = {37, 16, 5}, toks[] = {1, 5, 64};
   const int64_t cols = 256 * 3;
-  sl_kern_isa isas[3];
+  sl_kern_isa isas[SL_KERN_ISA_COUNT];
   int ni = isa_list(isas);
   sl_kern_pool_t *pools[2] = {sl_kern_pool_create(1), sl_kern_pool_create(2)};
   CHECK(pools[0] && pools[1]);
@@ -553,6 +553,137 @@ static void test_matmul_parts(void) {
   sl_kern_pool_destroy(pools[1]);
 }
 
+/* The VNNI levels under test, for the types they bring kernels for (their
+ * own summation order: vnni_body.h): the dot for 1..4 tokens at once equals
+ * the dot token by token, and matmul for 1..9 tokens (tiles of eight rows by
+ * up to eight tokens, nine rows: one full group and a group of one) equals
+ * the one-row dot bit for bit and stays within the f64 rounding bound of a
+ * chain of `nb` fmas, on short rows and on rows long enough for two bias
+ * segments of the gemm tiles (300 blocks). The base level (avx2 / avx512)
+ * runs the same matmuls as a witness: it must meet the same bound. Under
+ * avx512vnni, the avxvnni level's tiling (four tokens a tile, compiled
+ * EVEX-encoded: kern_cpu_avx512vnni4.c) must give the same bits. */
+static void test_vnni(void) {
+  static const sl_ggml_type types[] = {SL_GGML_Q4_0,   SL_GGML_Q4_1,
+                                       SL_GGML_Q5_0,   SL_GGML_Q5_1,
+                                       SL_GGML_IQ4_NL, SL_GGML_Q8_0};
+  static const int64_t ncols[] = {32 * 7, 32 * 300};
+  static const int64_t toks[] = {1, 2, 3, 4, 7, 9};
+  enum { ROWS = 9, MAXT = 9 };
+  sl_kern_isa isas[SL_KERN_ISA_COUNT];
+  int ni = isa_list(isas), tested = 0;
+  sl_kern_pool_t *pool = sl_kern_pool_create(2);
+  CHECK(pool);
+  for (int k = 0; k < ni; k++) {
+    if (isas[k] != SL_KERN_ISA_AVXVNNI && isas[k] != SL_KERN_ISA_AVX512VNNI)
+      continue;
+    sl_kern_isa isa = isas[k];
+    sl_kern_isa base =
+        isa == SL_KERN_ISA_AVXVNNI ? SL_KERN_ISA_AVX2 : SL_KERN_ISA_AVX512;
+    const char *in = sl_kern_isa_name(isa);
+    tested++;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+      for (size_t ci = 0; ci < sizeof ncols / sizeof ncols[0]; ci++) {
+        sl_ggml_type t = types[ti], act;
+        CHECK_OK(sl_kern_act_type(t, &act));
+        int64_t cols = ncols[ci], nb = cols / 32;
+        size_t wrb = row_bytes(t, cols), xrb = row_bytes(act, cols);
+        uint8_t *w = sl_malloc(wrb * ROWS), *xq = sl_malloc(xrb * MAXT);
+        float *X = sl_malloc(MAXT * cols * sizeof(float));
+        float *yb = sl_malloc(MAXT * ROWS * sizeof(float));
+        float *yv = sl_malloc(MAXT * ROWS * sizeof(float));
+        fill_random(t, w, cols * ROWS);
+        for (int64_t i = 0; i < MAXT * cols; i++)
+          X[i] = rnd_f(-1, 1);
+        for (int64_t tt = 0; tt < MAXT; tt++)
+          CHECK_OK(
+              sl_kern_quantize_act(act, X + tt * cols, xq + tt * xrb, cols));
+        sl_kern_weight W = {t, ROWS, cols, w};
+        int diff = 0, off = 0, notdot = 0, boff = 0;
+        /* the dot table for 1..4 tokens at once, against token by token */
+        CHECK_OK(sl_kern_cpu_set_isa(isa));
+        for (int nt = 1; nt <= 4; nt++)
+          for (int64_t r = 0; r < ROWS; r++) {
+            float d1[4], dn[4];
+            for (int tt = 0; tt < nt; tt++)
+              sl__kern_cpu_ops_get()->dot[t](cols, w + r * wrb, xq + tt * xrb,
+                                             0, d1 + tt, 0, 1);
+            sl__kern_cpu_ops_get()->dot[t](cols, w + r * wrb, xq, xrb, dn, 1,
+                                           nt);
+            diff += memcmp(d1, dn, nt * sizeof(float)) != 0;
+          }
+        CHECK_MSG(diff == 0, "type %d cols %lld %s: %d multi-token dots differ",
+                  t, (long long)cols, in, diff);
+        for (size_t k2 = 0; k2 < sizeof toks / sizeof toks[0]; k2++) {
+          int64_t nt = toks[k2];
+          CHECK_OK(sl_kern_cpu_set_isa(base));
+          CHECK_OK(sl_kern_matmul(pool, &W, X, yb, nt));
+          CHECK_OK(sl_kern_cpu_set_isa(isa));
+          memset(yv, 0xff, MAXT * ROWS * sizeof(float));
+          CHECK_OK(sl_kern_matmul(pool, &W, X, yv, nt));
+          off = notdot = boff = 0;
+          for (int64_t tt = 0; tt < nt; tt++)
+            for (int64_t r = 0; r < ROWS; r++) {
+              float got = yv[tt * ROWS + r], one;
+              CHECK_OK(
+                  sl_kern_vec_dot(t, cols, w + r * wrb, xq + tt * xrb, &one));
+              notdot += memcmp(&got, &one, sizeof got) != 0;
+              double absum, slack;
+              double want =
+                  ref_dot(t, cols, w + r * wrb, xq + tt * xrb, &absum, &slack);
+              /* one rounding per fma of a lane's chain, the scale product,
+               * the horizontal sum */
+              double tol = (double)(nb + 8) * 6e-8 * absum + slack + 1e-9;
+              off += !(fabs(got - want) <= tol);
+              boff += !(fabs(yb[tt * ROWS + r] - want) <= tol);
+            }
+          if (isa == SL_KERN_ISA_AVX512VNNI) {
+            /* the avxvnni tiling (four tokens), EVEX-encoded: same bits */
+            int64_t ld = (nt + 3) & ~(int64_t)3;
+            float *xd = sl_malloc(2 * nb * ld * sizeof(float));
+            float *xs = xd + nb * ld;
+            for (int64_t i = 0; i < nb * ld * 2; i++)
+              xd[i] = 0.0f;
+            for (int64_t tt = 0; tt < nt; tt++)
+              for (int64_t i = 0; i < nb; i++) {
+                const uint8_t *b =
+                    xq + tt * xrb + i * (act == SL_GGML_Q8_1 ? 36 : 34);
+                uint16_t h[2];
+                memcpy(h, b, 4);
+                xd[i * ld + tt] = sl__f16_to_f32(h[0]);
+                xs[i * ld + tt] = sl__f16_to_f32(h[1]);
+              }
+            sl__kern_cpu_avx512vnni4_ops.gemm[t](
+                cols, w, wrb, ROWS, xq, xrb, xd,
+                act == SL_GGML_Q8_1 ? xs : NULL, ld, nt, yb, ROWS);
+            int d4 = 0;
+            for (int64_t e = 0; e < nt * ROWS; e++)
+              d4 += memcmp(&yb[e], &yv[e], sizeof(float)) != 0;
+            CHECK_MSG(d4 == 0,
+                      "type %d cols %lld nt %lld: %d entries of the 4-token "
+                      "tiling differ",
+                      t, (long long)cols, (long long)nt, d4);
+            sl_free(xd);
+          }
+          CHECK_MSG(off == 0 && notdot == 0 && boff == 0,
+                    "type %d cols %lld %s nt %lld: %d off f64, %d differ from "
+                    "the one-row dot; %s: %d off f64",
+                    t, (long long)cols, in, (long long)nt, off, notdot,
+                    sl_kern_isa_name(base), boff);
+        }
+        sl_free(w);
+        sl_free(xq);
+        sl_free(X);
+        sl_free(yb);
+        sl_free(yv);
+      }
+  }
+  if (!tested)
+    fprintf(stderr, "  (no VNNI level under test)\n");
+  sl_kern_cpu_set_isa(isas[ni - 1]);
+  sl_kern_pool_destroy(pool);
+}
+
 static void count_task(void *ctx, int ith, int nth) {
   _Atomic long *c = ctx;
   atomic_fetch_add(&c[ith], 1);
@@ -583,7 +714,7 @@ static void test_pool(void) {
  * --------------------------------------------------------- */
 
 static void test_small_ops(void) {
-  sl_kern_isa isas[3];
+  sl_kern_isa isas[SL_KERN_ISA_COUNT];
   int ni = isa_list(isas);
   static const int64_t sizes[] = {1, 7, 64, 333};
   for (int k = 0; k < ni; k++) {
@@ -693,11 +824,12 @@ static void test_small_ops(void) {
                SL_ERR_INVALID_ARG);
 }
 
-/* ---- f16 conversion and attention ------------------------------------------
+/* ---- f16 conversion and attention
+ * ------------------------------------------
  */
 
 static void test_f32_to_f16(void) {
-  sl_kern_isa isas[3];
+  sl_kern_isa isas[SL_KERN_ISA_COUNT];
   int ni = isa_list(isas);
   float x[67];
   uint16_t h[67];
@@ -751,7 +883,7 @@ static void attn_ref(double *out, const float *q, const uint16_t *k,
 /* The paged form gives bit-identical results to the contiguous one on the
  * same rows, with blocks scattered in memory in a shuffled order. */
 static void test_attn_f16_paged(void) {
-  sl_kern_isa isas[3];
+  sl_kern_isa isas[SL_KERN_ISA_COUNT];
   int ni = isa_list(isas);
   const int64_t hd = 64, st = 2 * 64, T = 16, maxlen = 200;
   const int64_t nblk = (maxlen + T - 1) / T;
@@ -809,7 +941,7 @@ static void test_attn_f16_paged(void) {
 }
 
 static void test_attn_f16(void) {
-  sl_kern_isa isas[3];
+  sl_kern_isa isas[SL_KERN_ISA_COUNT];
   int ni = isa_list(isas);
   static const int64_t hds[] = {64, 128, 40, 7};
   static const int64_t lens[] = {1, 3, 8, 33, 100, 257};
@@ -909,6 +1041,12 @@ static void test_isa_env(void) {
   setenv("SLUICE_ISA", "avx512", 1);
   CHECK_OK(sl_kern_cpu_isa_requested(&isa));
   CHECK_EQ_INT(isa, SL_KERN_ISA_AVX512);
+  setenv("SLUICE_ISA", "avxvnni", 1);
+  CHECK_OK(sl_kern_cpu_isa_requested(&isa));
+  CHECK_EQ_INT(isa, SL_KERN_ISA_AVXVNNI);
+  setenv("SLUICE_ISA", "avx512vnni", 1);
+  CHECK_OK(sl_kern_cpu_isa_requested(&isa));
+  CHECK_EQ_INT(isa, SL_KERN_ISA_AVX512VNNI);
   setenv("SLUICE_ISA", "AVX2", 1);
   CHECK_EQ_INT(sl_kern_cpu_isa_requested(&isa), SL_ERR_INVALID_ARG);
   setenv("SLUICE_ISA", "avx", 1);
@@ -927,7 +1065,7 @@ int main(void) {
   sl_kern_isa want;
   sl_status st = sl_kern_cpu_isa_requested(&want);
   if (st == SL_ERR_INVALID_ARG) {
-    fprintf(stderr, "SLUICE_ISA=%s: not scalar, avx2 or avx512\n",
+    fprintf(stderr, "SLUICE_ISA=%s: not a level name\n",
             getenv("SLUICE_ISA") && *getenv("SLUICE_ISA")
                 ? getenv("SLUICE_ISA")
                 : getenv("SLUICE_CPU_ISA"));
@@ -946,7 +1084,7 @@ int main(void) {
     }
     g_isas[g_nisa++] = want;
   } else {
-    for (int i = SL_KERN_ISA_SCALAR; i <= SL_KERN_ISA_AVX512; i++)
+    for (int i = 0; i < SL_KERN_ISA_COUNT; i++)
       if (sl_kern_cpu_isa_supported((sl_kern_isa)i))
         g_isas[g_nisa++] = (sl_kern_isa)i;
   }
@@ -963,6 +1101,7 @@ int main(void) {
   RUN(test_vec_dot_scalar_vs_f64);
   RUN(test_matmul);
   RUN(test_matmul_parts);
+  RUN(test_vnni);
   RUN(test_pool);
   RUN(test_small_ops);
   RUN(test_f32_to_f16);

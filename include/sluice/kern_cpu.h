@@ -21,14 +21,19 @@
  * and the AVX2 Q4_0 / Q4_1 / Q8_0 dots sum their blocks in ggml's order, so on
  * AVX2 these results equal llama.cpp's bit for bit (rmsnorm and rope likewise).
  *
- * SIMD is chosen at run time: AVX-512 (F+BW+VL), AVX2+FMA+F16C, or scalar. The
- * env var SLUICE_ISA=scalar|avx2|avx512 (old name SLUICE_CPU_ISA, read when
- * SLUICE_ISA is unset) caps the level chosen at the first kernel call; a level
- * this CPU lacks, or an unknown name, is logged and the best level the CPU has
- * at or below it is used. Test harnesses must not rely on that fallback: they
- * read sl_kern_cpu_isa_requested() and compare it with sl_kern_cpu_isa().
- * Every ISA gives the same results as the scalar reference up to float
- * summation order.
+ * SIMD is chosen at run time, the first level this CPU has of: avx512vnni
+ * (AVX-512 F+BW+VL+DQ and AVX512_VNNI: the 32-element block types' dots and
+ * gemm tiles on vpdpbusd), avx512, avxvnni (AVX2 and the VEX AVX-VNNI:
+ * the same vpdpbusd kernels, VEX-encoded), avx2 (AVX2+FMA+F16C), scalar. The
+ * env var SLUICE_ISA=scalar|avx2|avx512|avxvnni|avx512vnni (old name
+ * SLUICE_CPU_ISA, read when SLUICE_ISA is unset) caps the level chosen at the
+ * first kernel call; a level this CPU lacks, or an unknown name, is logged and
+ * the best level the CPU has below it is used (avx512vnni -> avx512 -> avx2,
+ * avxvnni -> avx2, then scalar). Test harnesses must not rely on that
+ * fallback: they read sl_kern_cpu_isa_requested() and compare it with
+ * sl_kern_cpu_isa(). Every ISA gives the same results as the scalar reference
+ * up to float summation order; the VNNI levels give their base level's (avx2's
+ * quantized dots) bit for bit.
  *
  * Threading: every kernel may run on any thread at once with others; a pool
  * runs one job at a time (see sl_kern_pool_run).
@@ -48,9 +53,12 @@
 
 typedef enum sl_kern_isa {
   SL_KERN_ISA_SCALAR = 0,
-  SL_KERN_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
-  SL_KERN_ISA_AVX512 = 2, /* the AVX2 set + AVX-512 F, BW, VL, DQ */
+  SL_KERN_ISA_AVX2 = 1,       /* AVX2 + FMA + F16C */
+  SL_KERN_ISA_AVX512 = 2,     /* the AVX2 set + AVX-512 F, BW, VL, DQ */
+  SL_KERN_ISA_AVXVNNI = 3,    /* the AVX2 set + AVX-VNNI (VEX vpdpbusd) */
+  SL_KERN_ISA_AVX512VNNI = 4, /* the AVX512 set + AVX512_VNNI */
 } sl_kern_isa;
+#define SL_KERN_ISA_COUNT 5 /* values 0 .. SL_KERN_ISA_COUNT - 1 */
 
 /* The level the kernels use now (chosen on first use: the best this CPU has,
  * capped by SLUICE_ISA). */
@@ -58,7 +66,7 @@ sl_kern_isa sl_kern_cpu_isa(void);
 
 /* The level SLUICE_ISA (else SLUICE_CPU_ISA) names: SL_OK with *isa set,
  * SL_ERR_NOT_FOUND when neither is set (or both are empty),
- * SL_ERR_INVALID_ARG when the value is not scalar, avx2 or avx512. Says
+ * SL_ERR_INVALID_ARG when the value is not one of sl_kern_isa_name's. Says
  * nothing about whether this CPU can run it (sl_kern_cpu_isa_supported). */
 sl_status sl_kern_cpu_isa_requested(sl_kern_isa *isa);
 
@@ -70,7 +78,8 @@ bool sl_kern_cpu_isa_supported(sl_kern_isa isa);
  * while no kernel runs on any thread. */
 sl_status sl_kern_cpu_set_isa(sl_kern_isa isa);
 
-/* "scalar", "avx2", "avx512" ("?" for an unknown value). */
+/* "scalar", "avx2", "avx512", "avxvnni", "avx512vnni" ("?" for an unknown
+ * value). */
 const char *sl_kern_isa_name(sl_kern_isa isa);
 
 /* ---- types ------------------------------------------------------------------

@@ -33,7 +33,7 @@ def _isas():
     """The levels this CPU runs: `sl_model_tool isa` exits 77 for the others
     and prints the level it runs."""
     out = []
-    for isa in ["scalar", "avx2", "avx512"]:
+    for isa in ["scalar", "avx2", "avx512", "avxvnni", "avx512vnni"]:
         env = dict(os.environ, SLUICE_ISA=isa)
         env.pop("SLUICE_CPU_ISA", None)
         r = subprocess.run([MODEL_TOOL, "isa"], env=env, capture_output=True)

@@ -13,7 +13,7 @@
 #include "kern_cpu_k23.h"
 #include "sluice/util.h"
 
-static sl__kern_cpu_ops g_tables[3];
+static sl__kern_cpu_ops g_tables[SL_KERN_ISA_COUNT];
 static _Atomic(const sl__kern_cpu_ops *) g_ops;
 static _Atomic int g_isa;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -33,6 +33,11 @@ bool sl_kern_cpu_isa_supported(sl_kern_isa isa) {
            __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512dq");
+  case SL_KERN_ISA_AVXVNNI:
+    return avx2 && __builtin_cpu_supports("avxvnni");
+  case SL_KERN_ISA_AVX512VNNI:
+    return sl_kern_cpu_isa_supported(SL_KERN_ISA_AVX512) &&
+           __builtin_cpu_supports("avx512vnni");
   }
   return false;
 #else
@@ -48,8 +53,36 @@ const char *sl_kern_isa_name(sl_kern_isa isa) {
     return "avx2";
   case SL_KERN_ISA_AVX512:
     return "avx512";
+  case SL_KERN_ISA_AVXVNNI:
+    return "avxvnni";
+  case SL_KERN_ISA_AVX512VNNI:
+    return "avx512vnni";
   }
   return "?";
+}
+
+/* The level a capped choice falls back to when the CPU lacks `isa`: the
+ * same family without its newest part (scalar stays scalar). */
+static sl_kern_isa isa_below(sl_kern_isa isa) {
+  switch (isa) {
+  case SL_KERN_ISA_AVX512VNNI:
+    return SL_KERN_ISA_AVX512;
+  case SL_KERN_ISA_AVX512:
+  case SL_KERN_ISA_AVXVNNI:
+    return SL_KERN_ISA_AVX2;
+  default:
+    return SL_KERN_ISA_SCALAR;
+  }
+}
+
+/* The best level this CPU has, by preference. */
+static sl_kern_isa isa_best(void) {
+  static const sl_kern_isa pref[] = {SL_KERN_ISA_AVX512VNNI, SL_KERN_ISA_AVX512,
+                                     SL_KERN_ISA_AVXVNNI, SL_KERN_ISA_AVX2};
+  for (size_t i = 0; i < sizeof pref / sizeof pref[0]; i++)
+    if (sl_kern_cpu_isa_supported(pref[i]))
+      return pref[i];
+  return SL_KERN_ISA_SCALAR;
 }
 
 /* dst = base with every non-NULL entry of over laid on top. */
@@ -66,8 +99,10 @@ static void merge(sl__kern_cpu_ops *dst, const sl__kern_cpu_ops *base,
        * gemm drops the inherited gemm */
       dst->dot[i] = over->dot[i];
       dst->gemm[i] = over->gemm[i];
+      dst->gemm_one[i] = over->gemm_one[i];
     } else if (over->gemm[i]) {
       dst->gemm[i] = over->gemm[i];
+      dst->gemm_one[i] = over->gemm_one[i];
     }
   }
 #define SL__OVER(f)                                                            \
@@ -98,7 +133,7 @@ sl_status sl_kern_cpu_isa_requested(sl_kern_isa *isa) {
   const char *name, *env = isa_env(&name);
   if (!env)
     return SL_ERR_NOT_FOUND;
-  for (int i = SL_KERN_ISA_SCALAR; i <= SL_KERN_ISA_AVX512; i++)
+  for (int i = 0; i < SL_KERN_ISA_COUNT; i++)
     if (strcmp(env, sl_kern_isa_name((sl_kern_isa)i)) == 0) {
       *isa = (sl_kern_isa)i;
       return SL_OK;
@@ -117,22 +152,27 @@ static void init_once(void) {
   merge(&g_tables[SL_KERN_ISA_AVX2], &g_tables[SL_KERN_ISA_SCALAR], &avx2);
   merge(&g_tables[SL_KERN_ISA_AVX512], &g_tables[SL_KERN_ISA_AVX2],
         &sl__kern_cpu_avx512_ops);
-  sl_kern_isa want = SL_KERN_ISA_AVX512;
+  merge(&g_tables[SL_KERN_ISA_AVXVNNI], &g_tables[SL_KERN_ISA_AVX2],
+        &sl__kern_cpu_avxvnni_ops);
+  merge(&g_tables[SL_KERN_ISA_AVX512VNNI], &g_tables[SL_KERN_ISA_AVX512],
+        &sl__kern_cpu_avx512vnni_ops);
+  sl_kern_isa want = SL_KERN_ISA_SCALAR;
   const char *name, *env = isa_env(&name);
   sl_status st = sl_kern_cpu_isa_requested(&want);
-  if (st == SL_ERR_INVALID_ARG) {
-    SL_LOGW("%s=%s not understood (scalar|avx2|avx512): using the best "
-            "level this CPU has",
+  if (st == SL_ERR_INVALID_ARG)
+    SL_LOGW("%s=%s not understood (scalar|avx2|avx512|avxvnni|avx512vnni): "
+            "using the best level this CPU has",
             name, env);
-    want = SL_KERN_ISA_AVX512;
+  sl_kern_isa isa = isa_best();
+  if (st == SL_OK) {
+    isa = want;
+    while (!sl_kern_cpu_isa_supported(isa))
+      isa = isa_below(isa);
+    if (isa != want)
+      SL_LOGW("%s=%s: this CPU cannot run it, using %s", name, env,
+              sl_kern_isa_name(isa));
   }
-  int isa = (int)want;
-  while (isa > 0 && !sl_kern_cpu_isa_supported((sl_kern_isa)isa))
-    isa--;
-  if (st == SL_OK && isa != (int)want)
-    SL_LOGW("%s=%s: this CPU cannot run it, using %s", name, env,
-            sl_kern_isa_name((sl_kern_isa)isa));
-  atomic_store(&g_isa, isa);
+  atomic_store(&g_isa, (int)isa);
   atomic_store(&g_ops, &g_tables[isa]);
 }
 
@@ -151,8 +191,7 @@ sl_kern_isa sl_kern_cpu_isa(void) {
 }
 
 sl_status sl_kern_cpu_set_isa(sl_kern_isa isa) {
-  if (isa != SL_KERN_ISA_SCALAR && isa != SL_KERN_ISA_AVX2 &&
-      isa != SL_KERN_ISA_AVX512)
+  if ((int)isa < 0 || (int)isa >= SL_KERN_ISA_COUNT)
     return SL_ERR_INVALID_ARG;
   if (!sl_kern_cpu_isa_supported(isa))
     return SL_ERR_UNSUPPORTED;

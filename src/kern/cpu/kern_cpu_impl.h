@@ -4,6 +4,7 @@
 #define SLUICE_KERN_CPU_IMPL_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -209,6 +210,9 @@ typedef struct sl__kern_cpu_ops {
   sl__quant_fn quant[SL__NTYPES]; /* by activation type */
   sl__dot_fn dot[SL__NTYPES];     /* by weight type */
   sl__gemm_fn gemm[SL__NTYPES];   /* by weight type; NULL: dot row by row */
+  /* by weight type: the gemm also takes one token (it beats the dot there),
+   * and prefers chunks of a multiple of 8 rows */
+  bool gemm_one[SL__NTYPES];
   void (*rmsnorm)(float *out, const float *x, const float *w, int64_t n,
                   float eps);
   /* cs/sn: n_rot/2 cos and sin values */
@@ -230,6 +234,12 @@ typedef struct sl__kern_cpu_ops {
 extern const sl__kern_cpu_ops sl__kern_cpu_scalar_ops;
 extern const sl__kern_cpu_ops sl__kern_cpu_avx2_ops;
 extern const sl__kern_cpu_ops sl__kern_cpu_avx512_ops;
+/* The VNNI overlays (vnni_body.h, compiled twice): merged into the AVX2
+ * table for avxvnni, into the AVX-512 one for avx512vnni. */
+extern const sl__kern_cpu_ops sl__kern_cpu_avxvnni_ops;
+extern const sl__kern_cpu_ops sl__kern_cpu_avx512vnni_ops;
+/* kern_cpu_avx512vnni4.c: the avxvnni tiling, EVEX-encoded; tests only */
+extern const sl__kern_cpu_ops sl__kern_cpu_avx512vnni4_ops;
 /* Overlays merged into the scalar / AVX2 tables (kern_cpu_q5.c,
  * kern_cpu_q5_avx2.c): Q5_0, Q5_1 and IQ4_NL. */
 extern const sl__kern_cpu_ops sl__kern_cpu_q5_scalar_ops;

@@ -130,11 +130,12 @@ static sl_status part_init(const sl__kern_cpu_ops *ops, const sl_kern_weight *W,
   };
   const int64_t nb = W->cols / SL__QK;
   /* a gemm takes two or more tokens (for one, converting the weight scales
-   * first is a second pass over the rows that the dot does not need), Q8_0
-   * or Q8_1 activations, and rows whose weight scales fit its stack buffer */
-  if (j->gemm &&
-      (n_tokens < 2 || (act != SL_GGML_Q8_0 && act != SL_GGML_Q8_1) ||
-       2 * nb > SL__GEMM_WSC_MAX))
+   * first is a second pass over the rows that the dot does not need; a gemm
+   * marked gemm_one takes one too), Q8_0 or Q8_1 activations, and rows
+   * whose weight scales fit its stack buffer */
+  if (j->gemm && ((n_tokens < 2 && !ops->gemm_one[W->type]) ||
+                  (act != SL_GGML_Q8_0 && act != SL_GGML_Q8_1) ||
+                  2 * nb > SL__GEMM_WSC_MAX))
     j->gemm = NULL;
   return SL_OK;
 }
@@ -241,6 +242,8 @@ sl_status sl_kern_matmul_parts(sl_kern_pool_t *pool,
      * chunk also fits its weight scales on the stack */
     int64_t chunk = j->W->rows / ((int64_t)nth * 8);
     chunk = chunk < 4 ? 4 : chunk;
+    if (j->gemm && ops->gemm_one[j->W->type]) /* tiles of eight rows */
+      chunk = (chunk + 7) & ~(int64_t)7;
     if (j->gemm && chunk > SL__GEMM_WSC_MAX / (2 * nb))
       chunk = SL__GEMM_WSC_MAX / (2 * nb);
     j->chunk = chunk;
