@@ -15,18 +15,18 @@
 
 static uint64_t rw_state = 0x243F6A8885A308D3ull;
 
-static uint64_t rw_rnd(void) { /* splitmix64 */
+static inline uint64_t rw_rnd(void) { /* splitmix64 */
   uint64_t z = (rw_state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
-static float rw_unif(float a, float b) {
+static inline float rw_unif(float a, float b) {
   return a + (b - a) * (float)((double)(rw_rnd() >> 11) * 0x1.0p-53);
 }
 
 /* f32 -> f16 bits, round to nearest even (finite input). */
-static uint16_t rw_f2h(float f) {
+static inline uint16_t rw_f2h(float f) {
   uint32_t x;
   memcpy(&x, &f, 4);
   uint32_t sign = (x >> 16) & 0x8000u;
@@ -41,12 +41,12 @@ static uint16_t rw_f2h(float f) {
     h++;
   return (uint16_t)(sign | h);
 }
-static void rw_put16(uint8_t *p, uint16_t v) {
+static inline void rw_put16(uint8_t *p, uint16_t v) {
   memcpy(p, &v, 2);
 }
 
 /* Random weights of type t, rows x cols, in w (row-major GGUF bytes). */
-static void rw_fill_weight(sl_ggml_type t, uint8_t *w, size_t bytes) {
+static inline void rw_fill_weight(sl_ggml_type t, uint8_t *w, size_t bytes) {
   for (size_t i = 0; i < bytes; i++)
     w[i] = (uint8_t)rw_rnd();
   switch (t) {
