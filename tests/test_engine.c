@@ -631,6 +631,62 @@ static void test_sampling_on_the_cpu(void) {
   sl_free(ids);
 }
 
+/* A token's logits do not depend on how its prompt was cut into chunks: the
+ * prompt at once, in chunks of 16 or 7, as n - 1 tokens and then 1 (what a
+ * prefix-cache hit that leaves one token to compute runs), and one token at a
+ * time (decode steps) give the same bits at every position. */
+static int eval_in_chunks(sl_ctx_t *c, const int32_t *ids, int n, int chunk,
+                          float *out, size_t nv) {
+  sl_ctx_truncate(c, 0);
+  for (int p = 0; p < n;) {
+    int k = chunk > 0 ? (n - p < chunk ? n - p : chunk) : (p == 0 ? n - 1 : 1);
+    if (sl_ctx_eval(c, ids + p, k, out + (size_t)p * nv, true) != SL_OK)
+      return -1;
+    p += k;
+  }
+  return 0;
+}
+
+static void test_chunking_invariance(void) {
+  int32_t *ids;
+  int n = tokenize("<|im_start|>system\nYou are a helpful AI assistant named "
+                   "SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>"
+                   "user\nSay hello.<|im_end|>\n<|im_start|>assistant\n",
+                   &ids);
+  CHECK(n > 20);
+  if (n <= 20)
+    return;
+  const size_t nv = (size_t)sl_model_hparams_of(g_model)->n_vocab;
+  sl_stream_t *cs = sl_thread_stream(sl_cpu_device());
+  sl_ctx_t *c = NULL;
+  CHECK_OK(sl_ctx_create(g_model, cs, 256, 2, &c));
+  float *ref = sl_malloc(sizeof(float) * nv * (size_t)n),
+        *got = sl_malloc(sizeof(float) * nv * (size_t)n);
+  if (c && ref && got && eval_in_chunks(c, ids, n, n, ref, nv) == 0) {
+    const int chunks[] = {16, 7, 0 /* n - 1, then 1 */, 1};
+    for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++) {
+      CHECK(eval_in_chunks(c, ids, n, chunks[i], got, nv) == 0);
+      int bad = -1;
+      for (int p = 0; p < n && bad < 0; p++)
+        if (memcmp(ref + (size_t)p * nv, got + (size_t)p * nv,
+                   sizeof(float) * nv) != 0)
+          bad = p;
+      CHECK_MSG(bad < 0,
+                "chunks of %d (0: n - 1, then 1): position %d of %d differs "
+                "from the prompt at once",
+                chunks[i], bad, n);
+    }
+  } else {
+    CHECK(0);
+  }
+  sl_free(ref);
+  sl_free(got);
+  sl_ctx_free(c);
+  sl_sync_and_clear_cache(cs);
+  sl_clear_thread_streams();
+  sl_free(ids);
+}
+
 int main(void) {
   int rc = load_default_model(&g_model, &g_tok);
   if (rc)
@@ -646,6 +702,7 @@ int main(void) {
   RUN(test_reason_table);
   RUN(test_bad_submissions);
   RUN(test_sampling_on_the_cpu);
+  RUN(test_chunking_invariance);
   sl_tokenizer_free(g_tok);
   sl_model_free(g_model);
   sl_rt_shutdown();

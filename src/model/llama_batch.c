@@ -224,9 +224,12 @@ static void attn_worker(void *p, int ith, int nth) {
           }
           built = kvh;
         }
+        /* every token sums in the one-token order (llama.cpp's gemv), so a
+         * token's result does not depend on how its prompt was cut into
+         * chunks or on whether its prefix came from the cache */
         sl_status st = sl_kern_attn_f16_paged(
             j->out + tok * qd + h * hd, j->q + tok * qd + h * hd, kh, vh, j->bs,
-            hd, len, kvd, scale, q->n == 1, sc);
+            hd, len, kvd, scale, true, sc);
         if (st != SL_OK)
           atomic_store(&j->err, (int)st);
       }
