@@ -783,6 +783,56 @@ static void test_split(void) {
   }
 }
 
+/* The tensor-core product loads its first weights before its pdl_wait()
+ * (src/kern/cuda/pdl.cuh) but reads x only after it: x holds zeros until a
+ * slow kernel (which lets the product start at once) copies the real tokens
+ * in 20 ms later, and the product must give the same bits as on the real x
+ * (one token: two register stages; 13: one). Without the wait it reads the
+ * zeros. */
+static void test_pdl_order(void) {
+  const sl_ggml_type ts[] = {SL_GGML_Q4_0, SL_GGML_Q4_1, SL_GGML_Q8_0};
+  const int ns[] = {1, 13};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+    for (size_t j = 0; j < 2; j++) {
+      const int n = ns[j];
+      const int64_t rows = 1000, cols = 576;
+      mm_case c;
+      if (!case_init2(&c, ts[i], rows, cols, n, false)) {
+        CHECK_MSG(0, "case_init %d", (int)ts[i]);
+        case_fini(&c);
+        continue;
+      }
+      sl_kern_weight w = {ts[i], rows, cols, c.dw};
+      const size_t xb = sizeof(float) * (size_t)(n * cols),
+                   yb = sizeof(float) * (size_t)(n * rows);
+      float *ref = sl_malloc(yb), *got = sl_malloc(yb),
+            *zero = sl_calloc(1, xb);
+      float *dsrc = NULL;
+      CHECK_EQ_INT(cudaMalloc((void **)&dsrc, xb), cudaSuccess);
+      CHECK_OK(
+          sl_kcu_matmul_path(g_s, &w, c.dx, c.dy, n, SL_KCU_MM_VEC, NULL, 0));
+      CHECK_EQ_INT(
+          cudaMemcpyAsync(dsrc, c.dx, xb, cudaMemcpyDeviceToDevice, g_s),
+          cudaSuccess);
+      CHECK_EQ_INT(cudaStreamSynchronize(g_s), cudaSuccess);
+      cudaMemcpy(ref, c.dy, yb, cudaMemcpyDeviceToHost);
+      CHECK_EQ_INT(h2d(c.dx, zero, xb), cudaSuccess);
+      CHECK_OK(sl__kcu_test_slow_copy(g_s, c.dx, dsrc, n * cols, 20.0));
+      CHECK_OK(
+          sl_kcu_matmul_path(g_s, &w, c.dx, c.dy, n, SL_KCU_MM_VEC, NULL, 0));
+      CHECK_EQ_INT(cudaStreamSynchronize(g_s), cudaSuccess);
+      cudaMemcpy(got, c.dy, yb, cudaMemcpyDeviceToHost);
+      CHECK_MSG(memcmp(ref, got, yb) == 0,
+                "%s n=%d: the product after a slow writer of x differs",
+                sl_ggml_type_traits_of(ts[i])->name, n);
+      cudaFree(dsrc);
+      sl_free(ref);
+      sl_free(got);
+      sl_free(zero);
+      case_fini(&c);
+    }
+}
+
 static void test_batch_invariance(void) {
   /* packed, >= 2048 tiles: 2 tiles a thread block for <= 4 tokens, 1 for
    * more (n = 21 runs as 8 + 8 + 5, each token alone as 1); 16 warps along
@@ -934,6 +984,7 @@ int main(int argc, char **argv) {
     RUN(test_matmul);
     RUN(test_batch_invariance);
     RUN(test_split);
+    RUN(test_pdl_order);
   }
   /* the stream's cuBLAS handle stays in kern's list (its stream-fini hook
    * runs only for the backend's own streams): harmless at exit */

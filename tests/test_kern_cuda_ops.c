@@ -960,6 +960,62 @@ static void test_argmax(void) {
 /* Decode attention, 32 sequences x 4096 positions, 32 heads, 8 KV heads,
  * head_dim 128: KV bytes read per call over the time per call. Also a
  * prefill chunk of 512 tokens at positions 3584..4095 of one sequence. */
+/* ---- PDL (src/kern/cuda/pdl.cuh) -------------------------------------------
+ */
+
+/* A kernel reads what the kernel before it wrote only after its pdl_wait():
+ * x is zeros until a slow kernel (which lets the next one start at once)
+ * copies the real input in 20 ms later; rmsnorm and add_rmsnorm must still
+ * see the real input. Without the wait they read the zeros. */
+static void test_pdl_order(void) {
+  const int64_t W = 576, R = 3, n = W * R;
+  float *x = rnd_vec(n, 1.0f), *d = rnd_vec(n, 1.0f), *w = rnd_vec(W, 2.0f);
+  float *ref = xmalloc(sizeof(float) * n), *got = xmalloc(sizeof(float) * n);
+  float *dsrc = dev_upload(x, sizeof(float) * n);
+  float *dd = dev_upload(d, sizeof(float) * n);
+  float *dw = dev_upload(w, sizeof(float) * W);
+  float *dx = dev_alloc(sizeof(float) * n), *dy = dev_alloc(sizeof(float) * n);
+  float *zero = calloc((size_t)n, sizeof(float));
+  /* rmsnorm */
+  for (int64_t r = 0; r < R; r++)
+    sl_kern_rmsnorm(ref + r * W, x + r * W, w, W, 1e-5f);
+  CHECK(h2d(dx, zero, sizeof(float) * n) == cudaSuccess);
+  CHECK_OK(sl__kcu_test_slow_copy(g_stream, dx, dsrc, n, 20.0));
+  CHECK_OK(sl_kcu_rmsnorm(g_stream, dy, dx, dw, R, W, 1e-5f));
+  download(got, dy, sizeof(float) * n);
+  double worst = 0;
+  for (int64_t i = 0; i < n; i++)
+    worst = fmax(worst, fabs(got[i] - ref[i]) / (fabs(ref[i]) + 1e-30));
+  CHECK_MSG(worst <= 2e-6, "rmsnorm after a slow writer: rel err %.3g", worst);
+  /* add_rmsnorm: x += d, y = rmsnorm(x) */
+  float *xs = xmalloc(sizeof(float) * n);
+  for (int64_t i = 0; i < n; i++)
+    xs[i] = x[i] + d[i];
+  for (int64_t r = 0; r < R; r++)
+    sl_kern_rmsnorm(ref + r * W, xs + r * W, w, W, 1e-5f);
+  CHECK(h2d(dx, zero, sizeof(float) * n) == cudaSuccess);
+  CHECK_OK(sl__kcu_test_slow_copy(g_stream, dx, dsrc, n, 20.0));
+  CHECK_OK(sl_kcu_add_rmsnorm(g_stream, dx, dy, dd, dw, R, W, 1e-5f));
+  download(got, dy, sizeof(float) * n);
+  worst = 0;
+  for (int64_t i = 0; i < n; i++)
+    worst = fmax(worst, fabs(got[i] - ref[i]) / (fabs(ref[i]) + 1e-30));
+  CHECK_MSG(worst <= 2e-6, "add_rmsnorm after a slow writer: rel err %.3g",
+            worst);
+  dev_free(dsrc);
+  dev_free(dd);
+  dev_free(dw);
+  dev_free(dx);
+  dev_free(dy);
+  free(x);
+  free(d);
+  free(w);
+  free(xs);
+  free(zero);
+  free(ref);
+  free(got);
+}
+
 static int bench(void) {
   const int n_seq = 32, ctx = 4096, nh = 32, nkv = 8, hd = 128;
   const int kv_dim = nkv * hd, blk_per_seq = ctx / BT;
@@ -1104,6 +1160,7 @@ int main(int argc, char **argv) {
     RUN(test_rope_kv_store);
     RUN(test_attention);
     RUN(test_argmax);
+    RUN(test_pdl_order);
     rc = sl_test_finish();
   }
   cudaStreamDestroy(g_stream);

@@ -276,6 +276,14 @@ void sl_kcu_graph_free(void *exec);
 /* Free and total memory of the current CUDA device, in bytes. */
 sl_status sl_kcu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes);
 
+/* Tests only (the PDL rule of src/kern/cuda/pdl.cuh): one kernel, launched
+ * as the forward pass's kernels are, that lets the next kernel start at
+ * once, then spins `ms` milliseconds of device time and only then copies
+ * src[0..n) to dst. A next kernel that reads dst before its pdl_wait() reads
+ * the old values. */
+sl_status sl__kcu_test_slow_copy(void *stream, float *dst, const float *src,
+                                 int64_t n, double ms);
+
 #ifdef __cplusplus
 }
 #endif

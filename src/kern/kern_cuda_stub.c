@@ -133,4 +133,9 @@ sl_status sl_kcu_sample(void *stream, const float *logits, int64_t n_vocab,
   return SL_ERR_UNSUPPORTED;
 }
 
+sl_status sl__kcu_test_slow_copy(void *stream, float *dst, const float *src,
+                                 int64_t n, double ms) {
+  return SL_ERR_UNSUPPORTED;
+}
+
 #endif

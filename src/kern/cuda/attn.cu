@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "cuda_status.h"
+#include "pdl.cuh"
 #include "sluice/kern_cuda.h"
 
 namespace {
@@ -110,6 +111,8 @@ template <int E> __device__ void load_h(const uint16_t *p, float (&f)[E]) {
  * h0 on; nh <= HG of them are real). */
 template <int E, int HG>
 __global__ void __launch_bounds__(NW * 32) attn_kernel(const attn_params P) {
+  sl_kcu::pdl_wait(); /* pdl.cuh: nothing read or written before */
+  sl_kcu::pdl_launch_dependents();
   constexpr int U = HG >= 8 ? 2 : 4; /* rows in flight per warp */
   __shared__ float s_m[NW][HG], s_l[NW][HG];
   __shared__ float s_acc[NW][HG][E * 32];
@@ -240,6 +243,8 @@ __global__ void __launch_bounds__(NW * 32) attn_kernel(const attn_params P) {
 
 /* out of one (token, head) row from its splits: one block of hd threads. */
 __global__ void attn_combine_kernel(const attn_params P) {
+  sl_kcu::pdl_wait(); /* pdl.cuh: nothing read or written before */
+  sl_kcu::pdl_launch_dependents();
   const int64_t row = blockIdx.x;
   const int d = threadIdx.x;
   const int len = P.tok_pos[row / P.n_head] + 1;
@@ -264,21 +269,18 @@ __global__ void attn_combine_kernel(const attn_params P) {
 }
 
 template <int E>
-void launch_e(int hg, dim3 grid, cudaStream_t s, const attn_params &p) {
+sl_status launch_e(int hg, dim3 grid, cudaStream_t s, const attn_params &p) {
   switch (hg) {
   case 1:
-    attn_kernel<E, 1><<<grid, NW * 32, 0, s>>>(p);
-    break;
+    return sl_kcu::launch(attn_kernel<E, 1>, grid, NW * 32, 0, s, p);
   case 2:
-    attn_kernel<E, 2><<<grid, NW * 32, 0, s>>>(p);
-    break;
+    return sl_kcu::launch(attn_kernel<E, 2>, grid, NW * 32, 0, s, p);
   case 4:
-    attn_kernel<E, 4><<<grid, NW * 32, 0, s>>>(p);
-    break;
+    return sl_kcu::launch(attn_kernel<E, 4>, grid, NW * 32, 0, s, p);
   default:
     if constexpr (E * 8 <= 32)
-      attn_kernel<E, 8><<<grid, NW * 32, 0, s>>>(p);
-    break;
+      return sl_kcu::launch(attn_kernel<E, 8>, grid, NW * 32, 0, s, p);
+    return SL_ERR_INVALID_ARG; /* not reached: hg <= 32 / E (see above) */
   }
 }
 
@@ -364,35 +366,34 @@ extern "C" sl_status sl_kcu_attention(void *stream, const sl_kcu_attn *a) {
   cudaStream_t s = (cudaStream_t)stream;
   dim3 grid((unsigned)a->n_tok, (unsigned)(a->n_head_kv * n_chunk),
             (unsigned)p.n_split);
+  sl_status st;
   switch (E) {
   case 1:
-    launch_e<1>(hg, grid, s, p);
+    st = launch_e<1>(hg, grid, s, p);
     break;
   case 2:
-    launch_e<2>(hg, grid, s, p);
+    st = launch_e<2>(hg, grid, s, p);
     break;
   case 3:
-    launch_e<3>(hg, grid, s, p);
+    st = launch_e<3>(hg, grid, s, p);
     break;
   case 4:
-    launch_e<4>(hg, grid, s, p);
+    st = launch_e<4>(hg, grid, s, p);
     break;
   case 5:
-    launch_e<5>(hg, grid, s, p);
+    st = launch_e<5>(hg, grid, s, p);
     break;
   case 6:
-    launch_e<6>(hg, grid, s, p);
+    st = launch_e<6>(hg, grid, s, p);
     break;
   case 7:
-    launch_e<7>(hg, grid, s, p);
+    st = launch_e<7>(hg, grid, s, p);
     break;
   default:
-    launch_e<8>(hg, grid, s, p);
+    st = launch_e<8>(hg, grid, s, p);
     break;
   }
-  sl_status st = sl__kcu_launch_status();
   if (st != SL_OK || !any_split)
     return st;
-  attn_combine_kernel<<<(unsigned)rows, hd, 0, s>>>(p);
-  return sl__kcu_launch_status();
+  return sl_kcu::launch(attn_combine_kernel, (unsigned)rows, hd, 0, s, p);
 }

@@ -39,6 +39,7 @@
 
 #include "mm_impl.cuh"
 #include "packed.cuh"
+#include "pdl.cuh"
 
 namespace sl_kcu {
 namespace {
@@ -265,6 +266,9 @@ __global__ void __launch_bounds__(256)
     }
   };
 
+  /* The first stages' weights are loaded before pdl_wait(): with PDL
+   * (pdl.cuh) they stream in while the kernel before, which writes x,
+   * finishes. Nothing in flight writes the weights (loaded once, at load). */
   const int step = Wv * U;
   stage s0;
   int j0 = vw;
@@ -273,11 +277,13 @@ __global__ void __launch_bounds__(256)
     stage s1;
     if (j0 < C)
       load(j0, s0);
+    if (j0 + step < C)
+      load(j0 + step, s1);
+    pdl_wait();
+    pdl_launch_dependents();
     for (;;) {
       if (j0 >= C)
         break;
-      if (j0 + step < C)
-        load(j0 + step, s1);
       compute(j0, s0);
       j0 += step;
       if (j0 >= C)
@@ -286,11 +292,20 @@ __global__ void __launch_bounds__(256)
         load(j0 + step, s0);
       compute(j0, s1);
       j0 += step;
+      if (j0 >= C)
+        break;
+      if (j0 + step < C)
+        load(j0 + step, s1);
     }
   } else {
     /* more tokens: the sums take the registers a second stage would */
-    for (; j0 < C; j0 += step) {
+    if (j0 < C)
       load(j0, s0);
+    pdl_wait();
+    pdl_launch_dependents();
+    for (; j0 < C; j0 += step) {
+      if (j0 != vw)
+        load(j0, s0);
       compute(j0, s0);
     }
   }
@@ -384,12 +399,10 @@ sl_status launch_k(cudaStream_t stream, const sl_kern_weight *w, const float *x,
   if (sl_status st = allow_smem(kern, smem); st != SL_OK)
     return st;
   const int ks = mmt_ksplit(tiles, (int)(nb * T::CPB), W);
-  if (ks == 1) {
-    kern<<<(unsigned)blocks, W * 32, smem, stream>>>(
-        (const uint8_t *)w->data, tb, tiles, w->rows, (int)nb, x, w->cols, n,
-        om);
-    return launch_status();
-  }
+  if (ks == 1)
+    return launch(kern, (unsigned)blocks, W * 32, smem, stream,
+                  (const uint8_t *)w->data, tb, tiles, w->rows, (int)nb, x,
+                  w->cols, n, om);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)blocks, (unsigned)ks, 1);
   cfg.blockDim = dim3((unsigned)W * 32, 1, 1);

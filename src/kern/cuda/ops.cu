@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "cuda_status.h"
+#include "pdl.cuh"
 #include "sluice/kern_cuda.h"
 
 namespace {
@@ -55,6 +56,8 @@ __device__ float block_sum(float v, float *part) {
  * may equal x. */
 __global__ void rmsnorm_warp_kernel(float *y, const float *x, const float *w,
                                     int64_t rows, int width, float eps) {
+  sl_kcu::pdl_wait(); /* pdl.cuh: nothing read or written before */
+  sl_kcu::pdl_launch_dependents();
   int64_t r = (int64_t)blockIdx.x * 4 + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (r >= rows)
@@ -73,6 +76,8 @@ __global__ void rmsnorm_warp_kernel(float *y, const float *x, const float *w,
 /* Wider rows: one block of 256 threads per row, float4 when aligned. */
 __global__ void rmsnorm_block_kernel(float *y, const float *x, const float *w,
                                      int64_t width, float eps, bool vec) {
+  sl_kcu::pdl_wait(); /* pdl.cuh: nothing read or written before */
+  sl_kcu::pdl_launch_dependents();
   __shared__ float part[8];
   const float *xr = x + (int64_t)blockIdx.x * width;
   float *yr = y + (int64_t)blockIdx.x * width;
@@ -109,6 +114,8 @@ __global__ void rmsnorm_block_kernel(float *y, const float *x, const float *w,
 
 __global__ void add_kernel(float *y, const float *a, const float *b, int64_t n,
                            bool vec) {
+  sl_kcu::pdl_wait(); /* pdl.cuh: nothing read or written before */
+  sl_kcu::pdl_launch_dependents();
   int64_t stride = (int64_t)gridDim.x * blockDim.x;
   int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (vec) {
@@ -128,6 +135,8 @@ __global__ void add_kernel(float *y, const float *a, const float *b, int64_t n,
 /* One block row per grid row; columns strided by the block. */
 __global__ void add_bias_kernel(float *y, const float *bias, int64_t rows,
                                 int64_t width) {
+  sl_kcu::pdl_wait(); /* pdl.cuh: nothing read or written before */
+  sl_kcu::pdl_launch_dependents();
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     float *yr = y + r * width;
     for (int64_t c = threadIdx.x; c < width; c += blockDim.x)
@@ -142,6 +151,8 @@ __device__ float swiglu1(float g, float u) {
 
 __global__ void swiglu_kernel(float *y, const float *g, const float *u,
                               int64_t n, bool vec) {
+  sl_kcu::pdl_wait(); /* pdl.cuh: nothing read or written before */
+  sl_kcu::pdl_launch_dependents();
   int64_t stride = (int64_t)gridDim.x * blockDim.x;
   int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (vec) {
@@ -182,6 +193,8 @@ __device__ void rope_angles(float *cs, float *sn, float p, int half,
 __global__ void rope_kernel(float *x, const int32_t *pos, int n_head,
                             int head_dim, int n_rot, float theta_scale,
                             float freq_scale, bool neox) {
+  sl_kcu::pdl_wait(); /* pdl.cuh: nothing read or written before */
+  sl_kcu::pdl_launch_dependents();
   extern __shared__ float cs_sn[]; /* cos [half], sin [half] */
   const int half = n_rot / 2;
   const int t = blockIdx.x;
@@ -207,6 +220,8 @@ __global__ void rope_kernel(float *x, const int32_t *pos, int n_head,
 __global__ void kv_store_kernel(uint16_t *kc, uint16_t *vc, const float *k,
                                 const float *v, const int32_t *slot, int kv_dim,
                                 bool vec) {
+  sl_kcu::pdl_wait(); /* pdl.cuh: nothing read or written before */
+  sl_kcu::pdl_launch_dependents();
   const int t = blockIdx.x;
   const int32_t s = slot[t];
   if (s < 0)
@@ -247,6 +262,8 @@ __global__ void kv_store_kernel(uint16_t *kc, uint16_t *vc, const float *k,
 template <int K>
 __global__ void add_rmsnorm_kernel(float *x, float *y, const float *d,
                                    const float *w, int width, float eps) {
+  sl_kcu::pdl_wait(); /* pdl.cuh: nothing read or written before */
+  sl_kcu::pdl_launch_dependents();
   __shared__ float part[32];
   const int64_t r = blockIdx.x;
   float4 *x4 = (float4 *)(x + r * width);
@@ -288,6 +305,8 @@ __global__ void rope_kv_kernel(float *q, float *k, const float *v,
                                int n_head, int n_head_kv, int head_dim,
                                int n_rot, float theta_scale, float freq_scale,
                                bool neox, uint16_t *kc, uint16_t *vc) {
+  sl_kcu::pdl_wait(); /* pdl.cuh: nothing read or written before */
+  sl_kcu::pdl_launch_dependents();
   extern __shared__ float cs_sn[];
   const int half = n_rot / 2, t = blockIdx.x;
   float *cs = cs_sn, *sn = cs_sn + half;
@@ -366,6 +385,8 @@ __device__ amax amax_shfl(amax a, int o) {
  * -log(sum exp(x - max)). */
 __global__ void argmax_kernel(const float *logits, int64_t n_vocab,
                               int32_t *ids, float *logprob, bool vec) {
+  sl_kcu::pdl_wait(); /* pdl.cuh: nothing read or written before */
+  sl_kcu::pdl_launch_dependents();
   __shared__ amax part[32];
   const float *x = logits + (int64_t)blockIdx.x * n_vocab;
   amax a = {-INFINITY, n_vocab, 0.0f};
@@ -403,6 +424,24 @@ __global__ void argmax_kernel(const float *logits, int64_t n_vocab,
   }
 }
 
+/* ---- tests only: sl__kcu_test_slow_copy ---------------------------------- */
+
+__global__ void slow_copy_kernel(float *dst, const float *src, int64_t n,
+                                 uint64_t ns) {
+  sl_kcu::pdl_wait();
+  sl_kcu::pdl_launch_dependents(); /* the next kernel starts now */
+  if (threadIdx.x == 0) {
+    uint64_t t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    while (t - t0 < ns);
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    dst[i] = src[i];
+}
+
 } // namespace
 
 extern "C" sl_status sl_kcu_rmsnorm(void *stream, float *y, const float *x,
@@ -414,13 +453,18 @@ extern "C" sl_status sl_kcu_rmsnorm(void *stream, float *y, const float *x,
     return SL_OK;
   cudaStream_t s = (cudaStream_t)stream;
   if (width <= 1024) {
-    rmsnorm_warp_kernel<<<(unsigned)((rows + 3) / 4), 128, 0, s>>>(
-        y, x, w, rows, (int)width, eps);
+    if (sl_status ls_ =
+            sl_kcu::launch(rmsnorm_warp_kernel, (unsigned)((rows + 3) / 4), 128,
+                           0, s, y, x, w, rows, (int)width, eps);
+        ls_ != SL_OK)
+      return ls_;
   } else {
     bool vec =
         width % 4 == 0 && aligned16(x) && aligned16(y) && (!w || aligned16(w));
-    rmsnorm_block_kernel<<<(unsigned)rows, 256, 0, s>>>(y, x, w, width, eps,
-                                                        vec);
+    if (sl_status ls_ = sl_kcu::launch(rmsnorm_block_kernel, (unsigned)rows,
+                                       256, 0, s, y, x, w, width, eps, vec);
+        ls_ != SL_OK)
+      return ls_;
   }
   return sl__kcu_launch_status();
 }
@@ -432,8 +476,11 @@ extern "C" sl_status sl_kcu_add(void *stream, float *y, const float *a,
   if (n == 0)
     return SL_OK;
   bool vec = aligned16(y) && aligned16(a) && aligned16(b);
-  add_kernel<<<grid_for(vec ? n / 4 + 1 : n, 256), 256, 0,
-               (cudaStream_t)stream>>>(y, a, b, n, vec);
+  if (sl_status ls_ =
+          sl_kcu::launch(add_kernel, grid_for(vec ? n / 4 + 1 : n, 256), 256, 0,
+                         (cudaStream_t)stream, y, a, b, n, vec);
+      ls_ != SL_OK)
+    return ls_;
   return sl__kcu_launch_status();
 }
 
@@ -444,8 +491,11 @@ extern "C" sl_status sl_kcu_add_bias(void *stream, float *y, const float *bias,
   if (rows == 0 || width == 0)
     return SL_OK;
   int threads = width >= 256 ? 256 : (int)((width + 31) / 32 * 32);
-  add_bias_kernel<<<(unsigned)(rows < 65536 ? rows : 65536), threads, 0,
-                    (cudaStream_t)stream>>>(y, bias, rows, width);
+  if (sl_status ls_ = sl_kcu::launch(
+          add_bias_kernel, (unsigned)(rows < 65536 ? rows : 65536), threads, 0,
+          (cudaStream_t)stream, y, bias, rows, width);
+      ls_ != SL_OK)
+    return ls_;
   return sl__kcu_launch_status();
 }
 
@@ -456,8 +506,11 @@ extern "C" sl_status sl_kcu_swiglu(void *stream, float *y, const float *g,
   if (n == 0)
     return SL_OK;
   bool vec = aligned16(y) && aligned16(g) && aligned16(u);
-  swiglu_kernel<<<grid_for(vec ? n / 4 + 1 : n, 256), 256, 0,
-                  (cudaStream_t)stream>>>(y, g, u, n, vec);
+  if (sl_status ls_ =
+          sl_kcu::launch(swiglu_kernel, grid_for(vec ? n / 4 + 1 : n, 256), 256,
+                         0, (cudaStream_t)stream, y, g, u, n, vec);
+      ls_ != SL_OK)
+    return ls_;
   return sl__kcu_launch_status();
 }
 
@@ -475,9 +528,12 @@ extern "C" sl_status sl_kcu_rope(void *stream, float *x, const int32_t *pos,
   /* the CPU's expression, evaluated by the same host libm */
   const float theta_scale = powf(base, -2.0f / (float)n_rot);
   size_t shm = (size_t)n_rot * sizeof(float); /* cos and sin, half each */
-  rope_kernel<<<(unsigned)n_tok, 256, shm, (cudaStream_t)stream>>>(
-      x, pos, n_head, head_dim, n_rot, theta_scale, scale,
-      mode == SL_KERN_ROPE_NEOX);
+  if (sl_status ls_ =
+          sl_kcu::launch(rope_kernel, (unsigned)n_tok, 256, shm,
+                         (cudaStream_t)stream, x, pos, n_head, head_dim, n_rot,
+                         theta_scale, scale, mode == SL_KERN_ROPE_NEOX);
+      ls_ != SL_OK)
+    return ls_;
   return sl__kcu_launch_status();
 }
 
@@ -492,8 +548,11 @@ extern "C" sl_status sl_kcu_kv_store(void *stream, uint16_t *k_layer,
   bool vec = kv_dim % 4 == 0 && aligned16(k) && aligned16(v) &&
              ((uintptr_t)k_layer & 7) == 0 && ((uintptr_t)v_layer & 7) == 0;
   int threads = kv_dim >= 1024 ? 256 : 128;
-  kv_store_kernel<<<(unsigned)n_tok, threads, 0, (cudaStream_t)stream>>>(
-      k_layer, v_layer, k, v, slot, kv_dim, vec);
+  if (sl_status ls_ = sl_kcu::launch(kv_store_kernel, (unsigned)n_tok, threads,
+                                     0, (cudaStream_t)stream, k_layer, v_layer,
+                                     k, v, slot, kv_dim, vec);
+      ls_ != SL_OK)
+    return ls_;
   return sl__kcu_launch_status();
 }
 
@@ -505,8 +564,11 @@ extern "C" sl_status sl_kcu_argmax(void *stream, const float *logits,
   if (n_rows == 0)
     return SL_OK;
   bool vec = n_vocab % 4 == 0 && aligned16(logits);
-  argmax_kernel<<<(unsigned)n_rows, 1024, 0, (cudaStream_t)stream>>>(
-      logits, n_vocab, ids, logprob, vec);
+  if (sl_status ls_ = sl_kcu::launch(argmax_kernel, (unsigned)n_rows, 1024, 0,
+                                     (cudaStream_t)stream, logits, n_vocab, ids,
+                                     logprob, vec);
+      ls_ != SL_OK)
+    return ls_;
   return sl__kcu_launch_status();
 }
 
@@ -528,12 +590,18 @@ extern "C" sl_status sl_kcu_add_rmsnorm(void *stream, float *x, float *y,
   cudaStream_t s = (cudaStream_t)stream;
   int threads = (int)((n4 + 31) / 32 * 32);
   if (threads <= 1024) {
-    add_rmsnorm_kernel<1>
-        <<<(unsigned)rows, threads, 0, s>>>(x, y, d, w, (int)width, eps);
+    if (sl_status ls_ =
+            sl_kcu::launch(add_rmsnorm_kernel<1>, (unsigned)rows, threads, 0, s,
+                           x, y, d, w, (int)width, eps);
+        ls_ != SL_OK)
+      return ls_;
   } else {
     threads = (int)((n4 + 4 * 32 - 1) / (4 * 32) * 32);
-    add_rmsnorm_kernel<4>
-        <<<(unsigned)rows, threads, 0, s>>>(x, y, d, w, (int)width, eps);
+    if (sl_status ls_ =
+            sl_kcu::launch(add_rmsnorm_kernel<4>, (unsigned)rows, threads, 0, s,
+                           x, y, d, w, (int)width, eps);
+        ls_ != SL_OK)
+      return ls_;
   }
   return sl__kcu_launch_status();
 }
@@ -556,8 +624,20 @@ sl_kcu_rope_kv_store(void *stream, float *q, float *k, const float *v,
                            n_head_kv * head_dim);
   const float theta_scale = powf(base, -2.0f / (float)n_rot);
   const size_t shm = (size_t)n_rot * sizeof(float);
-  rope_kv_kernel<<<(unsigned)n_tok, 256, shm, (cudaStream_t)stream>>>(
-      q, k, v, pos, slot, n_head, n_head_kv, head_dim, n_rot, theta_scale,
-      scale, mode == SL_KERN_ROPE_NEOX, k_layer, v_layer);
+  if (sl_status ls_ = sl_kcu::launch(
+          rope_kv_kernel, (unsigned)n_tok, 256, shm, (cudaStream_t)stream, q, k,
+          v, pos, slot, n_head, n_head_kv, head_dim, n_rot, theta_scale, scale,
+          mode == SL_KERN_ROPE_NEOX, k_layer, v_layer);
+      ls_ != SL_OK)
+    return ls_;
   return sl__kcu_launch_status();
+}
+
+extern "C" sl_status sl__kcu_test_slow_copy(void *stream, float *dst,
+                                            const float *src, int64_t n,
+                                            double ms) {
+  if (n < 0 || ms < 0 || (n && (!dst || !src)))
+    return SL_ERR_INVALID_ARG;
+  return sl_kcu::launch(slow_copy_kernel, 1, 256, 0, (cudaStream_t)stream, dst,
+                        src, n, (uint64_t)(ms * 1e6));
 }
