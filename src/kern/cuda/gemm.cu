@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 #include <limits.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "dequant.cuh"
 #include "mm_impl.cuh"
@@ -309,6 +310,20 @@ static sl_status check_args(const sl_kern_weight *w, const float *x,
   return !x || !y || !w->data ? SL_ERR_INVALID_ARG : SL_OK;
 }
 
+/* SLUICE_CUDA_GEMM=0: the batched path (cuBLAS) is not used; every product
+ * goes through sluice's own matrix-vector / tensor-core kernels in slices.
+ * For compute-sanitizer's racecheck over a whole server: cuBLAS's Hopper
+ * kernels (nvjet_*) make the tool's tracking grow without bound (docs/PERF.md,
+ * 2026-12-04), and they are not sluice's code. Read once per process. */
+static bool gemm_enabled(void) {
+  static int on = -1;
+  if (on < 0) {
+    const char *e = getenv("SLUICE_CUDA_GEMM");
+    on = !(e && e[0] == '0');
+  }
+  return on;
+}
+
 /* Beyond the header's contract: the weight data must be aligned as its
  * blocks' loads need (16 bytes for the packed Q4_0, Q4_1, Q8_0; 2 for the
  * others, 4 for Q4_K, Q5_K, Q5_1, Q2_K, IQ4_XS, F32), x 16-byte
@@ -335,6 +350,9 @@ extern "C" sl_status sl_kcu_matmul(void *stream, const sl_kern_weight *w,
       return SL_ERR_INVALID_ARG;
     return mmv(s, w, x, y, n);
   }
+  if (!gemm_enabled())
+    return sl_kcu_matmul_path(stream, w, x, y, n, SL_KCU_MM_VEC, scratch,
+                              scratch_bytes);
   return gemm(s, w, x, y, n, scratch, scratch_bytes);
 }
 
@@ -374,7 +392,7 @@ extern "C" sl_status sl_kcu_matmul_path(void *stream, const sl_kern_weight *w,
   /* F32 weights stay on the matrix-vector kernels: cublasSgemm computes an
    * element one way for n = 1 and another for larger n (measured on the
    * H200: 8 of 8 tokens differed alone), GemmEx on f16 does not */
-  if (path == SL_KCU_MM_GEMM && w->type != SL_GGML_F32)
+  if (path == SL_KCU_MM_GEMM && w->type != SL_GGML_F32 && gemm_enabled())
     return gemm(s, w, x, y, n, scratch, scratch_bytes);
   if (sl_kcu_type_packed(w->type) && mmt_enabled()) {
     if ((uintptr_t)x % 16)
