@@ -221,8 +221,8 @@ static bool load_tensors(loader *L) {
       return false;
   } else {
     hp->tied_embeddings = true;
-    m->output =
-        (sl_kern_weight){m->tok_embd->type, hp->n_vocab, d, m->tok_embd->data};
+    m->output = (sl_kern_weight){m->tok_embd->type, hp->n_vocab, d,
+                                 m->tok_embd->data, NULL};
   }
   m->layers = sl_calloc((size_t)hp->n_layer, sizeof *m->layers);
   if (!m->layers)
