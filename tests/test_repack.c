@@ -9,7 +9,8 @@
  *     lands in, the thread count and sl_kern_matmul_parts;
  *   - a packed copy of zeros gives zeros where a packed kernel runs (the
  *     packed path is taken) and the unpacked product where none does;
- *   - sizes: 0 on the scalar level, with SLUICE_REPACK=0, for other types.
+ *   - sizes: 0 on the scalar and VNNI levels, with SLUICE_REPACK=0, for
+ *     other types.
  * SLUICE_ISA=scalar|avx2|... puts one level under test (ctest: test_repack_
  * <level>; 77 where this CPU lacks it), else every level the CPU has. */
 #include <math.h>
@@ -73,12 +74,18 @@ static double ref_dot(sl_ggml_type t, int64_t n, const void *w, const void *xq,
   return s;
 }
 
+/* The levels with packed kernels: avx2 and avx512 (the VNNI levels keep
+ * their own tiles). */
+static bool has_packed(sl_kern_isa isa) {
+  return isa == SL_KERN_ISA_AVX2 || isa == SL_KERN_ISA_AVX512;
+}
+
 static void test_bytes(void) {
   uint8_t wb[34 * 4] = {0};
   uint8_t dst[34 * 8 * 4];
   for (int k = 0; k < g_nisa; k++) {
     CHECK_OK(sl_kern_cpu_set_isa(g_isas[k]));
-    bool scalar = g_isas[k] == SL_KERN_ISA_SCALAR;
+    bool scalar = !has_packed(g_isas[k]);
     for (size_t ti = 0; ti < N_TYPES; ti++) {
       sl_kern_weight W = {k_types[ti], 3, 32, wb, NULL};
       size_t want = scalar ? 0 : 8 * row_bytes(k_types[ti], 32);
@@ -232,7 +239,7 @@ static void test_packed_products(void) {
   CHECK(pools[0] && pools[1]);
   int tested = 0;
   for (int k = 0; k < g_nisa; k++) {
-    if (g_isas[k] == SL_KERN_ISA_SCALAR)
+    if (!has_packed(g_isas[k]))
       continue;
     tested++;
     for (size_t ti = 0; ti < N_TYPES; ti++)

@@ -164,8 +164,9 @@ typedef struct sl_kern_weight {
 /* ---- repacked weights
  * --------------------------------------------------------
  *
- * Where the ISA in use has a kernel for it (AVX2 and the levels above it:
- * Q4_0, Q8_0, Q5_0, IQ4_NL), a matrix can be copied once, at load, into groups
+ * Where the ISA in use has a kernel for it (the avx2 and avx512 levels:
+ * Q4_0, Q8_0, Q5_0, IQ4_NL; not the VNNI levels, which keep their own
+ * tiles), a matrix can be copied once, at load, into groups
  * of 8 rows whose blocks interleave: per 32-element block position, the 8
  * rows' f16 scales together, then their quants in 4-byte runs, so that one
  * 256-bit load feeds 8 rows. The last group is padded with zero rows. The
