@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 
 #include "harness.h"
+#include "isa_levels.h"
 #include "kern/cpu/kern_cpu_k23.h"
 #include "sluice/kern_cpu.h"
 #include "sluice/util.h"
@@ -396,7 +397,7 @@ static void test_matmul(void) {
     size_t wrb = row_bytes(t, cols);
     uint8_t *w = sl_malloc(wrb * rows);
     fill_random(t, w, cols * rows);
-    sl_kern_weight W = {t, rows, cols, w};
+    sl_kern_weight W = {t, rows, cols, w, NULL};
     int64_t maxt = 64;
     float *X = sl_malloc(maxt * cols * sizeof(float));
     float *ref = sl_malloc(maxt * rows * sizeof(float));
@@ -473,9 +474,9 @@ static void test_matmul(void) {
   /* argument errors */
   float y[4], xx[64] = {0};
   uint8_t wb[64] = {0};
-  sl_kern_weight bad = {(sl_ggml_type)16, 1, 32, wb};
+  sl_kern_weight bad = {(sl_ggml_type)16, 1, 32, wb, NULL};
   CHECK_EQ_INT(sl_kern_matmul(pools[1], &bad, xx, y, 1), SL_ERR_UNSUPPORTED);
-  sl_kern_weight odd = {SL_GGML_Q8_0, 1, 48, wb};
+  sl_kern_weight odd = {SL_GGML_Q8_0, 1, 48, wb, NULL};
   CHECK_EQ_INT(sl_kern_matmul(pools[1], &odd, xx, y, 1), SL_ERR_INVALID_ARG);
   CHECK_EQ_INT(sl_kern_matmul(pools[1], &odd, xx, y, -1), SL_ERR_INVALID_ARG);
   sl_kern_pool_destroy(pools[0]);
@@ -510,7 +511,7 @@ static void test_matmul_parts(void) {
       size_t wrb = row_bytes(sets[si][i], cols);
       wd[i] = sl_malloc(wrb * prow[i]);
       fill_random(sets[si][i], wd[i], cols * prow[i]);
-      W[i] = (sl_kern_weight){sets[si][i], prow[i], cols, wd[i]};
+      W[i] = (sl_kern_weight){sets[si][i], prow[i], cols, wd[i], NULL};
       pw[i] = &W[i];
       ref[i] = sl_malloc(64 * prow[i] * sizeof(float));
       got[i] = sl_malloc(64 * prow[i] * sizeof(float));
@@ -540,7 +541,8 @@ static void test_matmul_parts(void) {
   uint8_t wb[1024] = {0};
   float y0[64], y1[64];
   float *ys[5] = {y0, y1, y0, y1, y0};
-  sl_kern_weight a = {SL_GGML_Q8_0, 1, 64, wb}, b = {SL_GGML_Q8_0, 1, 32, wb};
+  sl_kern_weight a = {SL_GGML_Q8_0, 1, 64, wb, NULL},
+                 b = {SL_GGML_Q8_0, 1, 32, wb, NULL};
   const sl_kern_weight *ab[5] = {&a, &b, &a, &a, &a};
   CHECK_EQ_INT(sl_kern_matmul_parts(pools[1], ab, 0, X, ys, 1),
                SL_ERR_INVALID_ARG);
@@ -598,7 +600,7 @@ static void test_vnni(void) {
         for (int64_t tt = 0; tt < MAXT; tt++)
           CHECK_OK(
               sl_kern_quantize_act(act, X + tt * cols, xq + tt * xrb, cols));
-        sl_kern_weight W = {t, ROWS, cols, w};
+        sl_kern_weight W = {t, ROWS, cols, w, NULL};
         int diff = 0, off = 0, notdot = 0, boff = 0;
         /* the dot table for 1..4 tokens at once, against token by token */
         CHECK_OK(sl_kern_cpu_set_isa(isa));
@@ -1062,32 +1064,9 @@ static void test_isa_env(void) {
 
 int main(void) {
   /* the levels under test: the one SLUICE_ISA names, else all this CPU has */
-  sl_kern_isa want;
-  sl_status st = sl_kern_cpu_isa_requested(&want);
-  if (st == SL_ERR_INVALID_ARG) {
-    fprintf(stderr, "SLUICE_ISA=%s: not a level name\n",
-            getenv("SLUICE_ISA") && *getenv("SLUICE_ISA")
-                ? getenv("SLUICE_ISA")
-                : getenv("SLUICE_CPU_ISA"));
-    return 1;
-  }
-  if (st == SL_OK) {
-    if (!sl_kern_cpu_isa_supported(want)) {
-      fprintf(stderr, "skipped: this CPU cannot run %s\n",
-              sl_kern_isa_name(want));
-      return 77;
-    }
-    if (sl_kern_cpu_isa() != want) {
-      fprintf(stderr, "SLUICE_ISA=%s, but the kernels chose %s\n",
-              sl_kern_isa_name(want), sl_kern_isa_name(sl_kern_cpu_isa()));
-      return 1;
-    }
-    g_isas[g_nisa++] = want;
-  } else {
-    for (int i = 0; i < SL_KERN_ISA_COUNT; i++)
-      if (sl_kern_cpu_isa_supported((sl_kern_isa)i))
-        g_isas[g_nisa++] = (sl_kern_isa)i;
-  }
+  int rc = sl_test_isa_levels(g_isas, &g_nisa);
+  if (rc >= 0)
+    return rc;
   fprintf(stderr, "ISA levels under test:");
   for (int i = 0; i < g_nisa; i++)
     fprintf(stderr, " %s", sl_kern_isa_name(g_isas[i]));

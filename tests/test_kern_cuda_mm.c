@@ -197,7 +197,7 @@ static void check_matmul(sl_ggml_type t, int64_t rows, int64_t cols, int nmax) {
     goto out;
 
   /* the references, over all nmax tokens; smaller n take a prefix */
-  sl_kern_weight hw = {t, rows, cols, c.w};
+  sl_kern_weight hw = {t, rows, cols, c.w, NULL};
   CHECK_OK(sl_kern_matmul(NULL, &hw, c.x, ycpu, nmax));
   const int64_t ab = act_block(t);
   for (int tk = 0; tk < nmax; tk++) {
@@ -245,7 +245,7 @@ static void check_matmul(sl_ggml_type t, int64_t rows, int64_t cols, int nmax) {
       break;
     }
 
-  sl_kern_weight dw = {t, rows, cols, c.dw};
+  sl_kern_weight dw = {t, rows, cols, c.dw, NULL};
   size_t sb = 0;
   for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++)
     if (ns[j] <= nmax && sl_kcu_matmul_scratch_bytes(&dw, ns[j]) > sb)
@@ -601,38 +601,40 @@ static void test_args(void) {
   cudaMemset(dw, 0, 1 << 20);
   cudaMemset(dids, 0, 64);
 
-  sl_kern_weight w = {SL_GGML_Q8_K, 64, 256, dw};
+  sl_kern_weight w = {SL_GGML_Q8_K, 64, 256, dw, NULL};
   CHECK_EQ_INT(sl_kcu_matmul(g_s, &w, dx, dy, 1, NULL, 0), SL_ERR_UNSUPPORTED);
   CHECK_EQ_INT(sl_kcu_matmul(g_s, &w, dx, dy, 16, scratch, 1 << 20),
                SL_ERR_UNSUPPORTED);
   CHECK_EQ_INT(sl_kcu_get_rows(g_s, SL_GGML_Q8_K, dw, 256, dids, 1, dy),
                SL_ERR_UNSUPPORTED);
 
-  w = (sl_kern_weight){SL_GGML_Q4_0, 64, 48, dw}; /* not a multiple of 32 */
+  w = (sl_kern_weight){SL_GGML_Q4_0, 64, 48, dw,
+                       NULL}; /* not a multiple of 32 */
   CHECK_EQ_INT(sl_kcu_matmul(g_s, &w, dx, dy, 1, NULL, 0), SL_ERR_INVALID_ARG);
   CHECK_EQ_INT(sl_kcu_matmul(g_s, &w, dx, dy, 16, scratch, 1 << 20),
                SL_ERR_INVALID_ARG);
   CHECK_EQ_INT(sl_kcu_get_rows(g_s, SL_GGML_Q4_0, dw, 48, dids, 1, dy),
                SL_ERR_INVALID_ARG);
-  w = (sl_kern_weight){SL_GGML_Q6_K, 64, 288, dw}; /* not a multiple of 256 */
+  w = (sl_kern_weight){SL_GGML_Q6_K, 64, 288, dw,
+                       NULL}; /* not a multiple of 256 */
   CHECK_EQ_INT(sl_kcu_matmul(g_s, &w, dx, dy, 2, NULL, 0), SL_ERR_INVALID_ARG);
   CHECK_EQ_INT(sl_kcu_get_rows(g_s, SL_GGML_Q6_K, dw, 288, dids, 1, dy),
                SL_ERR_INVALID_ARG);
   CHECK_EQ_INT(sl_kcu_matmul(g_s, &w, dx, dy, -1, NULL, 0), SL_ERR_INVALID_ARG);
-  w = (sl_kern_weight){SL_GGML_Q3_K, 64, 576, dw}; /* 2.25 blocks */
+  w = (sl_kern_weight){SL_GGML_Q3_K, 64, 576, dw, NULL}; /* 2.25 blocks */
   CHECK_EQ_INT(sl_kcu_matmul(g_s, &w, dx, dy, 1, NULL, 0), SL_ERR_INVALID_ARG);
-  w = (sl_kern_weight){SL_GGML_Q5_1, 64, 80, dw}; /* 2.5 blocks */
+  w = (sl_kern_weight){SL_GGML_Q5_1, 64, 80, dw, NULL}; /* 2.5 blocks */
   CHECK_EQ_INT(sl_kcu_matmul(g_s, &w, dx, dy, 1, NULL, 0), SL_ERR_INVALID_ARG);
   /* the 4-byte loads of Q5_1, Q2_K, IQ4_XS; Q5_0, Q3_K take 2-byte data */
-  w = (sl_kern_weight){SL_GGML_Q5_1, 64, 64, (char *)dw + 2};
+  w = (sl_kern_weight){SL_GGML_Q5_1, 64, 64, (char *)dw + 2, NULL};
   CHECK_EQ_INT(sl_kcu_matmul(g_s, &w, dx, dy, 1, NULL, 0), SL_ERR_INVALID_ARG);
   CHECK_EQ_INT(
       sl_kcu_get_rows(g_s, SL_GGML_IQ4_XS, (char *)dw + 2, 256, dids, 1, dy),
       SL_ERR_INVALID_ARG);
-  w = (sl_kern_weight){SL_GGML_Q3_K, 4, 256, (char *)dw + 2};
+  w = (sl_kern_weight){SL_GGML_Q3_K, 4, 256, (char *)dw + 2, NULL};
   CHECK_OK(sl_kcu_matmul(g_s, &w, dx, dy, 1, NULL, 0));
   /* packed data must be 16-byte aligned (its 16-byte loads) */
-  w = (sl_kern_weight){SL_GGML_Q8_0, 64, 64, (char *)dw + 8};
+  w = (sl_kern_weight){SL_GGML_Q8_0, 64, 64, (char *)dw + 8, NULL};
   CHECK_EQ_INT(sl_kcu_matmul(g_s, &w, dx, dy, 1, NULL, 0), SL_ERR_INVALID_ARG);
   CHECK_EQ_INT(
       sl_kcu_get_rows(g_s, SL_GGML_Q8_0, (char *)dw + 8, 64, dids, 1, dy),
@@ -640,7 +642,7 @@ static void test_args(void) {
 
   /* scratch: 0 on the matrix-vector path and for F32; W and X in f16, each
    * rounded up to 256 bytes, otherwise */
-  w = (sl_kern_weight){SL_GGML_Q4_0, 100, 96, dw};
+  w = (sl_kern_weight){SL_GGML_Q4_0, 100, 96, dw, NULL};
   CHECK_EQ_INT(sl_kcu_matmul_scratch_bytes(&w, 8), 0);
   CHECK_EQ_INT(sl_kcu_matmul_scratch_bytes(&w, 9), 19200 + 1792);
   w.type = SL_GGML_F16;
@@ -679,7 +681,7 @@ static void check_invariance2(sl_ggml_type t, sl_kcu_mm_path path, int n,
     case_fini(&c);
     return;
   }
-  sl_kern_weight w = {t, c.rows, c.cols, c.dw};
+  sl_kern_weight w = {t, c.rows, c.cols, c.dw, NULL};
   size_t sb = sl_kcu_matmul_path_scratch_bytes(&w, n, path);
   void *scratch = NULL;
   if (sb)
@@ -734,7 +736,7 @@ static void check_split(sl_ggml_type t, int n) {
     case_fini(&c);
     return;
   }
-  sl_kern_weight w = {t, rows, cols, c.dw};
+  sl_kern_weight w = {t, rows, cols, c.dw, NULL};
   float *dys = NULL;
   CHECK_EQ_INT(cudaMalloc((void **)&dys, sizeof(float) * (size_t)(n * rows)),
                cudaSuccess);
@@ -899,7 +901,7 @@ static void bench_one(sl_ggml_type t, int64_t rows, int64_t cols, double peak) {
   }
   /* the bytes the kernels read: the packed matrix, else the GGUF bytes */
   const double wbytes = (double)sl_kcu_packed_bytes(t, rows, cols);
-  sl_kern_weight w = {t, rows, cols, c.dw};
+  sl_kern_weight w = {t, rows, cols, c.dw, NULL};
   size_t sb = sl_kcu_matmul_scratch_bytes(&w, NB);
   void *scratch = NULL;
   if (sb && cudaMalloc(&scratch, sb) != cudaSuccess) {

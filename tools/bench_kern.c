@@ -3,6 +3,10 @@
  *
  *   bench_kern [--quick]      (SLUICE_CPU_ISA=scalar|avx2|avx512 to force)
  *
+ * Weights are repacked (sl_kern_repack) where the ISA has packed kernels for
+ * the type, as the model does at load; SLUICE_REPACK=0 measures the GGUF
+ * layout instead. BENCH_KERN_TYPES=Q4_0,Q8_0 limits the types run.
+ *
  * Decode (n_tokens = 1): GB/s of weight bytes streamed; it should approach the
  * read bandwidth. Prefill (n_tokens = 64, 256): "eff GB/s" = n_tokens x weight
  * bytes / time, i.e. how much faster than re-reading the weights per token. */
@@ -162,10 +166,18 @@ int main(int argc, char **argv) {
   const char *cols_env = getenv("BENCH_KERN_COLS");
   const int64_t cols =
       cols_env && atoll(cols_env) >= 256 ? atoll(cols_env) / 256 * 256 : 4096;
-  printf("\n%-6s %8s | %-22s | %-30s\n", "type", "MB", "decode GB/s (1t, 2t)",
-         "prefill eff GB/s 2t (64, 256 tok)");
+  const char *only = getenv("BENCH_KERN_TYPES");
+  printf("\n%-6s %3s %8s | %-18s | %-32s\n", "type", "pk", "MB",
+         "decode GB/s 1t 2t", "prefill eff GB/s 64 1t, 64 2t, 256 2t");
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
     sl_ggml_type t = types[ti];
+    if (only && *only) {
+      const char *n = type_name(t), *hit = strstr(only, n);
+      size_t len = strlen(n);
+      if (!hit || (hit != only && hit[-1] != ',') ||
+          (hit[len] != 0 && hit[len] != ','))
+        continue;
+    }
     size_t rb;
     sl_kern_row_bytes(t, cols, &rb);
     int64_t rows = (int64_t)((quick ? 32u << 20 : 128u << 20) / rb);
@@ -178,7 +190,11 @@ int main(int argc, char **argv) {
     fill(t, w, wbytes);
     for (int64_t i = 0; i < 256 * cols; i++)
       X[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
-    sl_kern_weight W = {t, rows, cols, w};
+    sl_kern_weight W = {t, rows, cols, w, NULL};
+    size_t pbytes = sl_kern_repack_bytes(&W);
+    void *packed = pbytes ? sl_malloc(pbytes) : NULL;
+    if (packed && sl_kern_repack(&W, packed, pbytes) == SL_OK)
+      W.packed = packed;
     double dec[2];
     for (int p = 0; p < 2; p++) {
       double best = 1e9;
@@ -194,21 +210,24 @@ int main(int argc, char **argv) {
     int64_t prow = (int64_t)((8u << 20) / rb);
     if (prow > rows)
       prow = rows;
-    sl_kern_weight PW = {t, prow, cols, w};
-    double pre[2];
-    static const int64_t ntoks[2] = {64, 256};
-    for (int k = 0; k < 2; k++) {
+    /* the packed copy's first groups are those rows' */
+    sl_kern_weight PW = {t, prow, cols, w, W.packed};
+    double pre[3];
+    static const int64_t ntoks[3] = {64, 64, 256};
+    for (int k = 0; k < 3; k++) {
       double best = 1e9;
       for (int r = 0; r < 2; r++) {
         double t0 = now_s();
-        sl_kern_matmul(pools[1], &PW, X, Y, ntoks[k]);
+        sl_kern_matmul(pools[k > 0], &PW, X, Y, ntoks[k]);
         double dt = now_s() - t0;
         best = dt < best ? dt : best;
       }
       pre[k] = (double)ntoks[k] * (double)(rb * (size_t)prow) / best / 1e9;
     }
-    printf("%-6s %8.1f | %8.1f %8.1f     | %10.1f %10.1f\n", type_name(t),
-           (double)wbytes / 1e6, dec[0], dec[1], pre[0], pre[1]);
+    printf("%-6s %3s %8.1f | %8.1f %8.1f  | %10.1f %10.1f %10.1f\n",
+           type_name(t), W.packed ? "yes" : "no", (double)wbytes / 1e6, dec[0],
+           dec[1], pre[0], pre[1], pre[2]);
+    sl_free(packed);
     sl_free(w);
     sl_free(X);
     sl_free(Y);

@@ -8,6 +8,8 @@ Each mutant lives in tools/mutants/NN-name.txt:
     # break: what the mutant breaks (one line)
     # file: src/rt/memsync.c
     # test: ctest regex of the test(s) that must fail
+    # target: the build targets it needs (optional; default: the test_\w+
+    #         names in `test`, for a test named after its binary)
     @@@ old
     exact text, which must occur exactly once in the file
     @@@ new
@@ -45,6 +47,13 @@ def parse(path):
         sys.exit(f"mutants: {path}: malformed")
     return dict(name=os.path.basename(path)[:-4], old=m.group(1),
                 new=m.group(2), **meta)
+
+
+def targets_of(m):
+    """The build targets mutant m's test needs."""
+    if "target" in m:
+        return m["target"].split()
+    return re.findall(r"test_\w+", m["test"])
 
 
 def run(cmd, cwd, timeout=None, env=None):
@@ -97,8 +106,7 @@ def main():
              "-DCMAKE_BUILD_TYPE=RelWithDebInfo"] + cuda, work)
     if r.returncode:
         sys.exit("mutants: configure failed\n" + r.stdout)
-    targets = sorted({t for m in muts
-                      for t in re.findall(r"test_\w+", m["test"])})
+    targets = sorted({t for m in muts for t in targets_of(m)})
     t0 = time.time()
     r = run(["cmake", "--build", bld, "-j", str(a.jobs), "--target"] + targets,
             work)
@@ -125,7 +133,7 @@ def main():
         t1 = time.time()
         try:
             b = run(["cmake", "--build", bld, "-j", str(a.jobs), "--target"] +
-                    re.findall(r"test_\w+", m["test"]), work)
+                    targets_of(m), work)
             if b.returncode:  # proves nothing: the mutant must be fixed
                 verdict, detail = "BROKEN", "(does not build)"
             else:

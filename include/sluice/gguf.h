@@ -131,6 +131,17 @@ int64_t sl_gguf_n_tensors(const sl_gguf_t *g);
 const sl_gguf_tensor *sl_gguf_tensor_at(const sl_gguf_t *g, int64_t i);
 const sl_gguf_tensor *sl_gguf_find_tensor(const sl_gguf_t *g, const char *name);
 
+/* Gives back to the OS the resident pages of the mapping that lie wholly
+ * inside [p, p + n) (a range within a tensor's data), for a caller that has
+ * copied that data elsewhere (e.g. repacked weights): madvise(MADV_DONTNEED)
+ * on the page-aligned interior. The bytes stay readable: the mapping is a
+ * private, unmodified file mapping, so a later read faults them in again
+ * from the file. Returns the bytes released: 0 for a file opened with
+ * sl_gguf_open_mem, a range smaller than a page or outside the mapping, or
+ * a failing madvise. Any thread; the data must not be in use as a pointer
+ * to keep resident. */
+size_t sl_gguf_release_pages(const sl_gguf_t *g, const void *p, size_t n);
+
 /* Bytes sampled at each end of a tensor's data by sl_gguf_fingerprint. */
 #define SL_GGUF_FP_SAMPLE 4096
 

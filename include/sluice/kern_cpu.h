@@ -147,13 +147,46 @@ void sl_kern_pool_run(sl_kern_pool_t *pool,
 
 /* A weight matrix: `rows` rows of `cols` elements of type `type`, each row
  * sl_kern_row_bytes(type, cols) bytes, rows contiguous (GGUF: ne[0] = cols,
- * ne[1] = rows). `data` is borrowed. */
+ * ne[1] = rows). `data` is borrowed. `packed`: NULL, or the copy
+ * sl_kern_repack wrote for this matrix (borrowed too: whoever called
+ * sl_kern_repack owns and frees it); matmul uses it where the ISA in use has
+ * a packed kernel for the type, `data` otherwise, so `data` must stay valid
+ * either way. Positional initializers of the first four members leave it
+ * NULL. */
 typedef struct sl_kern_weight {
   sl_ggml_type type;
   int64_t rows;
   int64_t cols;
   const void *data;
+  const void *packed;
 } sl_kern_weight;
+
+/* ---- repacked weights
+ * --------------------------------------------------------
+ *
+ * Where the ISA in use has a kernel for it (the avx2 and avx512 levels:
+ * Q4_0, Q8_0, Q5_0, IQ4_NL; not the VNNI levels, which keep their own
+ * tiles), a matrix can be copied once, at load, into groups
+ * of 8 rows whose blocks interleave: per 32-element block position, the 8
+ * rows' f16 scales together, then their quants in 4-byte runs, so that one
+ * 256-bit load feeds 8 rows. The last group is padded with zero rows. The
+ * copy takes the bytes of the rows rounded up to a multiple of 8. Every
+ * product (row, token) then sums its blocks in one fixed order, whatever the
+ * number of tokens in the call; it is not the unpacked dot's order (the
+ * results agree within float rounding, not bit for bit). */
+
+/* The bytes sl_kern_repack needs for W under the ISA in use; 0 when there is
+ * no packed kernel for W's type there (the scalar level never has one), W's
+ * cols are not a multiple of 32, or SLUICE_REPACK=0 is set in the
+ * environment: then do not repack. */
+size_t sl_kern_repack_bytes(const sl_kern_weight *W);
+
+/* Writes the packed copy of W (W->data) into dst[bytes], bytes >=
+ * sl_kern_repack_bytes(W) > 0. The caller then sets W->packed = dst and owns
+ * dst. SL_ERR_UNSUPPORTED when sl_kern_repack_bytes(W) is 0,
+ * SL_ERR_INVALID_ARG when bytes is too small. Thread-safe; reads W->data
+ * only. */
+sl_status sl_kern_repack(const sl_kern_weight *W, void *dst, size_t bytes);
 
 /* Y[t][r] = sum_k W[r][k] * X[t][k] for t < n_tokens, r < W->rows:
  * X is [n_tokens][cols] f32, Y is [n_tokens][rows] f32, both contiguous and

@@ -60,7 +60,9 @@ const sl_gguf_t *sl_model_gguf(const sl_model_t *m);
  * size, metadata and a stated sample of each tensor), computed at load. Lives
  * as long as `m`. */
 const uint8_t *sl_model_fingerprint(const sl_model_t *m);
-/* Bytes of the weights the model uses (the memory they take). */
+/* Bytes of the weights the model uses (the memory they take): the tensors'
+ * file bytes, and, once a CPU batch context has repacked the matrices, the
+ * packed copies in place of the mapped pages they gave back. */
 uint64_t sl_model_weight_bytes(const sl_model_t *m);
 /* Bytes of weights one decode token reads: all of them, except that an
  * untied embedding table gives one row (the output matrix is read whole). */

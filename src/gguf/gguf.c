@@ -758,6 +758,22 @@ void sl_gguf_close(sl_gguf_t *g) {
   gguf_free(g);
 }
 
+size_t sl_gguf_release_pages(const sl_gguf_t *g, const void *p, size_t n) {
+  if (!g || !g->map || !p || n == 0)
+    return 0;
+  uintptr_t base = (uintptr_t)g->base, a = (uintptr_t)p;
+  if (a < base || a - base > g->size || n > g->size - (a - base))
+    return 0;
+  long ps = sysconf(_SC_PAGESIZE);
+  uintptr_t page = ps > 0 ? (uintptr_t)ps : 4096;
+  uintptr_t lo = (a + page - 1) & ~(page - 1), hi = (a + n) & ~(page - 1);
+  if (hi <= lo)
+    return 0;
+  if (madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0)
+    return 0;
+  return hi - lo;
+}
+
 /* ---- accessors ------------------------------------------------------------
  */
 

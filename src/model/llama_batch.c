@@ -109,6 +109,7 @@ sl_status sl_batch_ctx_create2(sl_model_t *m, const sl_kv_view *kv,
     sl_free(c);
     return SL_ERR_NOMEM;
   }
+  sl__model_repack(m); /* the CPU kernels' layouts, once per model */
   *out = c;
   return SL_OK;
 }

@@ -113,6 +113,7 @@ static const void *dev_ptr(const sl_gguf_t *g, const size_t *offs, char *base,
 static sl_kern_weight dev_weight(const sl_gguf_t *g, const size_t *offs,
                                  char *base, sl_kern_weight w) {
   w.data = dev_ptr(g, offs, base, w.data);
+  w.packed = NULL; /* a host copy: never on the device */
   return w;
 }
 
@@ -274,7 +275,8 @@ static void stack_views(sl__cu_ctx *c, int64_t l) {
       rows += ws[i]->rows;
     }
     if (ok)
-      *out[k] = (sl_kern_weight){ws[0]->type, rows, ws[0]->cols, ws[0]->data};
+      *out[k] =
+          (sl_kern_weight){ws[0]->type, rows, ws[0]->cols, ws[0]->data, NULL};
   }
 }
 

@@ -3,6 +3,9 @@
 #ifndef SLUICE_LLAMA_IMPL_H
 #define SLUICE_LLAMA_IMPL_H
 
+#include <pthread.h>
+#include <stdbool.h>
+
 #include "sluice/gguf.h"
 #include "sluice/kern_cpu.h"
 #include "sluice/model.h"
@@ -22,9 +25,26 @@ struct sl_model {
   sl_kern_weight output;          /* (n_vocab, d), tied or not */
   const float *output_norm;       /* (d) */
   sl__layer_w *layers;            /* (n_layer) */
-  uint64_t weight_bytes;
-  uint8_t fingerprint[16]; /* sl_gguf_fingerprint of the file */
+  uint64_t weight_bytes;          /* the tensors' bytes in the file */
+  uint8_t fingerprint[16];        /* sl_gguf_fingerprint of the file */
+  /* The matrices' packed copies (sl__model_repack): one allocation, owned;
+   * NULL until a CPU batch context asks for them, or when none applies. */
+  void *packed;
+  uint64_t packed_bytes;   /* its size */
+  uint64_t released_bytes; /* mapped bytes given back once copied */
+  bool repack_done;        /* sl__model_repack has run */
+  pthread_mutex_t repack_mu;
 };
+
+/* Repacks every matrix whose type has packed kernels on the ISA in use
+ * (sl_kern_repack; SLUICE_REPACK=0 turns it off) into m->packed, sets their
+ * `packed`, and releases the mapped pages of the copied tensors
+ * (sl_gguf_release_pages), except token_embd's when the output is tied to it
+ * (the embedding lookup reads its rows). Once per model: the first CPU batch
+ * context calls it, before any CPU forward pass runs; a CUDA one never does,
+ * so a GPU run spends no host memory on copies. Without memory for the
+ * copies it logs and leaves the weights as they are. Any thread (locked). */
+void sl__model_repack(sl_model_t *m);
 
 /* The CUDA forward pass (llama_cuda.c), behind sl_batch_ctx on a CUDA
  * stream. */

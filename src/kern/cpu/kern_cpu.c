@@ -104,6 +104,9 @@ static void merge(sl__kern_cpu_ops *dst, const sl__kern_cpu_ops *base,
       dst->gemm[i] = over->gemm[i];
       dst->gemm_one[i] = over->gemm_one[i];
     }
+    /* a packed kernel keeps its own order: it survives a new dot */
+    if (over->packed[i])
+      dst->packed[i] = over->packed[i];
   }
 #define SL__OVER(f)                                                            \
   if (over->f)                                                                 \
@@ -146,9 +149,11 @@ static void init_once(void) {
         &sl__kern_cpu_q5_scalar_ops);
   sl__kern_cpu_ops avx2;
   merge(&avx2, &sl__kern_cpu_avx2_ops, &sl__kern_cpu_q5_avx2_ops);
-  for (int i = 0; i < SL__NTYPES; i++)
+  for (int i = 0; i < SL__NTYPES; i++) {
     if (sl__kern_cpu_avx2_gemm[i])
       avx2.gemm[i] = sl__kern_cpu_avx2_gemm[i];
+    avx2.packed[i] = sl__kern_cpu_avx2_packed[i];
+  }
   merge(&g_tables[SL_KERN_ISA_AVX2], &g_tables[SL_KERN_ISA_SCALAR], &avx2);
   merge(&g_tables[SL_KERN_ISA_AVX512], &g_tables[SL_KERN_ISA_AVX2],
         &sl__kern_cpu_avx512_ops);
@@ -156,6 +161,12 @@ static void init_once(void) {
         &sl__kern_cpu_avxvnni_ops);
   merge(&g_tables[SL_KERN_ISA_AVX512VNNI], &g_tables[SL_KERN_ISA_AVX512],
         &sl__kern_cpu_avx512vnni_ops);
+  /* the VNNI levels keep their vpdpbusd tiles: the AVX2 packed kernels are
+   * not measured against them (no VNNI CPU here), so no repacking there */
+  memset(g_tables[SL_KERN_ISA_AVXVNNI].packed, 0,
+         sizeof g_tables[SL_KERN_ISA_AVXVNNI].packed);
+  memset(g_tables[SL_KERN_ISA_AVX512VNNI].packed, 0,
+         sizeof g_tables[SL_KERN_ISA_AVX512VNNI].packed);
   sl_kern_isa want = SL_KERN_ISA_SCALAR;
   const char *name, *env = isa_env(&name);
   sl_status st = sl_kern_cpu_isa_requested(&want);

@@ -205,6 +205,49 @@ typedef void (*sl__gemm_fn)(int64_t cols, const void *w, size_t w_stride,
                             const float *xd, const float *xsum, int64_t ld,
                             int64_t n, float *y, size_t y_stride);
 
+/* ---- repacked weights (kern_cpu_repack.c writes them) -----------------------
+ *
+ * Groups of SL__PACK_ROWS rows; per 32-element block position i, one group
+ * block holding the block i of each of the 8 rows (rows past the matrix's
+ * end: zeros), the groups' blocks contiguous (group g's block i at
+ * (g * nb + i) * group block bytes). Element e of step s means quant 4s + e
+ * (s = 0..7) of a row; "4-byte runs" put row r's 4 bytes at bytes 4r..4r+3
+ * of a 32-byte vector, so one load carries the same four elements of all 8
+ * rows. */
+#define SL__PACK_ROWS 8
+typedef struct {
+  uint16_t d[8];       /* f16 scales of rows 0..7 */
+  uint8_t qs[4][8][4]; /* qs[j][r][e] = row r's qs[4j + e]: low nibbles step
+                        * j, high nibbles step j + 4 */
+} sl__pack_q4_0;       /* 144 B = 8 Q4_0 blocks; IQ4_NL the same */
+typedef struct {
+  uint16_t d[8];
+  int8_t qs[8][8][4]; /* qs[s][r][e] = row r's qs[4s + e] */
+} sl__pack_q8_0;      /* 272 B */
+typedef struct {
+  uint16_t d[8];
+  /* qh[r][e]: bit 2j = the fifth bit of row r's element 4j + e, bit 2j + 1
+   * that of element 16 + 4j + e (j = 0..3): the byte lines up with
+   * qs[j][r][e] */
+  uint8_t qh[8][4];
+  uint8_t qs[4][8][4]; /* as Q4_0 */
+} sl__pack_q5_0;       /* 176 B */
+
+/* The product of one group of packed rows with a tile of tokens:
+ * y[t * y_stride + r] = dot(row r, token t) for r < nr (1..8), t < nt
+ * (1..SL__NT_MAX). wg: the group's first group block; nb: blocks per row.
+ * x: Q8_0 rows of the tile's tokens (x_stride bytes apart); xd[i * ld + t]
+ * their block scales as floats, xsum[i * ld + t] the sums of their blocks'
+ * int8 quants. Each entry sums its blocks in one order, the same for every
+ * nt and every tile the token lands in. */
+typedef void (*sl__packed_fn)(int64_t nb, const void *wg, const void *x,
+                              size_t x_stride, const float *xd,
+                              const int32_t *xsum, int64_t ld, float *y,
+                              size_t y_stride, int nr, int nt);
+
+/* Bytes of one group block of weight type t (0: t has no packed layout). */
+size_t sl__pack_block_bytes(sl_ggml_type t);
+
 typedef struct sl__kern_cpu_ops {
   sl__dequant_fn dequant[SL__NTYPES];
   sl__quant_fn quant[SL__NTYPES]; /* by activation type */
@@ -213,6 +256,8 @@ typedef struct sl__kern_cpu_ops {
   /* by weight type: the gemm also takes one token (it beats the dot there),
    * and prefers chunks of a multiple of 8 rows */
   bool gemm_one[SL__NTYPES];
+  /* by weight type: the kernel over sl_kern_repack's layout; NULL: none */
+  sl__packed_fn packed[SL__NTYPES];
   void (*rmsnorm)(float *out, const float *x, const float *w, int64_t n,
                   float eps);
   /* cs/sn: n_rot/2 cos and sin values */
@@ -244,6 +289,8 @@ extern const sl__kern_cpu_ops sl__kern_cpu_avx512vnni4_ops;
  * kern_cpu_q5_avx2.c): Q5_0, Q5_1 and IQ4_NL. */
 extern const sl__kern_cpu_ops sl__kern_cpu_q5_scalar_ops;
 extern const sl__kern_cpu_ops sl__kern_cpu_q5_avx2_ops;
+/* kern_cpu_packed_avx2.c: the AVX2 table's packed kernels */
+extern const sl__packed_fn sl__kern_cpu_avx2_packed[SL__NTYPES];
 /* kern_cpu_gemm_avx2.c: the AVX2 table's gemm entries */
 extern const sl__gemm_fn sl__kern_cpu_avx2_gemm[SL__NTYPES];
 

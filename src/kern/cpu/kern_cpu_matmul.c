@@ -7,9 +7,12 @@
  * block-major); otherwise, within a chunk, tokens go in tiles of SL__NT_MAX
  * through the dot kernel, which loads and unpacks each weight block once per
  * tile while the chunk's rows stay in L1 across tiles. Either way each
- * output is the one-row dot. Several products of one X (q, k, v; gate, up)
- * go as one call: X quantized once per activation type, one fork and join
- * (sl_kern_matmul_parts). */
+ * output is the one-row dot. A weight with a packed copy (sl_kern_repack)
+ * whose type has a packed kernel in the table goes through that kernel
+ * instead, for any token count: chunks of whole 8-row groups, token tiles
+ * of SL__NT_MAX outside, groups inside. Several products of one X (q, k, v;
+ * gate, up) go as one call: X quantized once per activation type, one fork
+ * and join (sl_kern_matmul_parts). */
 #include <stdatomic.h>
 
 #include "kern_cpu_impl.h"
@@ -28,8 +31,12 @@ typedef struct mm_job {
   sl__quant_fn quant;
   sl__dot_fn dot;
   sl__gemm_fn gemm; /* NULL: the dot, row by row */
+  sl__packed_fn pk; /* non-NULL: W->packed through it (gemm NULL then) */
+  bool need_sc;     /* gemm or pk: the scales below, block-major */
+  bool need_si;     /* pk: the quant sums too */
   sl_ggml_type act;
-  float *xd, *xsum; /* gemm: activation scales, [block][ld] */
+  float *xd, *xsum; /* activation scales d (and s for Q8_1), [block][ld] */
+  int32_t *xsi;     /* sums of the Q8_0 blocks' quants, [block][ld] */
   int64_t ld;
 } mm_job;
 
@@ -40,7 +47,7 @@ static void quant_task(void *p, int ith, int nth) {
   for (int64_t t = t0; t < t1; t++) {
     char *row = (char *)j->xq + t * j->xq_row_bytes;
     j->quant(j->X + t * j->W->cols, row, j->W->cols);
-    if (!j->gemm)
+    if (!j->need_sc)
       continue;
     /* exact: every f16 is a float */
     for (int64_t i = 0; i < nb; i++) {
@@ -51,6 +58,12 @@ static void quant_task(void *p, int ith, int nth) {
       } else {
         const sl__block_q8_0 *b = (const sl__block_q8_0 *)row + i;
         j->xd[i * j->ld + t] = sl__f16_to_f32(b->d);
+        if (j->need_si) {
+          int32_t s = 0;
+          for (int k = 0; k < SL__QK; k++)
+            s += b->qs[k];
+          j->xsi[i * j->ld + t] = s;
+        }
       }
     }
   }
@@ -67,6 +80,24 @@ static void dot_run(mm_job *j) {
     if (r0 >= rows)
       return;
     int64_t r1 = r0 + j->chunk < rows ? r0 + j->chunk : rows;
+    if (j->pk) { /* r0 is a multiple of 8: whole groups */
+      const int64_t nb = cols / SL__QK;
+      const size_t gbytes = (size_t)nb * sl__pack_block_bytes(j->W->type);
+      for (int64_t t = 0; t < j->n_tokens; t += SL__NT_MAX) {
+        int nt =
+            j->n_tokens - t < SL__NT_MAX ? (int)(j->n_tokens - t) : SL__NT_MAX;
+        const char *xq = (const char *)j->xq + t * j->xq_row_bytes;
+        for (int64_t r = r0; r < r1; r += SL__PACK_ROWS) {
+          int nr = rows - r < SL__PACK_ROWS ? (int)(rows - r) : SL__PACK_ROWS;
+          j->pk(nb,
+                (const char *)j->W->packed +
+                    (size_t)(r / SL__PACK_ROWS) * gbytes,
+                xq, j->xq_row_bytes, j->xd + t, j->xsi + t, j->ld,
+                j->Y + t * rows + r, (size_t)rows, nr, nt);
+        }
+      }
+      continue;
+    }
     if (j->gemm) {
       j->gemm(cols, w + r0 * j->w_row_bytes, j->w_row_bytes, r1 - r0, j->xq,
               j->xq_row_bytes, j->xd, j->xsum, j->ld, j->n_tokens, j->Y + r0,
@@ -137,6 +168,14 @@ static sl_status part_init(const sl__kern_cpu_ops *ops, const sl_kern_weight *W,
                   (act != SL_GGML_Q8_0 && act != SL_GGML_Q8_1) ||
                   2 * nb > SL__GEMM_WSC_MAX))
     j->gemm = NULL;
+  /* the packed kernels take Q8_0 activations and any token count */
+  if (W->packed && ops->packed[W->type] && act == SL_GGML_Q8_0 &&
+      sl__pack_block_bytes(W->type) > 0) {
+    j->pk = ops->packed[W->type];
+    j->gemm = NULL;
+    j->need_si = true;
+  }
+  j->need_sc = j->gemm || j->pk;
   return SL_OK;
 }
 
@@ -178,8 +217,8 @@ sl_status sl_kern_matmul_parts(sl_kern_pool_t *pool,
       g++;
     if (g == ng)
       grp[ng++] = jobs[i];
-    else if (jobs[i].gemm && !grp[g].gemm)
-      grp[g].gemm = jobs[i].gemm; /* the group needs the scales */
+    grp[g].need_sc |= jobs[i].need_sc; /* the group needs the scales */
+    grp[g].need_si |= jobs[i].need_si;
     of[i] = g;
   }
   for (int g = 0; g < ng; g++) {
@@ -191,9 +230,9 @@ sl_status sl_kern_matmul_parts(sl_kern_pool_t *pool,
     if (q->act == SL_GGML_F32)
       continue; /* float weights read the activations as they are */
     total += (xbytes + 63) & ~(size_t)63;
-    if (q->gemm) {
+    if (q->need_sc) {
       q->ld = (n_tokens + 3) & ~(int64_t)3;
-      total += 2 * sizeof(float) * (size_t)nb * (size_t)q->ld;
+      total += 3 * sizeof(float) * (size_t)nb * (size_t)q->ld;
     }
   }
   void *owned = NULL, *buf = NULL;
@@ -213,16 +252,21 @@ sl_status sl_kern_matmul_parts(sl_kern_pool_t *pool,
       continue;
     }
     q->xq = (char *)buf + off[g];
-    if (q->gemm) {
+    if (q->need_sc) {
       size_t xbytes = q->xq_row_bytes * (size_t)n_tokens;
       q->xd = (float *)((char *)q->xq + ((xbytes + 63) & ~(size_t)63));
       q->xsum = q->xd + nb * q->ld;
+      q->xsi = (int32_t *)(q->xsum + nb * q->ld);
       /* the padding tokens' scales read as zeros */
       for (int64_t i = 0; i < nb; i++)
-        for (int64_t t = n_tokens; t < q->ld; t++)
+        for (int64_t t = n_tokens; t < q->ld; t++) {
           q->xd[i * q->ld + t] = q->xsum[i * q->ld + t] = 0.0f;
+          q->xsi[i * q->ld + t] = 0;
+        }
       if (q->act != SL_GGML_Q8_1)
         q->xsum = NULL;
+      if (!q->need_si)
+        q->xsi = NULL;
     }
     if (n_tokens >= 2 * nth && nth > 1)
       sl_kern_pool_run(pool, quant_task, q);
@@ -233,16 +277,17 @@ sl_status sl_kern_matmul_parts(sl_kern_pool_t *pool,
     mm_job *j = &jobs[i];
     const mm_job *q = &grp[of[i]];
     j->xq = q->xq;
-    if (j->gemm) {
+    if (j->need_sc) {
       j->xd = q->xd;
       j->xsum = q->xsum;
+      j->xsi = q->xsi;
       j->ld = q->ld;
     }
     /* ~8 chunks per thread for balance, at least 4 rows each; a gemm's
      * chunk also fits its weight scales on the stack */
     int64_t chunk = j->W->rows / ((int64_t)nth * 8);
     chunk = chunk < 4 ? 4 : chunk;
-    if (j->gemm && ops->gemm_one[j->W->type]) /* tiles of eight rows */
+    if ((j->gemm && ops->gemm_one[j->W->type]) || j->pk) /* eight rows */
       chunk = (chunk + 7) & ~(int64_t)7;
     if (j->gemm && chunk > SL__GEMM_WSC_MAX / (2 * nb))
       chunk = SL__GEMM_WSC_MAX / (2 * nb);

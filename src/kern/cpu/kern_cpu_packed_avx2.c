@@ -1,0 +1,217 @@
+/* sluice — kern/cpu: AVX2 products over repacked weights (groups of 8
+ * interleaved rows, kern_cpu_impl.h) for Q4_0, Q8_0, Q5_0 and IQ4_NL against
+ * Q8_0 activations: decode (one token) and prefill (tiles of up to four
+ * tokens) are the same code.
+ *
+ * Per block position, each step s loads the elements 4s..4s+3 of all 8 rows
+ * as one 256-bit vector and multiplies it (maddubs) with the token's four
+ * quants at 4s broadcast to every row's lane: lane r collects row r's
+ * products. A block's products are summed as integers (exact, so their
+ * order cannot matter; the unsigned Q4_0 / Q5_0 quants take the offset as
+ * -8 or -16 times the token block's quant sum), then each row's block sum
+ * goes, in lane r, into one float chain:
+ *   acc = fma(float(isum), d_w * d_x, acc)   for blocks i = 0, 1, ...
+ * So the result of (row, token) is that chain whatever the number of tokens
+ * in the call, the tile the token lands in, or the chunk of rows its thread
+ * took, and no horizontal sum is needed: the 8 lanes are the 8 rows' outputs.
+ */
+#include "kern_cpu_impl.h"
+
+#if defined(__x86_64__)
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#include <immintrin.h>
+
+#define INL    static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 4")
+
+/* The token's 4 quants at q broadcast to the 8 lanes. */
+INL __m256i bc4(const int8_t *q) {
+  int32_t v;
+  memcpy(&v, q, 4);
+  return _mm256_set1_epi32(v);
+}
+
+/* The quants of token t's block i (x: the tile's first token). */
+#define XQS(t, i)                                                              \
+  (((const sl__block_q8_0 *)((const char *)x + (size_t)(t)*xs))[i].qs)
+
+/* Q4_0: nibbles 0..15 against the token, then - 8 * sum(x) per block; the
+ * eight int16 products of a lane stay below 8 * 2 * 15 * 127 < 2^15. */
+INL void isum_q4_0(const sl__pack_q4_0 *b, const void *x, size_t xs, int64_t i,
+                   const int32_t *xsum, int64_t ld, __m256i *is, const int NT) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256i a16[SL__NT_MAX];
+  UNROLL for (int t = 0; t < NT; t++) a16[t] = _mm256_setzero_si256();
+  for (int j = 0; j < 4; j++) {
+    __m256i raw = _mm256_loadu_si256((const __m256i *)b->qs[j]);
+    __m256i lo = _mm256_and_si256(raw, m4);
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+    UNROLL for (int t = 0; t < NT; t++) {
+      const int8_t *q = XQS(t, i);
+      a16[t] = _mm256_add_epi16(
+          a16[t],
+          _mm256_add_epi16(_mm256_maddubs_epi16(lo, bc4(q + 4 * j)),
+                           _mm256_maddubs_epi16(hi, bc4(q + 16 + 4 * j))));
+    }
+  }
+  UNROLL for (int t = 0; t < NT; t++) is[t] =
+      _mm256_sub_epi32(_mm256_madd_epi16(a16[t], _mm256_set1_epi16(1)),
+                       _mm256_set1_epi32(8 * xsum[i * ld + t]));
+}
+
+/* Q5_0: 5-bit quants 0..31, offset -16; int16 sums over two steps pairs
+ * (4 products of <= 2 * 31 * 127 each) before widening. */
+INL void isum_q5_0(const sl__pack_q5_0 *b, const void *x, size_t xs, int64_t i,
+                   const int32_t *xsum, int64_t ld, __m256i *is, const int NT) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+  const __m256i qh = _mm256_loadu_si256((const __m256i *)b->qh);
+  /* bit 2j of a qh byte to bit 4 (lo), bit 2j + 1 to bit 4 (hi): per-byte
+   * shifts of at most 4 through 16-bit lanes, masked to bit 4 */
+  const __m256i hb[8] = {
+      _mm256_and_si256(_mm256_slli_epi16(qh, 4), b4),
+      _mm256_and_si256(_mm256_slli_epi16(qh, 3), b4),
+      _mm256_and_si256(_mm256_slli_epi16(qh, 2), b4),
+      _mm256_and_si256(_mm256_slli_epi16(qh, 1), b4),
+      _mm256_and_si256(qh, b4),
+      _mm256_and_si256(_mm256_srli_epi16(qh, 1), b4),
+      _mm256_and_si256(_mm256_srli_epi16(qh, 2), b4),
+      _mm256_and_si256(_mm256_srli_epi16(qh, 3), b4),
+  };
+  __m256i a32[SL__NT_MAX];
+  UNROLL for (int t = 0; t < NT; t++) a32[t] =
+      _mm256_set1_epi32(-16 * xsum[i * ld + t]);
+  for (int h = 0; h < 2; h++) {
+    __m256i a16[SL__NT_MAX];
+    UNROLL for (int t = 0; t < NT; t++) a16[t] = _mm256_setzero_si256();
+    for (int j = 2 * h; j < 2 * h + 2; j++) {
+      __m256i raw = _mm256_loadu_si256((const __m256i *)b->qs[j]);
+      __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, m4), hb[2 * j]);
+      __m256i hi = _mm256_or_si256(
+          _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), hb[2 * j + 1]);
+      UNROLL for (int t = 0; t < NT; t++) {
+        const int8_t *q = XQS(t, i);
+        a16[t] = _mm256_add_epi16(
+            a16[t],
+            _mm256_add_epi16(_mm256_maddubs_epi16(lo, bc4(q + 4 * j)),
+                             _mm256_maddubs_epi16(hi, bc4(q + 16 + 4 * j))));
+      }
+    }
+    UNROLL for (int t = 0; t < NT; t++) a32[t] = _mm256_add_epi32(
+        a32[t], _mm256_madd_epi16(a16[t], _mm256_set1_epi16(1)));
+  }
+  UNROLL for (int t = 0; t < NT; t++) is[t] = a32[t];
+}
+
+/* Signed quants w (|w| <= 128 as int8) of one step against the token's four
+ * quants at q: the sign trick of the one-row dots, widened at once (one
+ * maddubs pair can reach 2 * 128 * 127). */
+INL __m256i step_signed(__m256i w, __m256i aw, const int8_t *q) {
+  return _mm256_madd_epi16(
+      _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bc4(q), w)),
+      _mm256_set1_epi16(1));
+}
+
+INL void isum_q8_0(const sl__pack_q8_0 *b, const void *x, size_t xs, int64_t i,
+                   const int32_t *xsum, int64_t ld, __m256i *is, const int NT) {
+  (void)xsum;
+  (void)ld;
+  UNROLL for (int t = 0; t < NT; t++) is[t] = _mm256_setzero_si256();
+  for (int s = 0; s < 8; s++) {
+    __m256i w = _mm256_loadu_si256((const __m256i *)b->qs[s]);
+    __m256i aw = _mm256_sign_epi8(w, w);
+    UNROLL for (int t = 0; t < NT; t++) is[t] =
+        _mm256_add_epi32(is[t], step_signed(w, aw, XQS(t, i) + 4 * s));
+  }
+}
+
+INL void isum_iq4_nl(const sl__pack_q4_0 *b, const void *x, size_t xs,
+                     int64_t i, const int32_t *xsum, int64_t ld, __m256i *is,
+                     const int NT) {
+  (void)xsum;
+  (void)ld;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i lut = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128((const __m128i *)sl__kvalues_iq4nl));
+  UNROLL for (int t = 0; t < NT; t++) is[t] = _mm256_setzero_si256();
+  for (int j = 0; j < 4; j++) {
+    __m256i raw = _mm256_loadu_si256((const __m256i *)b->qs[j]);
+    __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(raw, m4));
+    __m256i hi = _mm256_shuffle_epi8(
+        lut, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+    __m256i alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);
+    UNROLL for (int t = 0; t < NT; t++) {
+      const int8_t *q = XQS(t, i);
+      is[t] = _mm256_add_epi32(
+          is[t], _mm256_add_epi32(step_signed(lo, alo, q + 4 * j),
+                                  step_signed(hi, ahi, q + 16 + 4 * j)));
+    }
+  }
+}
+
+/* The group driver: per block, the integer sums of the 8 rows x NT tokens,
+ * then each lane's float chain (see the file comment). */
+#define SL__PACKED(name, ptype, isum)                                          \
+  INL void name##_nt(int64_t nb, const void *wg, const void *x, size_t xs,     \
+                     const float *xd, const int32_t *xsum, int64_t ld,         \
+                     float *y, size_t ys, int nr, const int NT) {              \
+    const ptype *b = wg;                                                       \
+    __m256 acc[SL__NT_MAX];                                                    \
+    UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();          \
+    for (int64_t i = 0; i < nb; i++) {                                         \
+      __m256i is[SL__NT_MAX];                                                  \
+      isum(&b[i], x, xs, i, xsum, ld, is, NT);                                 \
+      __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b[i].d));   \
+      UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_fmadd_ps(            \
+          _mm256_cvtepi32_ps(is[t]),                                           \
+          _mm256_mul_ps(dw, _mm256_broadcast_ss(xd + i * ld + t)), acc[t]);    \
+    }                                                                          \
+    UNROLL for (int t = 0; t < NT; t++) {                                      \
+      if (nr == SL__PACK_ROWS) {                                               \
+        _mm256_storeu_ps(y + (size_t)t * ys, acc[t]);                          \
+      } else {                                                                 \
+        float tmp[SL__PACK_ROWS];                                              \
+        _mm256_storeu_ps(tmp, acc[t]);                                         \
+        memcpy(y + (size_t)t * ys, tmp, (size_t)nr * sizeof(float));           \
+      }                                                                        \
+    }                                                                          \
+  }                                                                            \
+  static void name(int64_t nb, const void *wg, const void *x, size_t xs,       \
+                   const float *xd, const int32_t *xsum, int64_t ld, float *y, \
+                   size_t ys, int nr, int nt) {                                \
+    switch (nt) {                                                              \
+    case 1:                                                                    \
+      name##_nt(nb, wg, x, xs, xd, xsum, ld, y, ys, nr, 1);                    \
+      break;                                                                   \
+    case 2:                                                                    \
+      name##_nt(nb, wg, x, xs, xd, xsum, ld, y, ys, nr, 2);                    \
+      break;                                                                   \
+    case 3:                                                                    \
+      name##_nt(nb, wg, x, xs, xd, xsum, ld, y, ys, nr, 3);                    \
+      break;                                                                   \
+    default:                                                                   \
+      name##_nt(nb, wg, x, xs, xd, xsum, ld, y, ys, nr, 4);                    \
+      break;                                                                   \
+    }                                                                          \
+  }
+
+SL__PACKED(packed_q4_0, sl__pack_q4_0, isum_q4_0)
+SL__PACKED(packed_q5_0, sl__pack_q5_0, isum_q5_0)
+SL__PACKED(packed_q8_0, sl__pack_q8_0, isum_q8_0)
+SL__PACKED(packed_iq4_nl, sl__pack_q4_0, isum_iq4_nl)
+
+#pragma GCC pop_options
+
+const sl__packed_fn sl__kern_cpu_avx2_packed[SL__NTYPES] = {
+    [SL_GGML_Q4_0] = packed_q4_0,
+    [SL_GGML_Q5_0] = packed_q5_0,
+    [SL_GGML_Q8_0] = packed_q8_0,
+    [SL_GGML_IQ4_NL] = packed_iq4_nl,
+};
+
+#else
+
+const sl__packed_fn sl__kern_cpu_avx2_packed[SL__NTYPES] = {0};
+
+#endif
