@@ -804,7 +804,7 @@ static void test_pdl_order(void) {
         case_fini(&c);
         continue;
       }
-      sl_kern_weight w = {ts[i], rows, cols, c.dw};
+      sl_kern_weight w = {ts[i], rows, cols, c.dw, NULL};
       const size_t xb = sizeof(float) * (size_t)(n * cols),
                    yb = sizeof(float) * (size_t)(n * rows);
       float *ref = sl_malloc(yb), *got = sl_malloc(yb),
