@@ -292,63 +292,6 @@ void sl_model_free(sl_model_t *m) {
   sl_free(m);
 }
 
-void sl__model_repack(sl_model_t *m) {
-  pthread_mutex_lock(&m->repack_mu);
-  if (m->repack_done)
-    goto out;
-  m->repack_done = true;
-  const int64_t nl = m->hp.n_layer;
-  const size_t nw = (size_t)nl * 7 + 1;
-  sl_kern_weight **ws = sl_malloc(nw * sizeof *ws);
-  if (!ws)
-    goto out;
-  size_t n = 0;
-  for (int64_t i = 0; i < nl; i++) {
-    sl__layer_w *w = &m->layers[i];
-    sl_kern_weight *lw[] = {&w->wq,     &w->wk,   &w->wv,    &w->wo,
-                            &w->w_gate, &w->w_up, &w->w_down};
-    for (size_t k = 0; k < sizeof lw / sizeof lw[0]; k++)
-      ws[n++] = lw[k];
-  }
-  ws[n++] = &m->output;
-  uint64_t total = 0;
-  for (size_t k = 0; k < n; k++)
-    total += (sl_kern_repack_bytes(ws[k]) + 63) & ~(size_t)63;
-  if (total == 0)
-    goto out_ws;
-  char *buf = total <= SIZE_MAX ? sl_malloc((size_t)total) : NULL;
-  if (!buf) {
-    SL_LOGW("no memory for the repacked weights (%llu bytes): the kernels "
-            "read the GGUF layout",
-            (unsigned long long)total);
-    goto out_ws;
-  }
-  size_t off = 0, np = 0;
-  for (size_t k = 0; k < n; k++) {
-    sl_kern_weight *w = ws[k];
-    size_t pb = sl_kern_repack_bytes(w), rb;
-    if (pb == 0 || sl_kern_repack(w, buf + off, pb) != SL_OK)
-      continue;
-    w->packed = buf + off;
-    off += (pb + 63) & ~(size_t)63;
-    np++;
-    bool tied = w == &m->output && m->hp.tied_embeddings;
-    if (!tied && sl_kern_row_bytes(w->type, w->cols, &rb) == SL_OK)
-      m->released_bytes +=
-          sl_gguf_release_pages(m->g, w->data, rb * (size_t)w->rows);
-  }
-  m->packed = buf;
-  m->packed_bytes = total;
-  SL_LOGI("repacked %zu of %zu matrices for the CPU kernels: %llu bytes, "
-          "%llu mapped bytes released",
-          np, n, (unsigned long long)total,
-          (unsigned long long)m->released_bytes);
-out_ws:
-  sl_free(ws);
-out:
-  pthread_mutex_unlock(&m->repack_mu);
-}
-
 const sl_model_hparams *sl_model_hparams_of(const sl_model_t *m) {
   return &m->hp;
 }
