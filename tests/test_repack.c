@@ -1,7 +1,7 @@
 /* Tests for repacked weights (sl_kern_repack_bytes, sl_kern_repack and the
  * packed kernels matmul takes for them): on each ISA level under test, for
- * Q4_0, Q8_0, Q5_0 and IQ4_NL and rows of many shapes (not multiples of 8,
- * 32 to 4096 columns),
+ * Q4_0, Q8_0, Q5_0 and IQ4_NL (32 to 4096 columns) and Q4_K and Q6_K against
+ * Q8_K activations (256 to 4096 columns), rows not multiples of 8 among them,
  *   - the product within the f64 rounding bound of a chain of nb fmas, and
  *     within that bound of the scalar level's (unpacked) product;
  *   - every entry (row, token) bit for bit the same whatever the number of
@@ -32,8 +32,9 @@ static float rnd_f(float lo, float hi) {
   return lo + (hi - lo) * (float)(rnd_u64() >> 40) / (float)(1 << 24);
 }
 
-static const sl_ggml_type k_types[] = {SL_GGML_Q4_0, SL_GGML_Q8_0, SL_GGML_Q5_0,
-                                       SL_GGML_IQ4_NL};
+static const sl_ggml_type k_types[] = {SL_GGML_Q4_0, SL_GGML_Q8_0,
+                                       SL_GGML_Q5_0, SL_GGML_IQ4_NL,
+                                       SL_GGML_Q4_K, SL_GGML_Q6_K};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
 static sl_kern_isa g_isas[SL_KERN_ISA_COUNT];
@@ -45,15 +46,41 @@ static size_t row_bytes(sl_ggml_type t, int64_t n) {
   return b;
 }
 
-/* Random blocks: every quant bit pattern, scales 0.001..0.02. */
+static bool is_k(sl_ggml_type t) {
+  return t == SL_GGML_Q4_K || t == SL_GGML_Q6_K;
+}
+
+static sl_ggml_type act_of(sl_ggml_type t) {
+  return is_k(t) ? SL_GGML_Q8_K : SL_GGML_Q8_0;
+}
+
+/* The packed copy's bytes per row (the last group's padding rows aside). */
+static size_t packed_row_bytes(sl_ggml_type t, int64_t cols) {
+  if (t == SL_GGML_Q4_K)
+    return (size_t)(cols / 256) * 148;
+  if (t == SL_GGML_Q6_K)
+    return (size_t)(cols / 256) * 274;
+  return row_bytes(t, cols);
+}
+
+/* Random blocks: every quant bit pattern, scales d (and Q4_K's dmin)
+ * 0.001..0.02. */
 static void fill_random(sl_ggml_type t, uint8_t *p, int64_t n) {
   size_t bb;
-  SL_ASSERT(sl_kern_type_block(t, NULL, &bb));
-  for (int64_t b = 0; b < n / 32; b++, p += bb) {
+  int64_t be;
+  SL_ASSERT(sl_kern_type_block(t, &be, &bb));
+  for (int64_t b = 0; b < n / be; b++, p += bb) {
     for (size_t k = 0; k < bb; k++)
       p[k] = (uint8_t)rnd_u64();
     uint16_t h = sl__f32_to_f16(rnd_f(0.001f, 0.02f));
-    memcpy(p, &h, 2); /* d first in all four */
+    uint16_t m = sl__f32_to_f16(rnd_f(0.001f, 0.02f));
+    if (t == SL_GGML_Q6_K) {
+      memcpy(p + offsetof(sl__block_q6_K, d), &h, 2);
+    } else {
+      memcpy(p, &h, 2); /* d first in the others */
+      if (t == SL_GGML_Q4_K)
+        memcpy(p + 2, &m, 2);
+    }
   }
 }
 
@@ -62,7 +89,7 @@ static double ref_dot(sl_ggml_type t, int64_t n, const void *w, const void *xq,
                       double *absum) {
   float *wf = sl_malloc(n * sizeof(float)), *xf = sl_malloc(n * sizeof(float));
   SL_ASSERT(sl_kern_dequant_row(t, w, wf, n) == SL_OK);
-  SL_ASSERT(sl_kern_dequant_row(SL_GGML_Q8_0, xq, xf, n) == SL_OK);
+  SL_ASSERT(sl_kern_dequant_row(act_of(t), xq, xf, n) == SL_OK);
   double s = 0, a = 0;
   for (int64_t i = 0; i < n; i++) {
     s += (double)wf[i] * xf[i];
@@ -81,14 +108,15 @@ static bool has_packed(sl_kern_isa isa) {
 }
 
 static void test_bytes(void) {
-  uint8_t wb[34 * 4] = {0};
-  uint8_t dst[34 * 8 * 4];
+  uint8_t wb[210 * 4] = {0};
+  uint8_t dst[2192 * 2];
   for (int k = 0; k < g_nisa; k++) {
     CHECK_OK(sl_kern_cpu_set_isa(g_isas[k]));
     bool scalar = !has_packed(g_isas[k]);
     for (size_t ti = 0; ti < N_TYPES; ti++) {
-      sl_kern_weight W = {k_types[ti], 3, 32, wb, NULL};
-      size_t want = scalar ? 0 : 8 * row_bytes(k_types[ti], 32);
+      const int64_t cols = is_k(k_types[ti]) ? 256 : 32;
+      sl_kern_weight W = {k_types[ti], 3, cols, wb, NULL};
+      size_t want = scalar ? 0 : 8 * packed_row_bytes(k_types[ti], cols);
       CHECK_MSG(sl_kern_repack_bytes(&W) == want, "type %d isa %s: %zu",
                 k_types[ti], sl_kern_isa_name(g_isas[k]),
                 sl_kern_repack_bytes(&W));
@@ -103,7 +131,7 @@ static void test_bytes(void) {
       CHECK_EQ_INT(sl_kern_repack(&W, dst, want), SL_ERR_UNSUPPORTED);
       unsetenv("SLUICE_REPACK");
       CHECK(sl_kern_repack_bytes(&W) == want);
-      sl_kern_weight odd = {k_types[ti], 3, 48, wb, NULL};
+      sl_kern_weight odd = {k_types[ti], 3, cols + 16, wb, NULL};
       CHECK_EQ_INT((int)sl_kern_repack_bytes(&odd), 0);
     }
     /* types without a packed kernel (yet) */
@@ -120,7 +148,7 @@ static void check_shape(sl_kern_isa isa, sl_ggml_type t, int64_t rows,
   enum { MAXT = 64 };
   const char *in = sl_kern_isa_name(isa);
   const int64_t nb = cols / 32;
-  const size_t wrb = row_bytes(t, cols), xrb = row_bytes(SL_GGML_Q8_0, cols);
+  const size_t wrb = row_bytes(t, cols), xrb = row_bytes(act_of(t), cols);
   uint8_t *w = sl_malloc(wrb * rows);
   float *X = sl_malloc(MAXT * cols * sizeof(float));
   uint8_t *xq = sl_malloc(xrb * MAXT);
@@ -136,11 +164,11 @@ static void check_shape(sl_kern_isa isa, sl_ggml_type t, int64_t rows,
   CHECK_OK(sl_kern_matmul(pools[1], &W, X, scal, MAXT));
   for (int64_t tt = 0; tt < MAXT; tt++)
     CHECK_OK(
-        sl_kern_quantize_act(SL_GGML_Q8_0, X + tt * cols, xq + tt * xrb, cols));
+        sl_kern_quantize_act(act_of(t), X + tt * cols, xq + tt * xrb, cols));
 
   CHECK_OK(sl_kern_cpu_set_isa(isa));
   size_t pb = sl_kern_repack_bytes(&W);
-  CHECK(pb == (size_t)((rows + 7) / 8) * 8 * wrb);
+  CHECK(pb == (size_t)((rows + 7) / 8) * 8 * packed_row_bytes(t, cols));
   void *packed = sl_malloc(pb);
   SL_ASSERT(packed);
   CHECK_OK(sl_kern_repack(&W, packed, pb));
@@ -235,6 +263,10 @@ static void test_packed_products(void) {
   static const int64_t shapes[][2] = {{37, 32},   {8, 64},    {13, 576},
                                       {40, 1536}, {19, 4096}, {5, 224},
                                       {64, 2048}};
+  /* the K-quants' rows are multiples of 256 */
+  static const int64_t shapes_k[][2] = {{37, 256},  {8, 512},   {13, 1536},
+                                        {40, 2048}, {19, 4096}, {5, 256},
+                                        {64, 1536}};
   sl_kern_pool_t *pools[2] = {sl_kern_pool_create(1), sl_kern_pool_create(2)};
   CHECK(pools[0] && pools[1]);
   int tested = 0;
@@ -244,7 +276,9 @@ static void test_packed_products(void) {
     tested++;
     for (size_t ti = 0; ti < N_TYPES; ti++)
       for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        check_shape(g_isas[k], k_types[ti], shapes[s][0], shapes[s][1], pools);
+        check_shape(g_isas[k], k_types[ti],
+                    is_k(k_types[ti]) ? shapes_k[s][0] : shapes[s][0],
+                    is_k(k_types[ti]) ? shapes_k[s][1] : shapes[s][1], pools);
   }
   if (!tested)
     fprintf(stderr, "  (no level with packed kernels under test)\n");

@@ -165,20 +165,24 @@ typedef struct sl_kern_weight {
  * --------------------------------------------------------
  *
  * Where the ISA in use has a kernel for it (the avx2 and avx512 levels:
- * Q4_0, Q8_0, Q5_0, IQ4_NL; not the VNNI levels, which keep their own
- * tiles), a matrix can be copied once, at load, into groups
- * of 8 rows whose blocks interleave: per 32-element block position, the 8
- * rows' f16 scales together, then their quants in 4-byte runs, so that one
- * 256-bit load feeds 8 rows. The last group is padded with zero rows. The
- * copy takes the bytes of the rows rounded up to a multiple of 8. Every
+ * Q4_0, Q8_0, Q5_0, IQ4_NL, Q4_K, Q6_K; not the VNNI levels, which keep
+ * their own tiles), a matrix can be copied once, at load, into groups
+ * of 8 rows whose blocks interleave: per block position (32 elements, or a
+ * 256-element super-block), the 8 rows' f16 scales together (the K-quants'
+ * 6-bit / int8 sub-block scales and mins unpacked to bytes), then their
+ * quants in 4-byte runs, so that one 256-bit load feeds 8 rows. The last
+ * group is padded with zero rows. The copy takes the bytes of the rows
+ * rounded up to a multiple of 8, except for the K-quants: 148 bytes per
+ * row and super-block for Q4_K (GGUF: 144), 274 for Q6_K (GGUF: 210; its
+ * 6-bit quants are stored whole, one signed byte each). Every
  * product (row, token) then sums its blocks in one fixed order, whatever the
  * number of tokens in the call; it is not the unpacked dot's order (the
  * results agree within float rounding, not bit for bit). */
 
 /* The bytes sl_kern_repack needs for W under the ISA in use; 0 when there is
  * no packed kernel for W's type there (the scalar level never has one), W's
- * cols are not a multiple of 32, or SLUICE_REPACK=0 is set in the
- * environment: then do not repack. */
+ * cols are not a multiple of its block (32, or 256 for the K-quants), or
+ * SLUICE_REPACK=0 is set in the environment: then do not repack. */
 size_t sl_kern_repack_bytes(const sl_kern_weight *W);
 
 /* Writes the packed copy of W (W->data) into dst[bytes], bytes >=

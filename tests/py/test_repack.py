@@ -1,8 +1,11 @@
 """Repacked weights on a real model: sluice's CPU forward pass with the
 matrices repacked at load (the default) against the same run with
 SLUICE_REPACK=0, on copies of the default model that llama.cpp requantizes to
-each packed type (Q4_0, Q8_0, Q5_0, IQ4_NL; llama_cpp.llama_model_quantize
-with allow_requantize, from the Q4_1 weights: seconds each).
+each packed type (Q4_0, Q8_0, Q5_0, IQ4_NL, and Q4_K_M for Q4_K and Q6_K;
+llama_cpp.llama_model_quantize with allow_requantize, from the Q4_1 weights:
+seconds each). The model is 576 wide, so Q4_K_M keeps the K-quants only
+where the rows are multiples of 256 (ffn_down, 1536 wide: Q4_K and Q6_K);
+the other matrices fall back to Q5_0 / Q8_0 (packed too).
 
 The packed kernels sum each (row, token) in their own fixed order, not the
 unpacked AVX2 dot's, so the logits are not bit-identical: each matmul's
@@ -34,7 +37,7 @@ SRC = Path(os.environ.get("SLUICE_SOURCE_DIR",
                           Path(__file__).resolve().parent.parent.parent))
 TOOL = os.environ.get("SLUICE_MODEL_TOOL")
 DEFAULT = SRC / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-FTYPES = {"Q4_0": 2, "Q8_0": 7, "Q5_0": 8, "IQ4_NL": 25}
+FTYPES = {"Q4_0": 2, "Q8_0": 7, "Q5_0": 8, "IQ4_NL": 25, "Q4_K_M": 15}
 
 _QUANTIZE = """
 import sys, llama_cpp

@@ -232,14 +232,35 @@ typedef struct {
   uint8_t qh[8][4];
   uint8_t qs[4][8][4]; /* as Q4_0 */
 } sl__pack_q5_0;       /* 176 B */
+/* The K-quants: one group block per 256-element super-block position.
+ * Sub-block j (32 elements) of a Q4_K row is its elements 32j..32j+31. */
+typedef struct {
+  uint16_t d[8], dmin[8]; /* f16, as in the rows' blocks */
+  uint8_t sc[8][8];       /* sc[j][r]: row r's 6-bit scale of sub-block j */
+  uint8_t m[4][8][2];     /* m[k][r][h]: row r's 6-bit min of sub-block
+                           * 2k + h (pairs, for madd with the token's sums) */
+  /* qs[c][s][r][e] = row r's qs[32c + 4s + e]: the low nibble is element
+   * 64c + 4s + e (sub-block 2c), the high one element 64c + 32 + 4s + e
+   * (sub-block 2c + 1) */
+  uint8_t qs[4][8][8][4];
+} sl__pack_q4_K; /* 1184 B = 8 x 148 (a Q4_K block: 144) */
+typedef struct {
+  uint16_t d[8];       /* f16 */
+  int8_t sc[16][8];    /* sc[g][r]: row r's scale of elements 16g..16g+15 */
+  int8_t qs[64][8][4]; /* qs[s][r][e] = row r's quant 4s + e, minus 32
+                        * (ql and qh combined: -32..31) */
+} sl__pack_q6_K;       /* 2192 B = 8 x 274 (a Q6_K block: 210) */
 
 /* The product of one group of packed rows with a tile of tokens:
  * y[t * y_stride + r] = dot(row r, token t) for r < nr (1..8), t < nt
- * (1..SL__NT_MAX). wg: the group's first group block; nb: blocks per row.
- * x: Q8_0 rows of the tile's tokens (x_stride bytes apart); xd[i * ld + t]
- * their block scales as floats, xsum[i * ld + t] the sums of their blocks'
- * int8 quants. Each entry sums its blocks in one order, the same for every
- * nt and every tile the token lands in. */
+ * (1..SL__NT_MAX). wg: the group's first group block; nb: blocks per row
+ * (32-element blocks, or 256-element super-blocks for the K-quants).
+ * x: the activation rows of the tile's tokens (x_stride bytes apart), Q8_0
+ * or, for the K-quants, Q8_K. For Q8_0, xd[i * ld + t] are their block
+ * scales as floats, xsum[i * ld + t] the sums of their blocks' int8 quants;
+ * for Q8_K both are NULL (the kernel reads d and bsums from the blocks).
+ * Each entry sums its blocks in one order, the same for every nt and every
+ * tile the token lands in. */
 typedef void (*sl__packed_fn)(int64_t nb, const void *wg, const void *x,
                               size_t x_stride, const float *xd,
                               const int32_t *xsum, int64_t ld, float *y,
@@ -247,6 +268,9 @@ typedef void (*sl__packed_fn)(int64_t nb, const void *wg, const void *x,
 
 /* Bytes of one group block of weight type t (0: t has no packed layout). */
 size_t sl__pack_block_bytes(sl_ggml_type t);
+/* Elements per block of weight type t's packed layout (32, or 256 for the
+ * K-quants). */
+int64_t sl__pack_block_elems(sl_ggml_type t);
 
 typedef struct sl__kern_cpu_ops {
   sl__dequant_fn dequant[SL__NTYPES];

@@ -9,10 +9,11 @@
  * tile while the chunk's rows stay in L1 across tiles. Either way each
  * output is the one-row dot. A weight with a packed copy (sl_kern_repack)
  * whose type has a packed kernel in the table goes through that kernel
- * instead, for any token count: chunks of whole 8-row groups, token tiles
- * of SL__NT_MAX outside, groups inside. Several products of one X (q, k, v;
- * gate, up) go as one call: X quantized once per activation type, one fork
- * and join (sl_kern_matmul_parts). */
+ * instead (Q8_0 activations, or Q8_K for the K-quants), for any token
+ * count: chunks of whole 8-row groups, token tiles of SL__NT_MAX outside,
+ * groups inside. Several products of one X (q, k, v; gate, up) go as one
+ * call: X quantized once per activation type, one fork and join
+ * (sl_kern_matmul_parts). */
 #include <stdatomic.h>
 
 #include "kern_cpu_impl.h"
@@ -32,8 +33,9 @@ typedef struct mm_job {
   sl__dot_fn dot;
   sl__gemm_fn gemm; /* NULL: the dot, row by row */
   sl__packed_fn pk; /* non-NULL: W->packed through it (gemm NULL then) */
-  bool need_sc;     /* gemm or pk: the scales below, block-major */
-  bool need_si;     /* pk: the quant sums too */
+  bool need_sc;     /* gemm, or pk over Q8_0: the scales below, block-major */
+  bool need_si;     /* pk over Q8_0: the quant sums too (over Q8_K the
+                     * kernel reads d and bsums from the blocks) */
   sl_ggml_type act;
   float *xd, *xsum; /* activation scales d (and s for Q8_1), [block][ld] */
   int32_t *xsi;     /* sums of the Q8_0 blocks' quants, [block][ld] */
@@ -81,7 +83,7 @@ static void dot_run(mm_job *j) {
       return;
     int64_t r1 = r0 + j->chunk < rows ? r0 + j->chunk : rows;
     if (j->pk) { /* r0 is a multiple of 8: whole groups */
-      const int64_t nb = cols / SL__QK;
+      const int64_t nb = cols / sl__pack_block_elems(j->W->type);
       const size_t gbytes = (size_t)nb * sl__pack_block_bytes(j->W->type);
       for (int64_t t = 0; t < j->n_tokens; t += SL__NT_MAX) {
         int nt =
@@ -92,8 +94,9 @@ static void dot_run(mm_job *j) {
           j->pk(nb,
                 (const char *)j->W->packed +
                     (size_t)(r / SL__PACK_ROWS) * gbytes,
-                xq, j->xq_row_bytes, j->xd + t, j->xsi + t, j->ld,
-                j->Y + t * rows + r, (size_t)rows, nr, nt);
+                xq, j->xq_row_bytes, j->xd ? j->xd + t : NULL,
+                j->xsi ? j->xsi + t : NULL, j->ld, j->Y + t * rows + r,
+                (size_t)rows, nr, nt);
         }
       }
       continue;
@@ -168,14 +171,15 @@ static sl_status part_init(const sl__kern_cpu_ops *ops, const sl_kern_weight *W,
                   (act != SL_GGML_Q8_0 && act != SL_GGML_Q8_1) ||
                   2 * nb > SL__GEMM_WSC_MAX))
     j->gemm = NULL;
-  /* the packed kernels take Q8_0 activations and any token count */
-  if (W->packed && ops->packed[W->type] && act == SL_GGML_Q8_0 &&
-      sl__pack_block_bytes(W->type) > 0) {
+  /* the packed kernels take any token count; over Q8_0 activations (not
+   * Q8_K) they read the block-major scales and quant sums */
+  if (W->packed && ops->packed[W->type] && sl__pack_block_bytes(W->type) > 0 &&
+      (act == SL_GGML_Q8_0 || act == SL_GGML_Q8_K)) {
     j->pk = ops->packed[W->type];
     j->gemm = NULL;
-    j->need_si = true;
+    j->need_si = act == SL_GGML_Q8_0;
   }
-  j->need_sc = j->gemm || j->pk;
+  j->need_sc = j->gemm || j->need_si;
   return SL_OK;
 }
 

@@ -1,7 +1,8 @@
 /* sluice — kern/cpu: AVX2 products over repacked weights (groups of 8
  * interleaved rows, kern_cpu_impl.h) for Q4_0, Q8_0, Q5_0 and IQ4_NL against
- * Q8_0 activations: decode (one token) and prefill (tiles of up to four
- * tokens) are the same code.
+ * Q8_0 activations, and Q4_K and Q6_K against Q8_K (below, "K-quants"):
+ * decode (one token) and prefill (tiles of up to four tokens) are the same
+ * code.
  *
  * Per block position, each step s loads the elements 4s..4s+3 of all 8 rows
  * as one 256-bit vector and multiplies it (maddubs) with the token's four
@@ -150,23 +151,135 @@ INL void isum_iq4_nl(const sl__pack_q4_0 *b, const void *x, size_t xs,
   }
 }
 
-/* The group driver: per block, the integer sums of the 8 rows x NT tokens,
- * then each lane's float chain (see the file comment). */
-#define SL__PACKED(name, ptype, isum)                                          \
+/* One block position of the 32-element types: the integer sums, then each
+ * lane's fma with d_w * d_x (see the file comment). */
+#define SL__STEP32(name, ptype, isum)                                          \
+  INL void name(const ptype *b, const void *x, size_t xs, int64_t i,           \
+                const float *xd, const int32_t *xsum, int64_t ld, __m256 *acc, \
+                const int NT) {                                                \
+    __m256i is[SL__NT_MAX];                                                    \
+    isum(b, x, xs, i, xsum, ld, is, NT);                                       \
+    __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b->d));       \
+    UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_fmadd_ps(              \
+        _mm256_cvtepi32_ps(is[t]),                                             \
+        _mm256_mul_ps(dw, _mm256_broadcast_ss(xd + i * ld + t)), acc[t]);      \
+  }
+
+SL__STEP32(step_q4_0, sl__pack_q4_0, isum_q4_0)
+SL__STEP32(step_q5_0, sl__pack_q5_0, isum_q5_0)
+SL__STEP32(step_q8_0, sl__pack_q8_0, isum_q8_0)
+SL__STEP32(step_iq4_nl, sl__pack_q4_0, isum_iq4_nl)
+
+/* ---- K-quants against Q8_K ----------------------------------------------
+ * Per super-block, each 32-element (Q4_K) or 16-element (Q6_K) sub-block's
+ * products are summed as int16 (exact: at most 8 * 2 * 15 * 127 and
+ * 4 * 2 * 32 * 127), then times the rows' sub-block scales (madd with the
+ * scale twice per lane) into one int32 per row and token (exact). The
+ * lane's float chain then takes, per super-block, one fma (Q6_K) or two
+ * (Q4_K: + sum_j sc_j * dot_j times d_w * d_x, then - sum_j m_j * bsum_j
+ * times dmin_w * d_x). */
+
+/* Token t's Q8_K block i. */
+#define XK(t, i)                                                               \
+  (((const sl__block_q8_K *)((const char *)x + (size_t)(t)*xs))[i])
+
+/* The 8 rows' byte scales at p (signed or not) as int16 pairs (s, s) per
+ * lane. */
+INL __m256i scale_pairs(__m256i s32) {
+  return _mm256_or_si256(_mm256_and_si256(s32, _mm256_set1_epi32(0xFFFF)),
+                         _mm256_slli_epi32(s32, 16));
+}
+
+INL void step_q4_K(const sl__pack_q4_K *b, const void *x, size_t xs, int64_t i,
+                   const float *xd, const int32_t *xsum, int64_t ld,
+                   __m256 *acc, const int NT) {
+  (void)xd;
+  (void)xsum;
+  (void)ld;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256i is[SL__NT_MAX];
+  UNROLL for (int t = 0; t < NT; t++) is[t] = _mm256_setzero_si256();
+  for (int j = 0; j < 8; j++) {
+    const int c = j / 2, h = j % 2;
+    __m256i sc = scale_pairs(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)b->sc[j])));
+    __m256i a16[SL__NT_MAX];
+    UNROLL for (int t = 0; t < NT; t++) a16[t] = _mm256_setzero_si256();
+    for (int s = 0; s < 8; s++) {
+      __m256i raw = _mm256_loadu_si256((const __m256i *)b->qs[c][s]);
+      __m256i v = _mm256_and_si256(h ? _mm256_srli_epi16(raw, 4) : raw, m4);
+      UNROLL for (int t = 0; t < NT; t++) a16[t] = _mm256_add_epi16(
+          a16[t], _mm256_maddubs_epi16(v, bc4(XK(t, i).qs + 32 * j + 4 * s)));
+    }
+    UNROLL for (int t = 0; t < NT; t++) is[t] =
+        _mm256_add_epi32(is[t], _mm256_madd_epi16(a16[t], sc));
+  }
+  __m256i mv[4];
+  for (int k = 0; k < 4; k++)
+    mv[k] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)b->m[k]));
+  const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b->d));
+  const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b->dmin));
+  UNROLL for (int t = 0; t < NT; t++) {
+    /* the token's sub-block sums s_j as int16 pairs (s_2k, s_2k+1): int32
+     * elements 0, 1, 4, 5 of pk */
+    __m256i s32 =
+        _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)XK(t, i).bsums),
+                          _mm256_set1_epi16(1));
+    __m256i pk = _mm256_packs_epi32(s32, s32);
+    __m256i ms = _mm256_setzero_si256();
+    for (int k = 0; k < 4; k++)
+      ms = _mm256_add_epi32(
+          ms, _mm256_madd_epi16(mv[k],
+                                _mm256_permutevar8x32_epi32(
+                                    pk, _mm256_set1_epi32(k < 2 ? k : k + 2))));
+    __m256 dx = _mm256_broadcast_ss(&XK(t, i).d);
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_mul_ps(dw, dx),
+                             acc[t]);
+    acc[t] =
+        _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, dx), acc[t]);
+  }
+}
+
+INL void step_q6_K(const sl__pack_q6_K *b, const void *x, size_t xs, int64_t i,
+                   const float *xd, const int32_t *xsum, int64_t ld,
+                   __m256 *acc, const int NT) {
+  (void)xd;
+  (void)xsum;
+  (void)ld;
+  __m256i is[SL__NT_MAX];
+  UNROLL for (int t = 0; t < NT; t++) is[t] = _mm256_setzero_si256();
+  for (int g = 0; g < 16; g++) {
+    __m256i sc = scale_pairs(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)b->sc[g])));
+    __m256i a16[SL__NT_MAX];
+    UNROLL for (int t = 0; t < NT; t++) a16[t] = _mm256_setzero_si256();
+    for (int s = 4 * g; s < 4 * g + 4; s++) {
+      __m256i w = _mm256_loadu_si256((const __m256i *)b->qs[s]);
+      __m256i aw = _mm256_abs_epi8(w);
+      UNROLL for (int t = 0; t < NT; t++) a16[t] = _mm256_add_epi16(
+          a16[t], _mm256_maddubs_epi16(
+                      aw, _mm256_sign_epi8(bc4(XK(t, i).qs + 4 * s), w)));
+    }
+    UNROLL for (int t = 0; t < NT; t++) is[t] =
+        _mm256_add_epi32(is[t], _mm256_madd_epi16(a16[t], sc));
+  }
+  const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b->d));
+  UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_fmadd_ps(
+      _mm256_cvtepi32_ps(is[t]),
+      _mm256_mul_ps(dw, _mm256_broadcast_ss(&XK(t, i).d)), acc[t]);
+}
+
+/* The group driver: per block, step updates each lane's float chain (see
+ * the file comment). */
+#define SL__PACKED(name, ptype, step)                                          \
   INL void name##_nt(int64_t nb, const void *wg, const void *x, size_t xs,     \
                      const float *xd, const int32_t *xsum, int64_t ld,         \
                      float *y, size_t ys, int nr, const int NT) {              \
     const ptype *b = wg;                                                       \
     __m256 acc[SL__NT_MAX];                                                    \
     UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();          \
-    for (int64_t i = 0; i < nb; i++) {                                         \
-      __m256i is[SL__NT_MAX];                                                  \
-      isum(&b[i], x, xs, i, xsum, ld, is, NT);                                 \
-      __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b[i].d));   \
-      UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_fmadd_ps(            \
-          _mm256_cvtepi32_ps(is[t]),                                           \
-          _mm256_mul_ps(dw, _mm256_broadcast_ss(xd + i * ld + t)), acc[t]);    \
-    }                                                                          \
+    for (int64_t i = 0; i < nb; i++)                                           \
+      step(&b[i], x, xs, i, xd, xsum, ld, acc, NT);                            \
     UNROLL for (int t = 0; t < NT; t++) {                                      \
       if (nr == SL__PACK_ROWS) {                                               \
         _mm256_storeu_ps(y + (size_t)t * ys, acc[t]);                          \
@@ -196,18 +309,19 @@ INL void isum_iq4_nl(const sl__pack_q4_0 *b, const void *x, size_t xs,
     }                                                                          \
   }
 
-SL__PACKED(packed_q4_0, sl__pack_q4_0, isum_q4_0)
-SL__PACKED(packed_q5_0, sl__pack_q5_0, isum_q5_0)
-SL__PACKED(packed_q8_0, sl__pack_q8_0, isum_q8_0)
-SL__PACKED(packed_iq4_nl, sl__pack_q4_0, isum_iq4_nl)
+SL__PACKED(packed_q4_0, sl__pack_q4_0, step_q4_0)
+SL__PACKED(packed_q5_0, sl__pack_q5_0, step_q5_0)
+SL__PACKED(packed_q8_0, sl__pack_q8_0, step_q8_0)
+SL__PACKED(packed_iq4_nl, sl__pack_q4_0, step_iq4_nl)
+SL__PACKED(packed_q4_K, sl__pack_q4_K, step_q4_K)
+SL__PACKED(packed_q6_K, sl__pack_q6_K, step_q6_K)
 
 #pragma GCC pop_options
 
 const sl__packed_fn sl__kern_cpu_avx2_packed[SL__NTYPES] = {
-    [SL_GGML_Q4_0] = packed_q4_0,
-    [SL_GGML_Q5_0] = packed_q5_0,
-    [SL_GGML_Q8_0] = packed_q8_0,
-    [SL_GGML_IQ4_NL] = packed_iq4_nl,
+    [SL_GGML_Q4_0] = packed_q4_0, [SL_GGML_Q5_0] = packed_q5_0,
+    [SL_GGML_Q8_0] = packed_q8_0, [SL_GGML_IQ4_NL] = packed_iq4_nl,
+    [SL_GGML_Q4_K] = packed_q4_K, [SL_GGML_Q6_K] = packed_q6_K,
 };
 
 #else

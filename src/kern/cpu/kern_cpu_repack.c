@@ -15,14 +15,24 @@ size_t sl__pack_block_bytes(sl_ggml_type t) {
     return sizeof(sl__pack_q8_0);
   case SL_GGML_Q5_0:
     return sizeof(sl__pack_q5_0);
+  case SL_GGML_Q4_K:
+    return sizeof(sl__pack_q4_K);
+  case SL_GGML_Q6_K:
+    return sizeof(sl__pack_q6_K);
   default:
     return 0;
   }
 }
 
+int64_t sl__pack_block_elems(sl_ggml_type t) {
+  return t == SL_GGML_Q4_K || t == SL_GGML_Q6_K ? SL__QK_K : SL__QK;
+}
+
 _Static_assert(sizeof(sl__pack_q4_0) == 8 * sizeof(sl__block_q4_0), "q4_0x8");
 _Static_assert(sizeof(sl__pack_q8_0) == 8 * sizeof(sl__block_q8_0), "q8_0x8");
 _Static_assert(sizeof(sl__pack_q5_0) == 8 * sizeof(sl__block_q5_0), "q5_0x8");
+_Static_assert(sizeof(sl__pack_q4_K) == 1184, "q4_Kx8");
+_Static_assert(sizeof(sl__pack_q6_K) == 2192, "q6_Kx8");
 
 static bool repack_off(void) {
   const char *e = getenv("SLUICE_REPACK");
@@ -30,15 +40,16 @@ static bool repack_off(void) {
 }
 
 size_t sl_kern_repack_bytes(const sl_kern_weight *W) {
-  if (!W || !W->data || W->rows <= 0 || W->cols <= 0 || W->cols % SL__QK != 0 ||
-      (int)W->type < 0 || (int)W->type >= SL__NTYPES)
+  if (!W || !W->data || W->rows <= 0 || W->cols <= 0 || (int)W->type < 0 ||
+      (int)W->type >= SL__NTYPES || W->cols % sl__pack_block_elems(W->type))
     return 0;
   const size_t gb = sl__pack_block_bytes(W->type);
   if (!gb || !sl__kern_cpu_ops_get()->packed[W->type] || repack_off())
     return 0;
   size_t groups = (size_t)((W->rows + SL__PACK_ROWS - 1) / SL__PACK_ROWS);
   size_t blocks, bytes;
-  if (!sl_mul_ok(groups, (size_t)(W->cols / SL__QK), &blocks) ||
+  if (!sl_mul_ok(groups, (size_t)(W->cols / sl__pack_block_elems(W->type)),
+                 &blocks) ||
       !sl_mul_ok(blocks, gb, &bytes))
     return 0;
   return bytes;
@@ -88,6 +99,46 @@ static void pack_q5_0(sl__pack_q5_0 *o, const void *const *rows, int64_t i) {
   }
 }
 
+static void pack_q4_K(sl__pack_q4_K *o, const void *const *rows, int64_t i) {
+  memset(o, 0, sizeof *o);
+  for (int r = 0; r < 8; r++) {
+    if (!rows[r])
+      continue;
+    const sl__block_q4_K *b = (const sl__block_q4_K *)rows[r] + i;
+    o->d[r] = b->d;
+    o->dmin[r] = b->dmin;
+    for (int j = 0; j < 8; j++)
+      sl__scale_min_k4(j, b->scales, &o->sc[j][r], &o->m[j / 2][r][j % 2]);
+    for (int c = 0; c < 4; c++)
+      for (int s = 0; s < 8; s++)
+        memcpy(o->qs[c][s][r], b->qs + 32 * c + 4 * s, 4);
+  }
+}
+
+static void pack_q6_K(sl__pack_q6_K *o, const void *const *rows, int64_t i) {
+  memset(o, 0, sizeof *o);
+  for (int r = 0; r < 8; r++) {
+    if (!rows[r])
+      continue;
+    const sl__block_q6_K *b = (const sl__block_q6_K *)rows[r] + i;
+    o->d[r] = b->d;
+    for (int g = 0; g < 16; g++)
+      o->sc[g][r] = b->scales[g];
+    /* ggml's Q6_K order: per half h, element 128h + 32k + l has the nibble
+     * of ql[64h + 32(k & 1) + l] (high for k >= 2) and bits 2k of
+     * qh[32h + l] */
+    for (int h = 0; h < 2; h++)
+      for (int k = 0; k < 4; k++)
+        for (int l = 0; l < 32; l++) {
+          uint8_t ql = b->ql[64 * h + 32 * (k & 1) + l];
+          uint8_t lo = k < 2 ? ql & 0xF : ql >> 4;
+          uint8_t hi = (b->qh[32 * h + l] >> (2 * k)) & 3;
+          int e = 128 * h + 32 * k + l;
+          o->qs[e / 4][r][e % 4] = (int8_t)((lo | hi << 4) - 32);
+        }
+  }
+}
+
 sl_status sl_kern_repack(const sl_kern_weight *W, void *dst, size_t bytes) {
   size_t need = sl_kern_repack_bytes(W);
   if (need == 0)
@@ -98,7 +149,7 @@ sl_status sl_kern_repack(const sl_kern_weight *W, void *dst, size_t bytes) {
   sl_status st = sl_kern_row_bytes(W->type, W->cols, &rb);
   if (st != SL_OK)
     return st;
-  const int64_t nb = W->cols / SL__QK;
+  const int64_t nb = W->cols / sl__pack_block_elems(W->type);
   const size_t gb = sl__pack_block_bytes(W->type);
   const int64_t ng = (W->rows + SL__PACK_ROWS - 1) / SL__PACK_ROWS;
   for (int64_t g = 0; g < ng; g++) {
@@ -119,6 +170,12 @@ sl_status sl_kern_repack(const sl_kern_weight *W, void *dst, size_t bytes) {
         break;
       case SL_GGML_Q5_0:
         pack_q5_0((sl__pack_q5_0 *)o, rows, i);
+        break;
+      case SL_GGML_Q4_K:
+        pack_q4_K((sl__pack_q4_K *)o, rows, i);
+        break;
+      case SL_GGML_Q6_K:
+        pack_q6_K((sl__pack_q6_K *)o, rows, i);
         break;
       default:
         SL_ASSERT(0);
