@@ -34,6 +34,14 @@ INL __m256i bc4(const int8_t *q) {
   return _mm256_set1_epi32(v);
 }
 
+/* Step j of a 32-element block whose unsigned quants sit as low nibbles
+ * (elements 4j..4j+3, in lo) and high nibbles (16 + 4j.., in hi): the int16
+ * products with the token's quants q, pairwise summed. */
+INL __m256i nib_step(__m256i lo, __m256i hi, const int8_t *q, int j) {
+  return _mm256_add_epi16(_mm256_maddubs_epi16(lo, bc4(q + 4 * j)),
+                          _mm256_maddubs_epi16(hi, bc4(q + 16 + 4 * j)));
+}
+
 /* The quants of token t's block i (x: the tile's first token). */
 #define XQS(t, i)                                                              \
   (((const sl__block_q8_0 *)((const char *)x + (size_t)(t)*xs))[i].qs)
@@ -51,10 +59,7 @@ INL void isum_q4_0(const sl__pack_q4_0 *b, const void *x, size_t xs, int64_t i,
     __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
     UNROLL for (int t = 0; t < NT; t++) {
       const int8_t *q = XQS(t, i);
-      a16[t] = _mm256_add_epi16(
-          a16[t],
-          _mm256_add_epi16(_mm256_maddubs_epi16(lo, bc4(q + 4 * j)),
-                           _mm256_maddubs_epi16(hi, bc4(q + 16 + 4 * j))));
+      a16[t] = _mm256_add_epi16(a16[t], nib_step(lo, hi, q, j));
     }
   }
   UNROLL for (int t = 0; t < NT; t++) is[t] =
@@ -93,10 +98,7 @@ INL void isum_q5_0(const sl__pack_q5_0 *b, const void *x, size_t xs, int64_t i,
           _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), hb[2 * j + 1]);
       UNROLL for (int t = 0; t < NT; t++) {
         const int8_t *q = XQS(t, i);
-        a16[t] = _mm256_add_epi16(
-            a16[t],
-            _mm256_add_epi16(_mm256_maddubs_epi16(lo, bc4(q + 4 * j)),
-                             _mm256_maddubs_epi16(hi, bc4(q + 16 + 4 * j))));
+        a16[t] = _mm256_add_epi16(a16[t], nib_step(lo, hi, q, j));
       }
     }
     UNROLL for (int t = 0; t < NT; t++) a32[t] = _mm256_add_epi32(
