@@ -1,16 +1,19 @@
 /* Tests for repacked weights (sl_kern_repack_bytes, sl_kern_repack and the
  * packed kernels matmul takes for them): on each ISA level under test, for
- * Q4_0, Q8_0, Q5_0 and IQ4_NL (32 to 4096 columns) and Q4_K and Q6_K against
- * Q8_K activations (256 to 4096 columns), rows not multiples of 8 among them,
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and IQ4_NL (32 to 4096 columns, against Q8_0
+ * activations) and Q4_K and Q6_K against Q8_K activations (256 to 4096
+ * columns), rows not multiples of 8 among them,
  *   - the product within the f64 rounding bound of a chain of nb fmas, and
  *     within that bound of the scalar level's (unpacked) product;
+ *   - the same bits as the AVX2 level's packed product (the VNNI levels'
+ *     vpdpbusd kernels sum the same integers);
  *   - every entry (row, token) bit for bit the same whatever the number of
  *     tokens in the call (1, 2, 3, 5, 13, 64), the chunk of the prompt it
  *     lands in, the thread count and sl_kern_matmul_parts;
  *   - a packed copy of zeros gives zeros where a packed kernel runs (the
  *     packed path is taken) and the unpacked product where none does;
- *   - sizes: 0 on the scalar and VNNI levels, with SLUICE_REPACK=0, for
- *     other types.
+ *   - sizes: 0 on the scalar level, with SLUICE_REPACK=0, for other
+ *     types.
  * SLUICE_ISA=scalar|avx2|... puts one level under test (ctest: test_repack_
  * <level>; 77 where this CPU lacks it), else every level the CPU has. */
 #include <math.h>
@@ -32,9 +35,9 @@ static float rnd_f(float lo, float hi) {
   return lo + (hi - lo) * (float)(rnd_u64() >> 40) / (float)(1 << 24);
 }
 
-static const sl_ggml_type k_types[] = {SL_GGML_Q4_0, SL_GGML_Q8_0,
-                                       SL_GGML_Q5_0, SL_GGML_IQ4_NL,
-                                       SL_GGML_Q4_K, SL_GGML_Q6_K};
+static const sl_ggml_type k_types[] = {
+    SL_GGML_Q4_0, SL_GGML_Q8_0,   SL_GGML_Q5_0, SL_GGML_Q4_1,
+    SL_GGML_Q5_1, SL_GGML_IQ4_NL, SL_GGML_Q4_K, SL_GGML_Q6_K};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
 static sl_kern_isa g_isas[SL_KERN_ISA_COUNT];
@@ -78,8 +81,8 @@ static void fill_random(sl_ggml_type t, uint8_t *p, int64_t n) {
       memcpy(p + offsetof(sl__block_q6_K, d), &h, 2);
     } else {
       memcpy(p, &h, 2); /* d first in the others */
-      if (t == SL_GGML_Q4_K)
-        memcpy(p + 2, &m, 2);
+      if (t == SL_GGML_Q4_K || t == SL_GGML_Q4_1 || t == SL_GGML_Q5_1)
+        memcpy(p + 2, &m, 2); /* dmin or m */
     }
   }
 }
@@ -101,10 +104,33 @@ static double ref_dot(sl_ggml_type t, int64_t n, const void *w, const void *xq,
   return s;
 }
 
-/* The levels with packed kernels: avx2 and avx512 (the VNNI levels keep
- * their own tiles). */
+/* Q4_1 and Q5_1: the scalar level's dot takes Q8_1 activations, whose sum
+ * term s = d * sum(q) is rounded to f16 from the unrounded d (as ggml's):
+ * its product is off f64 by up to 2^-10 sum |m_w s| more than the packed
+ * one, which uses the exact sum. That sum for one row and token (0 for the
+ * other types). */
+static double m_term_abs(sl_ggml_type t, int64_t cols, const uint8_t *w,
+                         const uint8_t *xq) {
+  if (t != SL_GGML_Q4_1 && t != SL_GGML_Q5_1)
+    return 0;
+  const size_t wb =
+      t == SL_GGML_Q4_1 ? sizeof(sl__block_q4_1) : sizeof(sl__block_q5_1);
+  double a = 0;
+  for (int64_t i = 0; i < cols / 32; i++) {
+    uint16_t m;
+    memcpy(&m, w + i * wb + 2, 2);
+    const sl__block_q8_0 *x = (const sl__block_q8_0 *)xq + i;
+    int32_t q = 0;
+    for (int k = 0; k < 32; k++)
+      q += x->qs[k];
+    a += fabs((double)sl__f16_to_f32(m) * sl__f16_to_f32(x->d) * q);
+  }
+  return a;
+}
+
+/* The levels with packed kernels: all but scalar. */
 static bool has_packed(sl_kern_isa isa) {
-  return isa == SL_KERN_ISA_AVX2 || isa == SL_KERN_ISA_AVX512;
+  return isa != SL_KERN_ISA_SCALAR;
 }
 
 static void test_bytes(void) {
@@ -135,9 +161,9 @@ static void test_bytes(void) {
       CHECK_EQ_INT((int)sl_kern_repack_bytes(&odd), 0);
     }
     /* types without a packed kernel (yet) */
-    sl_kern_weight q41 = {SL_GGML_Q4_1, 8, 32, wb, NULL};
+    sl_kern_weight q2k = {SL_GGML_Q2_K, 3, 256, wb, NULL};
     sl_kern_weight f32 = {SL_GGML_F32, 8, 32, wb, NULL};
-    CHECK_EQ_INT((int)sl_kern_repack_bytes(&q41), 0);
+    CHECK_EQ_INT((int)sl_kern_repack_bytes(&q2k), 0);
     CHECK_EQ_INT((int)sl_kern_repack_bytes(&f32), 0);
   }
 }
@@ -184,8 +210,10 @@ static void check_shape(sl_kern_isa isa, sl_ggml_type t, int64_t rows,
       double want = ref_dot(t, cols, w + r * wrb, xq + tt * xrb, &absum);
       double tol = (double)(nb + 8) * 6e-8 * absum + 1e-9;
       double e = fabs(full[tt * rows + r] - want);
+      double stol = 2 * tol + 0x1.02p-10 * m_term_abs(t, cols, w + r * wrb,
+                                                      xq + tt * xrb);
       off += !(e <= tol);
-      soff += !(fabs(full[tt * rows + r] - scal[tt * rows + r]) <= 2 * tol);
+      soff += !(fabs(full[tt * rows + r] - scal[tt * rows + r]) <= stol);
       if (e / tol > worst)
         worst = e / tol;
     }
@@ -193,6 +221,15 @@ static void check_shape(sl_kern_isa isa, sl_ggml_type t, int64_t rows,
             "type %d %lldx%lld %s: %d off f64 (worst %.2f of the bound), %d "
             "off the scalar level",
             t, (long long)rows, (long long)cols, in, off, worst, soff);
+  /* the same bits as the AVX2 level's kernels on the same packed copy */
+  if (isa != SL_KERN_ISA_AVX2 && sl_kern_cpu_isa_supported(SL_KERN_ISA_AVX2)) {
+    CHECK_OK(sl_kern_cpu_set_isa(SL_KERN_ISA_AVX2));
+    CHECK_OK(sl_kern_matmul(pools[1], &W, X, got, MAXT));
+    CHECK_MSG(memcmp(got, full, (size_t)(MAXT * rows) * sizeof(float)) == 0,
+              "type %d %lldx%lld: %s and avx2 differ bitwise", t,
+              (long long)rows, (long long)cols, in);
+    CHECK_OK(sl_kern_cpu_set_isa(isa));
+  }
 
   /* the same bits whatever the call's token count, threads and chunking */
   static const int64_t ns[] = {1, 2, 3, 5, 13, 64};
@@ -220,9 +257,9 @@ static void check_shape(sl_kern_isa isa, sl_ggml_type t, int64_t rows,
   /* as one part of several, next to an unpacked part of another type */
   {
     int64_t n = 5;
-    uint8_t *w2 = sl_malloc(row_bytes(SL_GGML_Q4_1, cols) * 3);
-    fill_random(SL_GGML_Q4_1, w2, cols * 3);
-    sl_kern_weight W2 = {SL_GGML_Q4_1, 3, cols, w2, NULL};
+    uint8_t *w2 = sl_malloc(row_bytes(SL_GGML_F16, cols) * 3);
+    fill_random(SL_GGML_F16, w2, cols * 3);
+    sl_kern_weight W2 = {SL_GGML_F16, 3, cols, w2, NULL};
     float *y2 = sl_malloc(n * 3 * sizeof(float));
     const sl_kern_weight *ws[] = {&W2, &W};
     float *ys[] = {y2, got};

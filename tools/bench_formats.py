@@ -5,11 +5,13 @@ other; prints one JSON line per format and a Markdown table of the ratios.
 
 The files are the default model's F32 copy quantized by llama.cpp itself
 (llama_cpp.llama_model_quantize, as tests/py/test_model_quant_vs_llamacpp.py
-does), cached in --cache.
+does, or llama.cpp's llama-quantize where --llama-quantize names it), cached
+in --cache.
 
     python3 tools/bench_formats.py --llama-bench PATH [--threads N]
         [--formats Q4_0,Q5_0,...] [--f32 models/...F32.gguf]
         [--cache ~/.cache/sluice] [--sluice build/sluice] [--reps 3]
+        [--llama-quantize PATH] [--llama-reps 5]
 """
 import argparse
 import json
@@ -31,12 +33,16 @@ sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(),
 """
 
 
-def quantized(f32, fmt, cache):
+def quantized(f32, fmt, cache, quantize_exe=None):
     out = Path(cache) / f"{Path(f32).stem.replace('.F32', '')}.{fmt}.gguf"
     if not out.exists() or out.stat().st_mtime < Path(f32).stat().st_mtime:
         tmp = str(out) + ".tmp"
-        subprocess.run([sys.executable, "-c", _QUANTIZE, f32, tmp,
-                        str(FTYPES[fmt])], check=True, capture_output=True)
+        if quantize_exe:
+            cmd = [quantize_exe, f32, tmp, fmt]
+        else:
+            cmd = [sys.executable, "-c", _QUANTIZE, f32, tmp,
+                   str(FTYPES[fmt])]
+        subprocess.run(cmd, check=True, capture_output=True)
         os.replace(tmp, out)
     return str(out)
 
@@ -48,9 +54,10 @@ def sluice(exe, model, threads, reps):
     return json.loads(r.stdout)
 
 
-def llama(exe, model, threads):
+def llama(exe, model, threads, reps):
     r = subprocess.run([exe, "-m", model, "-t", str(threads), "-p", "512",
-                        "-n", "128", "-o", "json"], capture_output=True,
+                        "-n", "128", "-r", str(reps), "-o", "json"],
+                       capture_output=True,
                        text=True, check=True)
     out = {}
     for row in json.loads(r.stdout):
@@ -71,18 +78,20 @@ def main():
     ap.add_argument("--formats", default=",".join(FTYPES))
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--llama-quantize", default=None)
+    ap.add_argument("--llama-reps", type=int, default=5)
     a = ap.parse_args()
     os.makedirs(a.cache, exist_ok=True)
     rows = []
     for fmt in a.formats.split(","):
-        m = quantized(a.f32, fmt, a.cache)
+        m = quantized(a.f32, fmt, a.cache, a.llama_quantize)
         try:
             s = sluice(a.sluice, m, a.threads, a.reps)
         except subprocess.CalledProcessError as e:
             print(json.dumps({"format": fmt, "sluice_error":
                               e.stderr.strip()[-300:]}), flush=True)
             continue
-        p = llama(a.llama_bench, m, a.threads)
+        p = llama(a.llama_bench, m, a.threads, a.llama_reps)
         row = {"format": fmt, "file": m, "threads": a.threads,
                "isa": s.get("isa"),
                "sluice_pp512": s["pp512_tps"], "sluice_tg128": s["tg128_tps"],

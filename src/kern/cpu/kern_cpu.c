@@ -161,12 +161,12 @@ static void init_once(void) {
         &sl__kern_cpu_avxvnni_ops);
   merge(&g_tables[SL_KERN_ISA_AVX512VNNI], &g_tables[SL_KERN_ISA_AVX512],
         &sl__kern_cpu_avx512vnni_ops);
-  /* the VNNI levels keep their vpdpbusd tiles: the AVX2 packed kernels are
-   * not measured against them (no VNNI CPU here), so no repacking there */
-  memset(g_tables[SL_KERN_ISA_AVXVNNI].packed, 0,
-         sizeof g_tables[SL_KERN_ISA_AVXVNNI].packed);
-  memset(g_tables[SL_KERN_ISA_AVX512VNNI].packed, 0,
-         sizeof g_tables[SL_KERN_ISA_AVX512VNNI].packed);
+  /* the VNNI levels' packed kernels: packed_body.h with vpdpbusd */
+  for (int i = 0; i < SL__NTYPES; i++) {
+    g_tables[SL_KERN_ISA_AVXVNNI].packed[i] = sl__kern_cpu_avxvnni_packed[i];
+    g_tables[SL_KERN_ISA_AVX512VNNI].packed[i] =
+        sl__kern_cpu_avx512vnni_packed[i];
+  }
   sl_kern_isa want = SL_KERN_ISA_SCALAR;
   const char *name, *env = isa_env(&name);
   sl_status st = sl_kern_cpu_isa_requested(&want);

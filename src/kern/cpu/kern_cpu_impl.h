@@ -232,6 +232,17 @@ typedef struct {
   uint8_t qh[8][4];
   uint8_t qs[4][8][4]; /* as Q4_0 */
 } sl__pack_q5_0;       /* 176 B */
+/* Q4_1 and Q5_1: Q4_0's and Q5_0's layouts with the rows' f16 minimums m
+ * after their scales d. */
+typedef struct {
+  uint16_t d[8], m[8];
+  uint8_t qs[4][8][4]; /* as Q4_0 */
+} sl__pack_q4_1;       /* 160 B = 8 Q4_1 blocks */
+typedef struct {
+  uint16_t d[8], m[8];
+  uint8_t qh[8][4];    /* as Q5_0 */
+  uint8_t qs[4][8][4]; /* as Q4_0 */
+} sl__pack_q5_1;       /* 192 B = 8 Q5_1 blocks */
 /* The K-quants: one group block per 256-element super-block position.
  * Sub-block j (32 elements) of a Q4_K row is its elements 32j..32j+31. */
 typedef struct {
@@ -313,8 +324,12 @@ extern const sl__kern_cpu_ops sl__kern_cpu_avx512vnni4_ops;
  * kern_cpu_q5_avx2.c): Q5_0, Q5_1 and IQ4_NL. */
 extern const sl__kern_cpu_ops sl__kern_cpu_q5_scalar_ops;
 extern const sl__kern_cpu_ops sl__kern_cpu_q5_avx2_ops;
-/* kern_cpu_packed_avx2.c: the AVX2 table's packed kernels */
+/* packed_body.h, compiled three times: the packed kernels of the AVX2 table
+ * (kern_cpu_packed_avx2.c) and of the VNNI levels (kern_cpu_packed_avxvnni.c,
+ * kern_cpu_packed_avx512vnni.c); the three give the same bits */
 extern const sl__packed_fn sl__kern_cpu_avx2_packed[SL__NTYPES];
+extern const sl__packed_fn sl__kern_cpu_avxvnni_packed[SL__NTYPES];
+extern const sl__packed_fn sl__kern_cpu_avx512vnni_packed[SL__NTYPES];
 /* kern_cpu_gemm_avx2.c: the AVX2 table's gemm entries */
 extern const sl__gemm_fn sl__kern_cpu_avx2_gemm[SL__NTYPES];
 

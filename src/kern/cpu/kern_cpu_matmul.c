@@ -145,6 +145,11 @@ static sl_status part_init(const sl__kern_cpu_ops *ops, const sl_kern_weight *W,
   sl_status st = sl_kern_act_type(W->type, &act);
   if (st != SL_OK)
     return st;
+  /* packed Q4_1 / Q5_1 take Q8_0 activations (the same d and quants as
+   * Q8_1): their minimums' term reads the quants' exact sums */
+  if (act == SL_GGML_Q8_1 && W->packed && ops->packed[W->type] &&
+      sl__pack_block_bytes(W->type) > 0)
+    act = SL_GGML_Q8_0;
   size_t wrb, xrb;
   if ((st = sl_kern_row_bytes(W->type, W->cols, &wrb)) != SL_OK)
     return st;

@@ -1,6 +1,6 @@
 /* sluice — kern/cpu: repacking weight matrices into groups of 8 interleaved
  * rows (the layouts are in kern_cpu_impl.h, the kernels over them in
- * kern_cpu_packed_avx2.c). Plain C: the copy happens once, at load. */
+ * packed_body.h). Plain C: the copy happens once, at load. */
 #include <stdlib.h>
 
 #include "kern_cpu_impl.h"
@@ -15,6 +15,10 @@ size_t sl__pack_block_bytes(sl_ggml_type t) {
     return sizeof(sl__pack_q8_0);
   case SL_GGML_Q5_0:
     return sizeof(sl__pack_q5_0);
+  case SL_GGML_Q4_1:
+    return sizeof(sl__pack_q4_1);
+  case SL_GGML_Q5_1:
+    return sizeof(sl__pack_q5_1);
   case SL_GGML_Q4_K:
     return sizeof(sl__pack_q4_K);
   case SL_GGML_Q6_K:
@@ -31,6 +35,8 @@ int64_t sl__pack_block_elems(sl_ggml_type t) {
 _Static_assert(sizeof(sl__pack_q4_0) == 8 * sizeof(sl__block_q4_0), "q4_0x8");
 _Static_assert(sizeof(sl__pack_q8_0) == 8 * sizeof(sl__block_q8_0), "q8_0x8");
 _Static_assert(sizeof(sl__pack_q5_0) == 8 * sizeof(sl__block_q5_0), "q5_0x8");
+_Static_assert(sizeof(sl__pack_q4_1) == 8 * sizeof(sl__block_q4_1), "q4_1x8");
+_Static_assert(sizeof(sl__pack_q5_1) == 8 * sizeof(sl__block_q5_1), "q5_1x8");
 _Static_assert(sizeof(sl__pack_q4_K) == 1184, "q4_Kx8");
 _Static_assert(sizeof(sl__pack_q6_K) == 2192, "q6_Kx8");
 
@@ -78,6 +84,22 @@ static void pack_q8_0(sl__pack_q8_0 *o, const void *const *rows, int64_t i) {
   }
 }
 
+/* Row r's fifth bits h (Q5_0 / Q5_1, a little-endian u32) and nibbles qs
+ * (NULL: zeros) into the group's qh and qs (the Q5_0 layout). */
+static void pack_q5_bits(uint8_t qh[8][4], uint8_t qs[4][8][4], int r,
+                         uint32_t h, const uint8_t *q) {
+  for (int e = 0; e < 4; e++) {
+    uint8_t v = 0;
+    for (int j = 0; j < 4; j++) {
+      v |= (uint8_t)(((h >> (4 * j + e)) & 1u) << (2 * j));
+      v |= (uint8_t)(((h >> (16 + 4 * j + e)) & 1u) << (2 * j + 1));
+    }
+    qh[r][e] = v;
+    for (int j = 0; j < 4; j++)
+      qs[j][r][e] = q ? q[4 * j + e] : 0;
+  }
+}
+
 static void pack_q5_0(sl__pack_q5_0 *o, const void *const *rows, int64_t i) {
   for (int r = 0; r < 8; r++) {
     const sl__block_q5_0 *b =
@@ -86,16 +108,32 @@ static void pack_q5_0(sl__pack_q5_0 *o, const void *const *rows, int64_t i) {
     if (b)
       memcpy(&h, b->qh, 4);
     o->d[r] = b ? b->d : 0;
-    for (int e = 0; e < 4; e++) {
-      uint8_t v = 0;
-      for (int j = 0; j < 4; j++) {
-        v |= (uint8_t)(((h >> (4 * j + e)) & 1u) << (2 * j));
-        v |= (uint8_t)(((h >> (16 + 4 * j + e)) & 1u) << (2 * j + 1));
-      }
-      o->qh[r][e] = v;
-      for (int j = 0; j < 4; j++)
+    pack_q5_bits(o->qh, o->qs, r, h, b ? b->qs : NULL);
+  }
+}
+
+static void pack_q4_1(sl__pack_q4_1 *o, const void *const *rows, int64_t i) {
+  for (int r = 0; r < 8; r++) {
+    const sl__block_q4_1 *b =
+        rows[r] ? (const sl__block_q4_1 *)rows[r] + i : NULL;
+    o->d[r] = b ? b->d : 0;
+    o->m[r] = b ? b->m : 0;
+    for (int j = 0; j < 4; j++)
+      for (int e = 0; e < 4; e++)
         o->qs[j][r][e] = b ? b->qs[4 * j + e] : 0;
-    }
+  }
+}
+
+static void pack_q5_1(sl__pack_q5_1 *o, const void *const *rows, int64_t i) {
+  for (int r = 0; r < 8; r++) {
+    const sl__block_q5_1 *b =
+        rows[r] ? (const sl__block_q5_1 *)rows[r] + i : NULL;
+    uint32_t h = 0;
+    if (b)
+      memcpy(&h, b->qh, 4);
+    o->d[r] = b ? b->d : 0;
+    o->m[r] = b ? b->m : 0;
+    pack_q5_bits(o->qh, o->qs, r, h, b ? b->qs : NULL);
   }
 }
 
@@ -170,6 +208,12 @@ sl_status sl_kern_repack(const sl_kern_weight *W, void *dst, size_t bytes) {
         break;
       case SL_GGML_Q5_0:
         pack_q5_0((sl__pack_q5_0 *)o, rows, i);
+        break;
+      case SL_GGML_Q4_1:
+        pack_q4_1((sl__pack_q4_1 *)o, rows, i);
+        break;
+      case SL_GGML_Q5_1:
+        pack_q5_1((sl__pack_q5_1 *)o, rows, i);
         break;
       case SL_GGML_Q4_K:
         pack_q4_K((sl__pack_q4_K *)o, rows, i);
