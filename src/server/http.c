@@ -334,7 +334,8 @@ static enum MHD_Result handle_generate(sl_server_t *s, struct MHD_Connection *c,
   if (sl__srv_parse(api, cn->body.p ? cn->body.p : "", cn->body.len, &lim,
                     &j->req, &err) != SL_OK)
     goto fail_respond;
-  if (sl__srv_prompt_ids(&j->req, s->tok, s->chat_template, &j->ids, &j->n_ids,
+  if (sl__srv_prompt_ids(&j->req, s->tok, s->chat_template,
+                         s->cfg.parse_special_in_content, &j->ids, &j->n_ids,
                          &err) != SL_OK)
     goto fail_respond;
   if (j->n_ids >= s->cfg.n_ctx) {
