@@ -393,6 +393,118 @@ static void test_chat_smollm2(void) {
   sl_free(tpl);
 }
 
+/* Renders src over one untrusted message {user, " Hi, you "} with bos_token
+ * "<s>" and shows the output with each run of untrusted bytes in [ ]. */
+static char *render_marked(const char *src, bool mark) {
+  sl_jv *ms = sl_jv_list();
+  sl_jv_list_append(ms, msg("user", " Hi, you "));
+  if (mark)
+    sl_jv_mark_untrusted(ms);
+  char *out = NULL, err[256];
+  size_t n = 0;
+  uint8_t *u = (uint8_t *)1;
+  sl_status st = sl_chat_template_render_marked(src, ms, false, "<s>", "", NULL,
+                                                &out, &n, &u, err, sizeof err);
+  sl_jv_free(ms);
+  CHECK_MSG(st == SL_OK, "%s: %s", src, err);
+  if (st != SL_OK)
+    return NULL;
+  char *vis = sl_malloc(3 * n + 1);
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    bool in = u && u[i], prev = u && i > 0 && u[i - 1];
+    if (in && !prev)
+      vis[o++] = '[';
+    if (!in && prev)
+      vis[o++] = ']';
+    vis[o++] = out[i];
+  }
+  if (u && n && u[n - 1])
+    vis[o++] = ']';
+  vis[o] = 0;
+  sl_free(out);
+  sl_free(u);
+  return vis;
+}
+
+/* Which output bytes came from untrusted (request) values: kept through
+ * concatenation, filters, methods, slicing, macros and captures; the
+ * template's own text and bos_token are trusted. */
+static void test_untrusted_marks(void) {
+  static const char *const cases[][2] = {
+      {"{{ '<|a|>' + messages[0].content + '<|b|>' }}",
+       "<|a|>[ Hi, you ]<|b|>"},
+      {"<|a|>{{ messages[0].content | trim }}<|b|>", "<|a|>[Hi, you]<|b|>"},
+      {"{{ bos_token ~ messages[0].content | upper }}", "<s>[ HI, YOU ]"},
+      {"{{ (bos_token + messages[0].content) | title }}", "<S>[ Hi, You ]"},
+      {"{{ messages[0].content[1:3] }}", "[Hi]"},
+      {"{{ messages[0].content.split(',') | join('<|x|>') }}",
+       "[ Hi]<|x|>[ you ]"},
+      {"{{ messages[0].content.replace('you', '<|y|>') }}", "[ Hi, ]<|y|>[ ]"},
+      {"{% macro m(x) %}<t>{{ x }}</t>{% endmacro %}{{ m(messages[0].content) "
+       "| trim }}",
+       "<t>[ Hi, you ]</t>"},
+      {"{% set s %}<t>{{ messages[0].role }}{% endset %}{{ s }}", "<t>[user]"},
+      {"{{ messages[0] | tojson }}",
+       "{[\"role\"]: [\"user\"], [\"content\"]: [\" Hi, you \"]}"},
+      {"{% for c in messages[0].role %}{{ c }}-{% endfor %}",
+       "[u]-[s]-[e]-[r]-"},
+      {"{{ messages[0].content | length }}{{ messages | length }}", "91"},
+      {"{{ messages[0].content * 2 }}", "[ Hi, you  Hi, you ]"},
+      {"{{ messages[0].content | replace(' ', '_') }}", "_[Hi,]_[you]_"},
+      {"{{ messages[0].content | trim | reverse | list | first }}", "[u]"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char *got = render_marked(cases[i][0], true);
+    CHECK_MSG(got && strcmp(got, cases[i][1]) == 0, "%s: got %s want %s",
+              cases[i][0], got ? got : "(error)", cases[i][1]);
+    sl_free(got);
+  }
+  /* nothing marked: no marks reported */
+  char *got = render_marked("{{ messages[0].content }}", false);
+  CHECK(got && strcmp(got, " Hi, you ") == 0);
+  sl_free(got);
+}
+
+/* Every model template of the fixtures, over a conversation whose text has
+ * no '<' or '[': no untrusted byte falls in the template's own markup
+ * (<|im_start|>, <start_of_turn>, [INST], ...), and the message text is all
+ * untrusted. */
+static void test_untrusted_marks_fixtures(void) {
+  static const char *const files[] = {
+      "gemma2.jinja",  "gemma3.jinja",       "llama3.1.jinja",
+      "llama3.jinja",  "mistral-v0.3.jinja", "phi3.jinja",
+      "qwen2.5.jinja", "qwen3.jinja",        "smollm2.jinja"};
+  for (size_t k = 0; k < sizeof files / sizeof *files; k++) {
+    char *tpl = read_fixture(files[k]);
+    CHECK_MSG(tpl != NULL, "fixture %s", files[k]);
+    if (!tpl)
+      continue;
+    sl_jv *ms = sl_jv_list();
+    sl_jv_list_append(ms, msg("user", "Hello there, how are you?"));
+    sl_jv_list_append(ms, msg("assistant", "Fine, thanks."));
+    sl_jv_list_append(ms, msg("user", "Tell me a joke"));
+    sl_jv_mark_untrusted(ms);
+    char *out = NULL, err[256];
+    size_t n = 0;
+    uint8_t *u = NULL;
+    CHECK_OK(sl_chat_template_render_marked(tpl, ms, true, "<s>", "</s>", NULL,
+                                            &out, &n, &u, err, sizeof err));
+    size_t marked = 0;
+    for (size_t i = 0; out && u && i < n; i++) {
+      CHECK_MSG(!u[i] || (out[i] != '<' && out[i] != '['),
+                "%s: markup byte %zu marked untrusted", files[k], i);
+      marked += u[i];
+    }
+    /* trims aside, the three texts are all there and untrusted */
+    CHECK_MSG(marked >= 45, "%s: %zu bytes marked", files[k], marked);
+    sl_free(out);
+    sl_free(u);
+    sl_jv_free(ms);
+    sl_free(tpl);
+  }
+}
+
 /* Fails the Nth allocation for N = 1, 2, ... until a run succeeds: every
  * failure must be a clean SL_ERR_NOMEM, with nothing leaked. */
 static void test_alloc_failures(void) {
@@ -439,6 +551,8 @@ int main(void) {
   RUN(test_errors);
   RUN(test_limits);
   RUN(test_chat_smollm2);
+  RUN(test_untrusted_marks);
+  RUN(test_untrusted_marks_fixtures);
   RUN(test_alloc_failures);
   return sl_test_finish();
 }

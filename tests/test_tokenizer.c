@@ -273,6 +273,28 @@ static void test_bpe_basic(void) {
   ENC(t, "<|im_end|>", false, false, byte_id('<'), byte_id('|'), byte_id('i'),
       byte_id('m'), byte_id('_'), byte_id('e'), byte_id('n'), byte_id('d'),
       byte_id('|'), byte_id('>'));
+  /* marked: control tokens parsed only where no byte is marked plain */
+  {
+    const char *txt = "<|im_start|>he<|im_end|><|im_start|>";
+    uint8_t plain[36] = {0};
+    memset(plain + 14, 1, 10); /* the <|im_end|> */
+    int32_t *ids = NULL;
+    size_t n = 0;
+    CHECK_OK(sl_tokenizer_encode_marked(t, txt, 36, false, plain, &ids, &n));
+    CHECK(n == 13 && ids[0] == ID_IMS && ids[1] == id_of(t, "he") &&
+          ids[2] == byte_id('<') && ids[11] == byte_id('>') &&
+          ids[12] == ID_IMS);
+    sl_free(ids);
+    memset(plain, 0, sizeof plain);
+    plain[35] = 1; /* one plain byte spoils the last <|im_start|> */
+    CHECK_OK(sl_tokenizer_encode_marked(t, txt, 36, false, plain, &ids, &n));
+    CHECK(n == 3 + 12 && ids[0] == ID_IMS && ids[2] == ID_IME &&
+          ids[3] == byte_id('<'));
+    sl_free(ids);
+    CHECK_OK(sl_tokenizer_encode_marked(t, txt, 36, false, NULL, &ids, &n));
+    CHECK(n == 4 && ids[2] == ID_IME && ids[3] == ID_IMS);
+    sl_free(ids);
+  }
   /* add_bos is a no-op for a model that does not ask for BOS */
   ENC(t, "he", true, false, id_of(t, "he"));
   /* invalid UTF-8 reads as U+FFFD (EF BF BD) */

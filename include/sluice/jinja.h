@@ -78,6 +78,15 @@ const char *sl_jv_str(const sl_jv *v);
 /* Frees `v` and everything it holds. NULL is a no-op. */
 void sl_jv_free(sl_jv *v);
 
+/* Marks `v` and everything it holds (dict keys too) as untrusted: text that
+ * came from outside input, such as a request's messages. A render keeps
+ * track of which output bytes come from untrusted values, through
+ * concatenation, slicing, filters and methods (a transformed string, e.g.
+ * upper or tojson, is untrusted wherever its source was), and reports them
+ * (sl_chat_template_render_marked). Marking is not undone. NULL is a
+ * no-op. */
+void sl_jv_mark_untrusted(sl_jv *v);
+
 /* ---- templates ------------------------------------------------------------
  */
 
@@ -134,5 +143,17 @@ sl_status sl_chat_template_render(const char *template_src,
                                   const char *bos_token, const char *eos_token,
                                   const sl_jv *extra, char **out,
                                   size_t *out_len, char *err, size_t errcap);
+
+/* sl_chat_template_render that also reports which output bytes came from
+ * untrusted values (sl_jv_mark_untrusted): on SL_OK *untrusted is NULL when
+ * none did, else an array of *out_len bytes (free with sl_free), 1 where
+ * the output byte came from an untrusted value and 0 where the template (or
+ * bos_token / eos_token) wrote it. The caller can then tokenize the
+ * template's own text with special tokens parsed and the rest as plain text
+ * (sl_tokenizer_encode_marked). *untrusted is NULL on failure. */
+sl_status sl_chat_template_render_marked(
+    const char *template_src, const sl_jv *messages, bool add_generation_prompt,
+    const char *bos_token, const char *eos_token, const sl_jv *extra,
+    char **out, size_t *out_len, uint8_t **untrusted, char *err, size_t errcap);
 
 #endif

@@ -35,6 +35,10 @@ typedef struct sl_server_config {
   unsigned http_timeout_s; /* idle connection timeout (30 s) */
   unsigned grace_ms;       /* shutdown: wait this long for in-flight
                               requests before aborting them (10 s) */
+  bool parse_special_in_content; /* parse special tokens ("<|im_end|>") in
+                                    message text too, as llama.cpp does
+                                    (false: only in the chat template's own
+                                    text, so a client cannot forge turns) */
 } sl_server_config;
 
 /* Defaults as documented above; model_name NULL, n_ctx 0. */

@@ -73,6 +73,20 @@ sl_status sl_tokenizer_encode(const sl_tokenizer_t *t, const char *text,
                               size_t len, bool add_bos, bool parse_special,
                               int32_t **ids, size_t *n);
 
+/* sl_tokenizer_encode with special tokens parsed in part of the text only:
+ * `plain` is NULL (parse everywhere) or `len` bytes, and a control token is
+ * recognized only where plain[] is 0 over all of its bytes. Where it is 1
+ * the text reads as with parse_special = false (user-defined tokens are
+ * still matched). The text is split into fragments at the recognized
+ * tokens, as sl_tokenizer_encode splits it, so text with no special tokens
+ * in it tokenizes the same whatever `plain` says. A chat prompt uses this
+ * to parse special tokens in the template's text but not in the request's
+ * (sl_chat_template_render_marked). Errors as for sl_tokenizer_encode. */
+sl_status sl_tokenizer_encode_marked(const sl_tokenizer_t *t, const char *text,
+                                     size_t len, bool add_bos,
+                                     const uint8_t *plain, int32_t **ids,
+                                     size_t *n);
+
 /* Writes the bytes of token `id` into buf (no NUL added). With `special`
  * false, control and unknown tokens render as nothing. Stores the piece's
  * length in *len. Returns SL_OK, SL_ERR_RANGE when `id` is not in the

@@ -33,10 +33,19 @@ static void serve_usage(FILE *f) {
       "                    [--max-batched-tokens N] [--prefill-chunk N]\n"
       "                    [--kv-block-tokens N] [--http-timeout S]\n"
       "                    [--max-body BYTES] [--grace-ms MS]\n"
+      "                    [--parse-special-in-content]\n"
       "  serves the OpenAI (/v1/chat/completions, /v1/completions,\n"
       "  /v1/models) and Anthropic (/v1/messages) APIs, /health, /metrics\n"
       "  and /admin/api/stats; binds 127.0.0.1:8080 unless told otherwise.\n"
-      "  BYTES accept K, M, G suffixes (powers of 1024).\n");
+      "  BYTES accept K, M, G suffixes (powers of 1024).\n"
+      "  --max-batched-tokens defaults to 512, or to --max-seqs when that is\n"
+      "  larger (each running sequence needs a token of every step).\n"
+      "  --parse-special-in-content: read special tokens such as\n"
+      "  <|im_end|> written in chat messages as those tokens, as llama.cpp\n"
+      "  does; by default they are plain text there (only the chat\n"
+      "  template's own text has special tokens), so a client cannot close\n"
+      "  its turn and forge a system turn. /v1/completions prompts always\n"
+      "  have special tokens parsed: the client writes the whole prompt.\n");
 }
 
 /* "4G", "512M", "123456", "1.5G" -> bytes. */
@@ -96,7 +105,7 @@ int sl_cli_serve_main(int argc, char **argv) {
   const char *model = NULL, *name = NULL;
   sl_server_config scfg = sl_server_config_defaults();
   sl_engine_config ecfg = sl_engine_config_defaults();
-  bool ctx_set = false;
+  bool ctx_set = false, mbt_set = false;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     long lv;
@@ -143,6 +152,7 @@ int sl_cli_serve_main(int argc, char **argv) {
     } else if (!strcmp(a, "--max-batched-tokens")) {
       NEED_VALUE if (!sl_cli_parse_long(v, 1, 1 << 20, &lv))
           BAD_VALUE ecfg.max_batched_tokens = (int)lv;
+      mbt_set = true;
     } else if (!strcmp(a, "--prefill-chunk")) {
       NEED_VALUE if (!sl_cli_parse_long(v, 1, 1 << 20, &lv))
           BAD_VALUE ecfg.prefill_chunk = (int)lv;
@@ -158,6 +168,8 @@ int sl_cli_serve_main(int argc, char **argv) {
     } else if (!strcmp(a, "--grace-ms")) {
       NEED_VALUE if (!sl_cli_parse_long(v, 0, 3600000, &lv))
           BAD_VALUE scfg.grace_ms = (unsigned)lv;
+    } else if (!strcmp(a, "--parse-special-in-content")) {
+      scfg.parse_special_in_content = true;
     } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       serve_usage(stdout);
       return 0;
@@ -171,6 +183,18 @@ int sl_cli_serve_main(int argc, char **argv) {
   }
   if (!model)
     model = sl_model_default_path(defbuf, sizeof defbuf);
+  /* every running sequence decodes one token a step */
+  if (ecfg.max_batched_tokens < ecfg.max_seqs) {
+    if (mbt_set) {
+      fprintf(stderr,
+              "sluice serve: --max-batched-tokens %d is less than --max-seqs "
+              "%d: a step must have room for one token of every running "
+              "sequence; raise --max-batched-tokens to at least %d\n",
+              ecfg.max_batched_tokens, ecfg.max_seqs, ecfg.max_seqs);
+      return 2;
+    }
+    ecfg.max_batched_tokens = ecfg.max_seqs;
+  }
 
   /* before any thread exists: only sigwait() below receives these */
   sigset_t sigs;

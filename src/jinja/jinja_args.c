@@ -103,8 +103,7 @@ sl_jv *sl__jv_iter_list(sl__jrender *r, int line, sl_jv *v) {
     size_t *off = sl__utf8_offsets(r, v->u.s.p, v->u.s.n, &n);
     sl_jv *l = sl__jv_list(r, n);
     for (size_t i = 0; i < n; i++)
-      sl__jv_list_push(r, l,
-                       sl__jv_str(r, v->u.s.p + off[i], off[i + 1] - off[i]));
+      sl__jv_list_push(r, l, sl__jv_substr(r, v, off[i], off[i + 1] - off[i]));
     return l;
   }
   case SL_JV_UNDEFINED:

@@ -77,7 +77,7 @@ sl_jv *sl__jv_getitem(sl__jrender *r, int line, sl_jv *obj, sl_jv *key) {
       if (i < 0)
         i += (int64_t)n;
       if (i >= 0 && i < (int64_t)n)
-        return sl__jv_str(r, obj->u.s.p + off[i], off[i + 1] - off[i]);
+        return sl__jv_substr(r, obj, off[i], off[i + 1] - off[i]);
     }
   }
   if (key->kind == SL_JV_STRING)
@@ -252,7 +252,7 @@ static sl_jv *join(sl__jrender *r, int line, sl_jv *seq, const sl_jv *sep,
       it = attr_path(r, line, it, attribute);
     sl__jv_write_str(r, &b, it);
   }
-  return sl__jv_str(r, b.p ? b.p : "", b.n);
+  return sl__jv_str_buf(r, &b);
 }
 
 static sl_jv *html_escape(sl__jrender *r, const sl_jv *s) {
@@ -279,12 +279,15 @@ static sl_jv *html_escape(sl__jrender *r, const sl_jv *s) {
     default:
       continue;
     }
-    sl__jbuf_put(r, &b, s->u.s.p + run, i - run);
+    sl__jbuf_put_sv(r, &b, s, run, i - run);
+    size_t at = b.n;
     sl__jbuf_puts(r, &b, e);
+    if (sl__jv_untrusted_at(s, i, 1))
+      sl__jbuf_mark(r, &b, at);
     run = i + 1;
   }
-  sl__jbuf_put(r, &b, s->u.s.p + run, s->u.s.n - run);
-  return sl__jv_str(r, b.p ? b.p : "", b.n);
+  sl__jbuf_put_sv(r, &b, s, run, s->u.s.n - run);
+  return sl__jv_str_buf(r, &b);
 }
 
 static bool parse_int_str(const char *p, size_t n, int64_t *out) {
@@ -403,7 +406,7 @@ static sl_jv *indent_filter(sl__jrender *r, int line, sl_jv *v,
   bool blank = sl__jopt_bool(sl__jarg(a, 2, "blank"), false);
   sl__jbuf ind = {0};
   if (w && w->kind == SL_JV_STRING)
-    sl__jbuf_put(r, &ind, w->u.s.p, w->u.s.n);
+    sl__jbuf_put_sv(r, &ind, w, 0, w->u.s.n);
   else
     for (int64_t i = 0, n = w ? sl__jneed_int(r, line, "indent", w) : 4;
          i < n && i < 4096; i++)
@@ -414,25 +417,26 @@ static sl_jv *indent_filter(sl__jrender *r, int line, sl_jv *v,
   size_t n = s->u.s.n, b = 0;
   for (size_t i = 0; i <= n; i++) {
     if (i == n || p[i] == '\n' || p[i] == '\r') {
-      sl__jv_list_push(r, lines, sl__jv_str(r, p + b, i - b));
+      sl__jv_list_push(r, lines, sl__jv_substr(r, s, b, i - b));
       if (i < n && p[i] == '\r' && i + 1 < n && p[i + 1] == '\n')
         i++;
       b = i + 1;
     }
   }
   sl__jbuf o = {0};
+  const sl_jv *indv = sl__jv_str_buf(r, &ind);
   if (first)
-    sl__jbuf_put(r, &o, ind.p, ind.n);
+    sl__jbuf_put_sv(r, &o, indv, 0, indv->u.s.n);
   for (size_t i = 0; i < lines->u.l.n; i++) {
     const sl_jv *ln = lines->u.l.v[i];
     if (i) {
       sl__jbuf_puts(r, &o, "\n");
       if (blank || ln->u.s.n)
-        sl__jbuf_put(r, &o, ind.p, ind.n);
+        sl__jbuf_put_sv(r, &o, indv, 0, indv->u.s.n);
     }
-    sl__jbuf_put(r, &o, ln->u.s.p, ln->u.s.n);
+    sl__jbuf_put_sv(r, &o, ln, 0, ln->u.s.n);
   }
-  return sl__jv_str(r, o.p ? o.p : "", o.n);
+  return sl__jv_str_buf(r, &o);
 }
 
 static sl_jv *tojson(sl__jrender *r, int line, sl_jv *v, const sl__jargs *a) {
@@ -468,7 +472,14 @@ static sl_jv *tojson(sl__jrender *r, int line, sl_jv *v, const sl__jargs *a) {
   sl__jbuf b = {0};
   sl__jv_write_json(r, line, &b, v, sl__jopt_bool(ea, false), indent, isep,
                     ksep, sl__jopt_bool(sk, false), 0);
-  return sl__jv_str(r, b.p ? b.p : "", b.n);
+  /* indent and separators from untrusted values spread all through */
+  bool spread = ind && sl__jv_untrusted(ind);
+  if (seps && seps->kind == SL_JV_LIST)
+    spread = spread || sl__jv_untrusted(seps->u.l.v[0]) ||
+             sl__jv_untrusted(seps->u.l.v[1]);
+  if (spread)
+    sl__jbuf_mark(r, &b, 0);
+  return sl__jv_str_buf(r, &b);
 }
 
 static sl_jv *round_filter(sl__jrender *r, int line, sl_jv *v,
@@ -642,8 +653,8 @@ sl_jv *sl__jinja_filter(sl__jrender *r, int line, const char *f, sl_jv *v,
       size_t *off = sl__utf8_offsets(r, v->u.s.p, v->u.s.n, &n);
       sl__jbuf b = {0};
       for (size_t i = n; i-- > 0;)
-        sl__jbuf_put(r, &b, v->u.s.p + off[i], off[i + 1] - off[i]);
-      return sl__jv_str(r, b.p ? b.p : "", b.n);
+        sl__jbuf_put_sv(r, &b, v, off[i], off[i + 1] - off[i]);
+      return sl__jv_str_buf(r, &b);
     }
     sl_jv *items = sl__jv_iter_list(r, line, v);
     sl_jv *l = sl__jv_list(r, items->u.l.n);

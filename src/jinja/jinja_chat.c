@@ -10,10 +10,23 @@ sl_status sl_chat_template_render(const char *template_src,
                                   const char *bos_token, const char *eos_token,
                                   const sl_jv *extra, char **out,
                                   size_t *out_len, char *err, size_t errcap) {
+  return sl_chat_template_render_marked(
+      template_src, messages, add_generation_prompt, bos_token, eos_token,
+      extra, out, out_len, NULL, err, errcap);
+}
+
+sl_status
+sl_chat_template_render_marked(const char *template_src, const sl_jv *messages,
+                               bool add_generation_prompt,
+                               const char *bos_token, const char *eos_token,
+                               const sl_jv *extra, char **out, size_t *out_len,
+                               uint8_t **untrusted, char *err, size_t errcap) {
   if (err && errcap)
     err[0] = 0;
   if (out)
     *out = NULL;
+  if (untrusted)
+    *untrusted = NULL;
   if (!template_src || !messages || !out ||
       sl_jv_kind_of(messages) != SL_JV_LIST ||
       (extra && sl_jv_kind_of(extra) != SL_JV_DICT))
@@ -35,8 +48,8 @@ sl_status sl_chat_template_render(const char *template_src,
   const char *names[] = {"messages", "add_generation_prompt", "bos_token",
                          "eos_token"};
   const sl_jv *vals[] = {messages, agp, bos, eos};
-  st = sl__jinja_render_bind(t, extra, NULL, names, vals, 4, out, out_len, err,
-                             errcap);
+  st = sl__jinja_render_bind(t, extra, NULL, names, vals, 4, out, out_len,
+                             untrusted, err, errcap);
   sl_jv_free(eos);
 fail_bos:
   sl_jv_free(bos);

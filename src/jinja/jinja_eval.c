@@ -149,8 +149,8 @@ static sl_jv *repeat(sl__jrender *r, int line, const sl_jv *seq, int64_t k) {
       sl__jfail(r, SL_ERR_RANGE, line, "string repetition too large");
     sl__jbuf b = {0};
     for (int64_t i = 0; i < k; i++)
-      sl__jbuf_put(r, &b, seq->u.s.p, seq->u.s.n);
-    return sl__jv_str(r, b.p ? b.p : "", b.n);
+      sl__jbuf_put_sv(r, &b, seq, 0, seq->u.s.n);
+    return sl__jv_str_buf(r, &b);
   }
   size_t total;
   if (!sl_mul_ok(seq->u.l.n, (size_t)k, &total) || total > (1u << 24))
@@ -176,9 +176,9 @@ static sl_jv *arith(sl__jrender *r, int line, int op, sl_jv *a, sl_jv *b) {
       return sl__jv_float(r, as_num(a) + as_num(b));
     if (a->kind == SL_JV_STRING && b->kind == SL_JV_STRING) {
       sl__jbuf buf = {0};
-      sl__jbuf_put(r, &buf, a->u.s.p, a->u.s.n);
-      sl__jbuf_put(r, &buf, b->u.s.p, b->u.s.n);
-      return sl__jv_str(r, buf.p ? buf.p : "", buf.n);
+      sl__jbuf_put_sv(r, &buf, a, 0, a->u.s.n);
+      sl__jbuf_put_sv(r, &buf, b, 0, b->u.s.n);
+      return sl__jv_str_buf(r, &buf);
     }
     if (a->kind == SL_JV_LIST && b->kind == SL_JV_LIST) {
       sl_jv *l = sl__jv_list(r, a->u.l.n + b->u.l.n);
@@ -305,7 +305,7 @@ static sl_jv *binary(sl__jrender *r, const sl__jnode *nd, sl_jv *a, sl_jv *b) {
     sl__jbuf buf = {0};
     sl__jv_write_str(r, &buf, a);
     sl__jv_write_str(r, &buf, b);
-    return sl__jv_str(r, buf.p ? buf.p : "", buf.n);
+    return sl__jv_str_buf(r, &buf);
   }
   case JOP_EQ:
     return sl__jv_bool(r, sl__jv_equal(a, b));
@@ -401,8 +401,8 @@ static sl_jv *eval_slice(sl__jrender *r, sl__jframe *f, const sl__jnode *nd) {
   }
   sl__jbuf b = {0};
   for (int64_t i = start; stp > 0 ? i < stop : i > stop; i += stp)
-    sl__jbuf_put(r, &b, obj->u.s.p + off[i], off[i + 1] - off[i]);
-  return sl__jv_str(r, b.p ? b.p : "", b.n);
+    sl__jbuf_put_sv(r, &b, obj, off[i], off[i + 1] - off[i]);
+  return sl__jv_str_buf(r, &b);
 }
 
 /* ---- calls
@@ -469,7 +469,7 @@ static sl_jv *call_macro(sl__jrender *r, int line, const sl_jv *m,
   exec_body(r, f, def->l1, def->n1);
   r->out = saved;
   r->depth--;
-  return sl__jv_str(r, buf.p ? buf.p : "", buf.n);
+  return sl__jv_str_buf(r, &buf);
 }
 
 static sl_jv *call_value(sl__jrender *r, int line, sl_jv *callee,
@@ -682,7 +682,7 @@ static sl_jv *capture(sl__jrender *r, sl__jframe *f, sl__jnode *const *body,
   r->out = &buf;
   exec_body(r, f, body, n);
   r->out = saved;
-  return sl__jv_str(r, buf.p ? buf.p : "", buf.n);
+  return sl__jv_str_buf(r, &buf);
 }
 
 static flow exec_node(sl__jrender *r, sl__jframe *f, const sl__jnode *nd) {
@@ -828,18 +828,20 @@ sl_status sl_jinja_render(const sl_jinja_template_t *t, const sl_jv *ctx,
 sl_status sl_jinja_render_ex(const sl_jinja_template_t *t, const sl_jv *ctx,
                              const sl_jinja_limits *lim, char **out,
                              size_t *out_len, char *err, size_t errcap) {
-  return sl__jinja_render_bind(t, ctx, lim, NULL, NULL, 0, out, out_len, err,
-                               errcap);
+  return sl__jinja_render_bind(t, ctx, lim, NULL, NULL, 0, out, out_len, NULL,
+                               err, errcap);
 }
 
 sl_status sl__jinja_render_bind(const sl_jinja_template_t *t, const sl_jv *ctx,
                                 const sl_jinja_limits *lim,
                                 const char *const *names,
                                 const sl_jv *const *vals, size_t nvars,
-                                char **out, size_t *out_len, char *err,
-                                size_t errcap) {
+                                char **out, size_t *out_len, uint8_t **marks,
+                                char *err, size_t errcap) {
   if (err && errcap)
     err[0] = 0;
+  if (marks)
+    *marks = NULL;
   if (!out || !t) {
     set_err(err, errcap, "invalid argument");
     return SL_ERR_INVALID_ARG;
@@ -886,6 +888,14 @@ sl_status sl__jinja_render_bind(const sl_jinja_template_t *t, const sl_jv *ctx,
   if (main_out->n)
     memcpy(res, main_out->p, main_out->n);
   res[main_out->n] = 0;
+  if (marks && main_out->t && memchr(main_out->t, 1, main_out->n)) {
+    *marks = sl_malloc(main_out->n);
+    if (!*marks) {
+      sl_free(res);
+      sl__jfail(r, SL_ERR_NOMEM, 0, "out of memory");
+    }
+    memcpy(*marks, main_out->t, main_out->n);
+  }
   *out = res;
   if (out_len)
     *out_len = main_out->n;

@@ -210,7 +210,11 @@ sl_jv *sl__jinja_call_builtin(sl__jrender *r, int line, int fn,
     localtime_r(&now, &tmv);
     char buf[512];
     size_t n = fmt->u.s.n ? strftime(buf, sizeof buf, fmt->u.s.p, &tmv) : 0;
-    return sl__jv_str(r, buf, n);
+    sl__jbuf o = {0};
+    sl__jbuf_put(r, &o, buf, n);
+    if (sl__jv_untrusted(fmt))
+      sl__jbuf_mark(r, &o, 0);
+    return sl__jv_str_buf(r, &o);
   }
   default:
     break;

@@ -1,7 +1,8 @@
 /* sluice — model: private parts of the Jinja engine (include/sluice/jinja.h).
  *
- * Layout: jinja_value.c (values, the arena, str()/repr()/json), jinja_lex.c
- * (tokens, whitespace control), jinja_parse.c (the AST), jinja_eval.c
+ * Layout: jinja_value.c (values, the arena, untrusted marks, str() /
+ * repr()), jinja_json.c (tojson), jinja_lex.c (tokens, whitespace control),
+ * jinja_parse.c (the AST), jinja_eval.c
  * (statements, expressions, the public compile / render), jinja_builtins.c
  * (filters, attribute / item access, dict and list methods), jinja_str.c
  * (str methods, case mapping), jinja_globals.c (tests, global functions),
@@ -51,8 +52,10 @@ struct sl__jnode;
 
 struct sl_jv {
   uint8_t kind;
-  bool heap;     /* built by the caller with sl_malloc (owned tree) */
-  bool is_tuple; /* a list that reprs as (a, b) and never equals a list */
+  bool heap;      /* built by the caller with sl_malloc (owned tree) */
+  bool is_tuple;  /* a list that reprs as (a, b) and never equals a list */
+  bool untrusted; /* caller-marked (sl_jv_mark_untrusted): all of its text
+                     came from outside input */
   union {
     bool b;
     int64_t i;
@@ -60,6 +63,8 @@ struct sl_jv {
     struct {
       char *p; /* NUL-terminated */
       size_t n;
+      uint8_t *t; /* (n) 1 where the byte is untrusted; NULL: none is
+                     (render-arena strings only; see the untrusted flag) */
     } s;
     struct {
       sl_jv **v;
@@ -82,10 +87,12 @@ struct sl_jv {
   } u;
 };
 
-/* A growable byte buffer in an arena. */
+/* A growable byte buffer in an arena. Untrusted bytes (text that came from
+ * a string marked with sl_jv_mark_untrusted) are tracked in `t`. */
 typedef struct sl__jbuf {
   char *p;
   size_t n, cap;
+  uint8_t *t; /* (cap) 1 where p[i] is untrusted; NULL until one is */
 } sl__jbuf;
 
 /* ---- AST ---------------------------------------------------------------- */
@@ -211,8 +218,8 @@ sl_status sl__jinja_render_bind(const sl_jinja_template_t *t, const sl_jv *ctx,
                                 const sl_jinja_limits *lim,
                                 const char *const *names,
                                 const sl_jv *const *vals, size_t nvars,
-                                char **out, size_t *out_len, char *err,
-                                size_t errcap);
+                                char **out, size_t *out_len, uint8_t **marks,
+                                char *err, size_t errcap);
 
 /* ---- render state ------------------------------------------------------- */
 
@@ -268,11 +275,29 @@ static inline bool sl__jv_is_num(const sl_jv *v) {
          v->kind == SL_JV_BOOL;
 }
 
-/* Buffers. */
+/* Buffers. sl__jbuf_put appends trusted bytes (the template's own text, or
+ * text the engine makes up); sl__jbuf_put_sv appends bytes [off, off + n) of
+ * string `s` with their untrusted marks; sl__jbuf_mark marks [from, b->n)
+ * untrusted (for text derived from untrusted input by a transformation). */
 void sl__jbuf_put(sl__jrender *r, sl__jbuf *b, const char *p, size_t n);
+void sl__jbuf_put_sv(sl__jrender *r, sl__jbuf *b, const sl_jv *s, size_t off,
+                     size_t n);
+void sl__jbuf_mark(sl__jrender *r, sl__jbuf *b, size_t from);
+/* A string value holding b's bytes and marks (b's memory is taken over). */
+sl_jv *sl__jv_str_buf(sl__jrender *r, const sl__jbuf *b);
+/* Bytes [off, off + n) of string `s`, marks kept. */
+sl_jv *sl__jv_substr(sl__jrender *r, const sl_jv *s, size_t off, size_t n);
+/* Whether any byte of string s in [off, off + n) is untrusted. */
+bool sl__jv_untrusted_at(const sl_jv *s, size_t off, size_t n);
+/* Whether v is caller-marked untrusted, or a string with an untrusted byte. */
+static inline bool sl__jv_untrusted(const sl_jv *v) {
+  return v->untrusted || (v->kind == SL_JV_STRING && v->u.s.t);
+}
 static inline void sl__jbuf_puts(sl__jrender *r, sl__jbuf *b, const char *s);
 /* Appends Python str(v) (jinja's rendering of a value). */
 void sl__jv_write_str(sl__jrender *r, sl__jbuf *b, const sl_jv *v);
+/* Appends a null, bool, int or float as Python's str() writes it. */
+void sl__jv_write_scalar(sl__jrender *r, sl__jbuf *b, const sl_jv *v);
 /* Appends Python repr(v). */
 void sl__jv_write_repr(sl__jrender *r, sl__jbuf *b, const sl_jv *v);
 /* Appends json.dumps(v, ensure_ascii, indent, separators, sort_keys);

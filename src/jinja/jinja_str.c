@@ -46,7 +46,7 @@ sl_jv *sl__jstr_strip(sl__jrender *r, const sl_jv *s, const sl_jv *chars,
         break;
       e = k;
     }
-  return sl__jv_str(r, p + b, e - b);
+  return sl__jv_substr(r, s, b, e - b);
 }
 
 /* Case mapping and the cased / upper / lower predicates: Unicode simple case
@@ -94,6 +94,7 @@ static sl_jv *case_map(sl__jrender *r, const sl_jv *s, int mode) {
   bool prev_cased = false, word_start = true;
   for (size_t i = 0; i < n; i += l) {
     uint32_t cp = sl_utf8_next(p, n, i, &l);
+    size_t at = b.n;
     bool upper;
     switch (mode) {
     case 0:
@@ -115,14 +116,16 @@ static sl_jv *case_map(sl__jrender *r, const sl_jv *s, int mode) {
       upper = word_start;
       word_start = sep;
       if (sep) {
-        sl__jbuf_put(r, &b, p + i, l);
+        sl__jbuf_put_sv(r, &b, s, i, l);
         continue;
       }
     }
     }
     put_mapped(r, &b, p + i, l, cp, upper);
+    if (sl__jv_untrusted_at(s, i, l)) /* a mapped code point keeps its mark */
+      sl__jbuf_mark(r, &b, at);
   }
-  return sl__jv_str(r, b.p ? b.p : "", b.n);
+  return sl__jv_str_buf(r, &b);
 }
 
 sl_jv *sl__jstr_upper(sl__jrender *r, const sl_jv *s) {
@@ -152,31 +155,31 @@ sl_jv *sl__jstr_replace(sl__jrender *r, int line, const sl_jv *s,
     for (i = 0; i <= n; i += l) {
       l = 1;
       if (count < 0 || done < count) {
-        sl__jbuf_put(r, &b, neu->u.s.p, neu->u.s.n);
+        sl__jbuf_put_sv(r, &b, neu, 0, neu->u.s.n);
         done++;
       }
       if (i == n)
         break;
       sl_utf8_next(p, n, i, &l);
-      sl__jbuf_put(r, &b, p + i, l);
+      sl__jbuf_put_sv(r, &b, s, i, l);
     }
-    return sl__jv_str(r, b.p ? b.p : "", b.n);
+    return sl__jv_str_buf(r, &b);
   }
   while (i < n) {
     const char *hit = (count < 0 || done < count)
                           ? memmem(p + i, n - i, old->u.s.p, old->u.s.n)
                           : NULL;
     if (!hit) {
-      sl__jbuf_put(r, &b, p + i, n - i);
+      sl__jbuf_put_sv(r, &b, s, i, n - i);
       break;
     }
     size_t h = (size_t)(hit - p);
-    sl__jbuf_put(r, &b, p + i, h - i);
-    sl__jbuf_put(r, &b, neu->u.s.p, neu->u.s.n);
+    sl__jbuf_put_sv(r, &b, s, i, h - i);
+    sl__jbuf_put_sv(r, &b, neu, 0, neu->u.s.n);
     i = h + old->u.s.n;
     done++;
   }
-  return sl__jv_str(r, b.p ? b.p : "", b.n);
+  return sl__jv_str_buf(r, &b);
 }
 
 static sl_jv *str_split(sl__jrender *r, int line, const sl_jv *s,
@@ -195,16 +198,14 @@ static sl_jv *str_split(sl__jrender *r, int line, const sl_jv *s,
       if (maxsplit >= 0 && splits >= maxsplit) {
         /* the rest, right-stripped */
         size_t e = n;
-        sl_jv tmp = {.kind = SL_JV_STRING};
-        tmp.u.s.p = (char *)p + i;
-        tmp.u.s.n = e - i;
-        sl__jv_list_push(r, l, sl__jstr_strip(r, &tmp, NULL, 2));
+        sl__jv_list_push(
+            r, l, sl__jstr_strip(r, sl__jv_substr(r, s, i, e - i), NULL, 2));
         break;
       }
       size_t b = i;
       while (i < n && !sl__jis_space(sl_utf8_next(p, n, i, &len)))
         i += len;
-      sl__jv_list_push(r, l, sl__jv_str(r, p + b, i - b));
+      sl__jv_list_push(r, l, sl__jv_substr(r, s, b, i - b));
       splits++;
     }
     return l;
@@ -219,11 +220,11 @@ static sl_jv *str_split(sl__jrender *r, int line, const sl_jv *s,
                           ? memmem(p + i, n - i, sep->u.s.p, sep->u.s.n)
                           : NULL;
     if (!hit) {
-      sl__jv_list_push(r, l, sl__jv_str(r, p + i, n - i));
+      sl__jv_list_push(r, l, sl__jv_substr(r, s, i, n - i));
       return l;
     }
     size_t h = (size_t)(hit - p);
-    sl__jv_list_push(r, l, sl__jv_str(r, p + i, h - i));
+    sl__jv_list_push(r, l, sl__jv_substr(r, s, i, h - i));
     i = h + sep->u.s.n;
     splits++;
   }
@@ -307,10 +308,10 @@ sl_jv *sl__jstr_method(sl__jrender *r, int line, sl_jv *s, const char *m,
     for (size_t i = 0; i < items->u.l.n; i++) {
       const sl_jv *it = sl__jneed_str(r, line, "join", items->u.l.v[i]);
       if (i)
-        sl__jbuf_put(r, &b, s->u.s.p, s->u.s.n);
-      sl__jbuf_put(r, &b, it->u.s.p, it->u.s.n);
+        sl__jbuf_put_sv(r, &b, s, 0, s->u.s.n);
+      sl__jbuf_put_sv(r, &b, it, 0, it->u.s.n);
     }
-    return sl__jv_str(r, b.p ? b.p : "", b.n);
+    return sl__jv_str_buf(r, &b);
   }
   if (!strcmp(m, "isdigit") || !strcmp(m, "isalpha") || !strcmp(m, "isspace") ||
       !strcmp(m, "islower") || !strcmp(m, "isupper") || !strcmp(m, "isalnum")) {

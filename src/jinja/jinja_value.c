@@ -1,4 +1,5 @@
-/* sluice — model: Jinja values, the arena, str() / repr() / json.dumps(). */
+/* sluice — model: Jinja values, the arena, untrusted marks, str() / repr()
+ * (json.dumps is jinja_json.c). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -349,6 +350,21 @@ sl_status sl_jv_dict_set(sl_jv *d, const char *key, sl_jv *val) {
   return SL_OK;
 }
 
+void sl_jv_mark_untrusted(sl_jv *v) {
+  if (!v)
+    return;
+  SL_ASSERT(v->heap);
+  v->untrusted = true;
+  if (v->kind == SL_JV_LIST)
+    for (size_t i = 0; i < v->u.l.n; i++)
+      sl_jv_mark_untrusted(v->u.l.v[i]);
+  if (v->kind == SL_JV_DICT)
+    for (size_t i = 0; i < v->u.d.n; i++) {
+      sl_jv_mark_untrusted(v->u.d.k[i]);
+      sl_jv_mark_untrusted(v->u.d.v[i]);
+    }
+}
+
 sl_jv_kind sl_jv_kind_of(const sl_jv *v) {
   return v && v->kind <= SL_JV_DICT ? (sl_jv_kind)v->kind : SL_JV_UNDEFINED;
 }
@@ -569,28 +585,89 @@ static int compare_depth(sl__jrender *r, int line, const sl_jv *a,
 /* ---- text
  * --------------------------------------------------------------------- */
 
-void sl__jbuf_put(sl__jrender *r, sl__jbuf *b, const char *p, size_t n) {
-  if (n == 0)
-    return;
+/* Makes room for n more bytes (and the NUL), the marks growing alongside. */
+static void jbuf_reserve(sl__jrender *r, sl__jbuf *b, size_t n) {
   if (b == r->out && b->n + n > r->max_output)
     sl__jfail(r, SL_ERR_RANGE, 0, "template output exceeded %zu bytes",
               r->max_output);
-  if (b->n + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->n + n + 1) {
-      if (cap > SIZE_MAX / 2)
-        sl__jfail(r, SL_ERR_RANGE, 0, "string too large");
-      cap *= 2;
-    }
-    char *np = sl__jalloc(r, cap);
-    if (b->n)
-      memcpy(np, b->p, b->n);
-    b->p = np;
-    b->cap = cap;
+  if (b->n + n + 1 <= b->cap)
+    return;
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap < b->n + n + 1) {
+    if (cap > SIZE_MAX / 2)
+      sl__jfail(r, SL_ERR_RANGE, 0, "string too large");
+    cap *= 2;
   }
+  char *np = sl__jalloc(r, cap);
+  if (b->n)
+    memcpy(np, b->p, b->n);
+  b->p = np;
+  if (b->t) {
+    uint8_t *nt = sl__jalloc(r, cap);
+    memcpy(nt, b->t, b->n);
+    b->t = nt;
+  }
+  b->cap = cap;
+}
+
+void sl__jbuf_put(sl__jrender *r, sl__jbuf *b, const char *p, size_t n) {
+  if (n == 0)
+    return;
+  jbuf_reserve(r, b, n);
   memcpy(b->p + b->n, p, n);
+  if (b->t)
+    memset(b->t + b->n, 0, n);
   b->n += n;
   b->p[b->n] = 0;
+}
+
+/* Gives b its marks array (all trusted so far). */
+static void jbuf_marks(sl__jrender *r, sl__jbuf *b) {
+  if (b->t || b->cap == 0)
+    return;
+  b->t = sl__jalloc(r, b->cap);
+  memset(b->t, 0, b->cap);
+}
+
+void sl__jbuf_mark(sl__jrender *r, sl__jbuf *b, size_t from) {
+  if (from >= b->n)
+    return;
+  jbuf_marks(r, b);
+  memset(b->t + from, 1, b->n - from);
+}
+
+void sl__jbuf_put_sv(sl__jrender *r, sl__jbuf *b, const sl_jv *s, size_t off,
+                     size_t n) {
+  SL_ASSERT(s->kind == SL_JV_STRING && off <= s->u.s.n && n <= s->u.s.n - off);
+  size_t at = b->n;
+  sl__jbuf_put(r, b, s->u.s.p + off, n);
+  if (s->untrusted) {
+    sl__jbuf_mark(r, b, at);
+  } else if (s->u.s.t && n) {
+    jbuf_marks(r, b);
+    memcpy(b->t + at, s->u.s.t + off, n);
+  }
+}
+
+bool sl__jv_untrusted_at(const sl_jv *s, size_t off, size_t n) {
+  if (s->untrusted)
+    return n > 0;
+  return s->u.s.t && n && memchr(s->u.s.t + off, 1, n) != NULL;
+}
+
+sl_jv *sl__jv_str_buf(sl__jrender *r, const sl__jbuf *b) {
+  sl_jv *v = jv_new(r, SL_JV_STRING);
+  v->u.s.p = b->p ? b->p : (char *)"";
+  v->u.s.n = b->n;
+  if (b->t && memchr(b->t, 1, b->n))
+    v->u.s.t = b->t;
+  return v;
+}
+
+sl_jv *sl__jv_substr(sl__jrender *r, const sl_jv *s, size_t off, size_t n) {
+  sl__jbuf b = {0};
+  sl__jbuf_put_sv(r, &b, s, off, n);
+  return sl__jv_str_buf(r, &b);
 }
 
 void sl__jfloat_repr(double f, char *buf, size_t cap) {
@@ -704,7 +781,7 @@ static void write_str_repr(sl__jrender *r, sl__jbuf *b, const char *s,
   sl__jbuf_put(r, b, &q, 1);
 }
 
-static void write_scalar(sl__jrender *r, sl__jbuf *b, const sl_jv *v) {
+void sl__jv_write_scalar(sl__jrender *r, sl__jbuf *b, const sl_jv *v) {
   char tmp[64];
   switch (v->kind) {
   case SL_JV_NULL:
@@ -733,9 +810,13 @@ static void write_repr_depth(sl__jrender *r, sl__jbuf *b, const sl_jv *v,
   switch (v->kind) {
   case SL_JV_UNDEFINED:
     break;
-  case SL_JV_STRING:
+  case SL_JV_STRING: {
+    size_t at = b->n;
     write_str_repr(r, b, v->u.s.p, v->u.s.n);
+    if (sl__jv_untrusted(v)) /* escaped: marked whole */
+      sl__jbuf_mark(r, b, at);
     break;
+  }
   case SL_JV_LIST:
     sl__jbuf_puts(r, b, v->is_tuple ? "(" : "[");
     for (size_t i = 0; i < v->u.l.n; i++) {
@@ -774,9 +855,13 @@ static void write_repr_depth(sl__jrender *r, sl__jbuf *b, const sl_jv *v,
   case SL__JV_FUNC:
     sl__jbuf_puts(r, b, "<built-in function>");
     break;
-  default:
-    write_scalar(r, b, v);
+  default: {
+    size_t at = b->n;
+    sl__jv_write_scalar(r, b, v);
+    if (v->untrusted)
+      sl__jbuf_mark(r, b, at);
     break;
+  }
   }
 }
 
@@ -786,7 +871,7 @@ void sl__jv_write_repr(sl__jrender *r, sl__jbuf *b, const sl_jv *v) {
 
 void sl__jv_write_str(sl__jrender *r, sl__jbuf *b, const sl_jv *v) {
   if (v->kind == SL_JV_STRING)
-    sl__jbuf_put(r, b, v->u.s.p, v->u.s.n);
+    sl__jbuf_put_sv(r, b, v, 0, v->u.s.n);
   else
     write_repr_depth(r, b, v, 0);
 }
@@ -796,195 +881,7 @@ sl_jv *sl__jv_to_str(sl__jrender *r, const sl_jv *v) {
     return (sl_jv *)v;
   sl__jbuf b = {0};
   sl__jv_write_str(r, &b, v);
-  sl_jv *s = sl__jalloc(r, sizeof *s);
-  memset(s, 0, sizeof *s);
-  s->kind = SL_JV_STRING;
-  s->u.s.p = b.p ? b.p : (char *)"";
-  s->u.s.n = b.n;
-  return s;
-}
-
-/* ---- json.dumps
- * ---------------------------------------------------------------- */
-
-static void json_string(sl__jrender *r, sl__jbuf *b, const char *s, size_t n,
-                        bool ensure_ascii) {
-  sl__jbuf_puts(r, b, "\"");
-  size_t run = 0;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
-    char tmp[16];
-    const char *esc = NULL;
-    size_t skip = 1;
-    switch (c) {
-    case '"':
-      esc = "\\\"";
-      break;
-    case '\\':
-      esc = "\\\\";
-      break;
-    case '\n':
-      esc = "\\n";
-      break;
-    case '\r':
-      esc = "\\r";
-      break;
-    case '\t':
-      esc = "\\t";
-      break;
-    case '\b':
-      esc = "\\b";
-      break;
-    case '\f':
-      esc = "\\f";
-      break;
-    default:
-      if (c < 0x20) {
-        snprintf(tmp, sizeof tmp, "\\u%04x", c);
-        esc = tmp;
-      } else if (c >= 0x80 && ensure_ascii) {
-        /* decode one UTF-8 sequence; invalid bytes pass through as U+FFFD */
-        size_t len;
-        uint32_t cp = sl_utf8_next(s, n, i, &len);
-        if (len > 1)
-          skip = len;
-        else
-          cp = 0xFFFD;
-        if (cp >= 0x10000) {
-          cp -= 0x10000;
-          snprintf(tmp, sizeof tmp, "\\u%04x\\u%04x", 0xD800 + (cp >> 10),
-                   0xDC00 + (cp & 0x3FF));
-        } else {
-          snprintf(tmp, sizeof tmp, "\\u%04x", cp);
-        }
-        esc = tmp;
-      }
-    }
-    if (esc) {
-      sl__jbuf_put(r, b, s + run, i - run);
-      sl__jbuf_puts(r, b, esc);
-      i += skip - 1;
-      run = i + 1;
-    }
-  }
-  sl__jbuf_put(r, b, s + run, n - run);
-  sl__jbuf_puts(r, b, "\"");
-}
-
-static void json_newline(sl__jrender *r, sl__jbuf *b, const char *indent,
-                         int level) {
-  sl__jbuf_puts(r, b, "\n");
-  for (int i = 0; i < level; i++)
-    sl__jbuf_puts(r, b, indent);
-}
-
-void sl__jv_write_json(sl__jrender *r, int line, sl__jbuf *b, const sl_jv *v,
-                       bool ensure_ascii, const char *indent,
-                       const char *item_sep, const char *key_sep,
-                       bool sort_keys, int depth) {
-  if (depth > 200)
-    sl__jfail(r, SL_ERR_RANGE, line, "tojson: value nested too deeply");
-  if (!item_sep)
-    item_sep = indent ? "," : ", ";
-  if (!key_sep)
-    key_sep = ": ";
-  char tmp[64];
-  switch (v->kind) {
-  case SL_JV_NULL:
-    sl__jbuf_puts(r, b, "null");
-    return;
-  case SL_JV_BOOL:
-    sl__jbuf_puts(r, b, v->u.b ? "true" : "false");
-    return;
-  case SL_JV_INT:
-    write_scalar(r, b, v);
-    return;
-  case SL_JV_FLOAT:
-    if (isnan(v->u.f))
-      sl__jbuf_puts(r, b, "NaN");
-    else if (isinf(v->u.f))
-      sl__jbuf_puts(r, b, v->u.f < 0 ? "-Infinity" : "Infinity");
-    else {
-      sl__jfloat_repr(v->u.f, tmp, sizeof tmp);
-      sl__jbuf_puts(r, b, tmp);
-    }
-    return;
-  case SL_JV_STRING:
-    json_string(r, b, v->u.s.p, v->u.s.n, ensure_ascii);
-    return;
-  case SL_JV_LIST:
-    if (v->u.l.n == 0) {
-      sl__jbuf_puts(r, b, "[]");
-      return;
-    }
-    sl__jbuf_puts(r, b, "[");
-    for (size_t i = 0; i < v->u.l.n; i++) {
-      if (i)
-        sl__jbuf_puts(r, b, item_sep);
-      if (indent)
-        json_newline(r, b, indent, depth + 1);
-      sl__jv_write_json(r, line, b, v->u.l.v[i], ensure_ascii, indent, item_sep,
-                        key_sep, sort_keys, depth + 1);
-    }
-    if (indent)
-      json_newline(r, b, indent, depth);
-    sl__jbuf_puts(r, b, "]");
-    return;
-  case SL_JV_DICT: {
-    if (v->u.d.n == 0) {
-      sl__jbuf_puts(r, b, "{}");
-      return;
-    }
-    size_t n = v->u.d.n;
-    size_t *order = sl__jalloc(r, n * sizeof(size_t));
-    for (size_t i = 0; i < n; i++) {
-      const sl_jv *k = v->u.d.k[i];
-      if (k->kind != SL_JV_STRING && k->kind != SL_JV_INT &&
-          k->kind != SL_JV_BOOL && k->kind != SL_JV_NULL &&
-          k->kind != SL_JV_FLOAT)
-        sl__jfail(r, SL_ERR_FORMAT, line,
-                  "tojson: keys must be str, int, float, bool or None");
-      order[i] = i;
-    }
-    if (sort_keys) /* insertion sort keeps this simple; dicts are small */
-      for (size_t i = 1; i < n; i++)
-        for (size_t j = i;
-             j > 0 && sl__jv_compare(r, line, v->u.d.k[order[j - 1]],
-                                     v->u.d.k[order[j]]) > 0;
-             j--) {
-          size_t t = order[j];
-          order[j] = order[j - 1];
-          order[j - 1] = t;
-        }
-    sl__jbuf_puts(r, b, "{");
-    for (size_t i = 0; i < n; i++) {
-      const sl_jv *k = v->u.d.k[order[i]];
-      if (i)
-        sl__jbuf_puts(r, b, item_sep);
-      if (indent)
-        json_newline(r, b, indent, depth + 1);
-      if (k->kind == SL_JV_STRING) {
-        json_string(r, b, k->u.s.p, k->u.s.n, ensure_ascii);
-      } else {
-        sl__jbuf b2 = {0};
-        sl__jv_write_json(r, line, &b2, k, ensure_ascii, NULL, NULL, NULL,
-                          false, depth + 1);
-        json_string(r, b, b2.p, b2.n, ensure_ascii);
-      }
-      sl__jbuf_puts(r, b, key_sep);
-      sl__jv_write_json(r, line, b, v->u.d.v[order[i]], ensure_ascii, indent,
-                        item_sep, key_sep, sort_keys, depth + 1);
-    }
-    if (indent)
-      json_newline(r, b, indent, depth);
-    sl__jbuf_puts(r, b, "}");
-    return;
-  }
-  default:
-    sl__jfail(r, SL_ERR_FORMAT, line,
-              "tojson: Object of type %s is not JSON serializable",
-              sl__jv_kind_name(v));
-  }
+  return sl__jv_str_buf(r, &b);
 }
 
 /* ---- UTF-8

@@ -334,7 +334,8 @@ static enum MHD_Result handle_generate(sl_server_t *s, struct MHD_Connection *c,
   if (sl__srv_parse(api, cn->body.p ? cn->body.p : "", cn->body.len, &lim,
                     &j->req, &err) != SL_OK)
     goto fail_respond;
-  if (sl__srv_prompt_ids(&j->req, s->tok, s->chat_template, &j->ids, &j->n_ids,
+  if (sl__srv_prompt_ids(&j->req, s->tok, s->chat_template,
+                         s->cfg.parse_special_in_content, &j->ids, &j->n_ids,
                          &err) != SL_OK)
     goto fail_respond;
   if (j->n_ids >= s->cfg.n_ctx) {
@@ -477,6 +478,14 @@ static enum route route_of(const char *url, const char *method, bool *post,
   return ROUTE_NONE;
 }
 
+/* Whether errors on `url` take Anthropic's shape: /v1/messages and the paths
+ * under it (/v1/messages/count_tokens, ...), not /v1/messagesXYZ. Every
+ * other path, known or not, answers in OpenAI's shape. */
+static bool anthropic_path(const char *url) {
+  return strncmp(url, "/v1/messages", 12) == 0 &&
+         (url[12] == 0 || url[12] == '/');
+}
+
 /* Constant-time comparison of a header value with the key. */
 static bool key_eq(const char *got, const char *want) {
   size_t gl = strlen(got), wl = strlen(want);
@@ -519,8 +528,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
     pthread_mutex_unlock(&s->m.mu);
     bool post = false, bad_method;
     cn->route = route_of(url, method, &post, &bad_method);
-    cn->fam = strncmp(url, "/v1/messages", 12) == 0 ? SL_SRV_FAMILY_ANTHROPIC
-                                                    : SL_SRV_FAMILY_OPENAI;
+    cn->fam =
+        anthropic_path(url) ? SL_SRV_FAMILY_ANTHROPIC : SL_SRV_FAMILY_OPENAI;
     if (cn->route != ROUTE_HEALTH && !authorized(s, c)) {
       sl__srv_error_set(&err, 401, "invalid_api_key", NULL,
                         "invalid or missing API key");

@@ -149,7 +149,10 @@ static int content_text(json_t *c, const char *param, bool allow_null,
   return 1;
 }
 
-/* Appends {role, content} to list. Returns false when out of memory. */
+/* Appends {role, content} to list, marked untrusted: the chat template's
+ * rendering then knows this text came from the request, and the prompt
+ * parses no special tokens in it (prompt.c). Returns false when out of
+ * memory. */
 static bool push_msg(sl_jv *list, const char *role, const sl_sbuf *text) {
   sl_jv *m = sl_jv_dict();
   if (!m)
@@ -161,6 +164,7 @@ static bool push_msg(sl_jv *list, const char *role, const sl_sbuf *text) {
     sl_jv_free(m);
     return false;
   }
+  sl_jv_mark_untrusted(m);
   return sl_jv_list_append(list, m) == SL_OK;
 }
 

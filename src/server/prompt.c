@@ -20,8 +20,9 @@ static void token_text(const sl_tokenizer_t *tok, int32_t id, char *buf,
 }
 
 sl_status sl__srv_prompt_ids(const sl_srv_request *r, const sl_tokenizer_t *tok,
-                             const char *chat_template, int32_t **ids, int *n,
-                             sl_srv_error *err) {
+                             const char *chat_template,
+                             bool parse_special_in_content, int32_t **ids,
+                             int *n, sl_srv_error *err) {
   *ids = NULL;
   *n = 0;
   if (r->api == SL_SRV_COMPLETIONS && r->prompt_ids) {
@@ -44,6 +45,7 @@ sl_status sl__srv_prompt_ids(const sl_srv_request *r, const sl_tokenizer_t *tok,
   }
 
   char *rendered = NULL;
+  uint8_t *untrusted = NULL; /* 1 where the rendered byte is message text */
   const char *text;
   size_t text_len;
   bool add_bos = sl_tokenizer_add_bos(tok);
@@ -60,9 +62,9 @@ sl_status sl__srv_prompt_ids(const sl_srv_request *r, const sl_tokenizer_t *tok,
       return SL_ERR_UNSUPPORTED;
     }
     char terr[256] = "";
-    sl_status st =
-        sl_chat_template_render(chat_template, r->messages, true, bos, eos,
-                                NULL, &rendered, &text_len, terr, sizeof terr);
+    sl_status st = sl_chat_template_render_marked(
+        chat_template, r->messages, true, bos, eos, NULL, &rendered, &text_len,
+        parse_special_in_content ? NULL : &untrusted, terr, sizeof terr);
     if (st == SL_ERR_NOMEM)
       goto fail_nomem;
     if (st != SL_OK) {
@@ -75,13 +77,16 @@ sl_status sl__srv_prompt_ids(const sl_srv_request *r, const sl_tokenizer_t *tok,
     text = rendered;
     /* the template wrote BOS itself: do not add a second one */
     if (bos[0] && text_len >= strlen(bos) &&
-        memcmp(text, bos, strlen(bos)) == 0)
+        memcmp(text, bos, strlen(bos)) == 0 &&
+        !(untrusted && memchr(untrusted, 1, strlen(bos))))
       add_bos = false;
   }
   size_t nn = 0;
   int32_t *out = NULL;
-  sl_status st =
-      sl_tokenizer_encode(tok, text, text_len, add_bos, true, &out, &nn);
+  /* the template's text has its special tokens parsed, the messages' not */
+  sl_status st = sl_tokenizer_encode_marked(tok, text, text_len, add_bos,
+                                            untrusted, &out, &nn);
+  sl_free(untrusted);
   sl_free(rendered);
   if (st == SL_ERR_NOMEM)
     goto fail_nomem;

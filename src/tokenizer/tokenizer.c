@@ -44,16 +44,25 @@ static const char *find_bytes(const char *h, size_t hl, const char *nd,
   return memmem(h, hl, nd, nl);
 }
 
+/* Whether any of plain[off, off + n) is set (plain may be NULL). */
+static bool any_plain(const uint8_t *plain, size_t off, size_t n) {
+  return plain && memchr(plain + off, 1, n) != NULL;
+}
+
 /* Splits raw fragments on special tokens, one token at a time in the cache
- * order (longest first), as llama.cpp's tokenizer_st_partition. */
+ * order (longest first), as llama.cpp's tokenizer_st_partition. A control
+ * or unknown token is matched only when `parse_special` and none of its
+ * bytes is set in `plain` (NULL: none is). */
 static sl_status partition(const sl_tokenizer_t *t, const char *text,
-                           size_t len, bool parse_special, fragvec *out) {
+                           size_t len, bool parse_special, const uint8_t *plain,
+                           fragvec *out) {
   fragvec cur = {0}, nxt = {0};
   sl_status st = frag_push(&cur, (fragment){SL_TOKEN_NULL, 0, len});
   for (size_t si = 0; si < t->n_special && st == SL_OK; si++) {
     int32_t sid = t->special[si];
     uint32_t a = t->attr[sid];
-    if (!parse_special && (a & (SL__TA_CONTROL | SL__TA_UNKNOWN)))
+    bool ctl = (a & (SL__TA_CONTROL | SL__TA_UNKNOWN)) != 0;
+    if (!parse_special && ctl)
       continue;
     const char *tt = sl__tok_text(t, sid);
     size_t tl = t->text_len[sid];
@@ -64,9 +73,14 @@ static sl_status partition(const sl_tokenizer_t *t, const char *text,
         st = frag_push(&nxt, f);
         continue;
       }
-      size_t off = f.off, flen = f.len;
+      size_t off = f.off, flen = f.len, skip = 0;
       for (;;) {
-        const char *m = find_bytes(text + off, flen, tt, tl);
+        /* [off, off + skip) holds only matches in plain text, passed over */
+        const char *m = find_bytes(text + off + skip, flen - skip, tt, tl);
+        if (m && ctl && any_plain(plain, (size_t)(m - text), tl)) {
+          skip = (size_t)(m - text) + 1 - off;
+          continue;
+        }
         if (!m) {
           if (flen > 0)
             st = frag_push(&nxt, (fragment){SL_TOKEN_NULL, off, flen});
@@ -95,6 +109,7 @@ static sl_status partition(const sl_tokenizer_t *t, const char *text,
           }
         off = ro;
         flen = rl;
+        skip = 0;
         if (flen == 0)
           break;
       }
@@ -184,9 +199,9 @@ static sl_status encode_spm_text(const sl_tokenizer_t *t, const char *s,
   return st;
 }
 
-sl_status sl_tokenizer_encode(const sl_tokenizer_t *t, const char *text,
-                              size_t len, bool add_bos, bool parse_special,
-                              int32_t **ids, size_t *n) {
+static sl_status encode(const sl_tokenizer_t *t, const char *text, size_t len,
+                        bool add_bos, bool parse_special, const uint8_t *plain,
+                        int32_t **ids, size_t *n) {
   if (!t || !ids || !n || (!text && len))
     return SL_ERR_INVALID_ARG;
   *ids = NULL;
@@ -195,7 +210,7 @@ sl_status sl_tokenizer_encode(const sl_tokenizer_t *t, const char *text,
   fragvec frags = {0};
   sl_status st = SL_OK;
   if (len > 0) {
-    st = partition(t, text, len, parse_special, &frags);
+    st = partition(t, text, len, parse_special, plain, &frags);
     if (st != SL_OK)
       return st;
   }
@@ -231,6 +246,19 @@ sl_status sl_tokenizer_encode(const sl_tokenizer_t *t, const char *text,
     *ids = NULL;
   }
   return SL_OK;
+}
+
+sl_status sl_tokenizer_encode(const sl_tokenizer_t *t, const char *text,
+                              size_t len, bool add_bos, bool parse_special,
+                              int32_t **ids, size_t *n) {
+  return encode(t, text, len, add_bos, parse_special, NULL, ids, n);
+}
+
+sl_status sl_tokenizer_encode_marked(const sl_tokenizer_t *t, const char *text,
+                                     size_t len, bool add_bos,
+                                     const uint8_t *plain, int32_t **ids,
+                                     size_t *n) {
+  return encode(t, text, len, add_bos, true, plain, ids, n);
 }
 
 /* ---- decode -------------------------------------------------------------- */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jinja/jinja_impl.h"
 #include "sluice/jinja.h"
 #include "sluice/util.h"
 
@@ -46,6 +47,8 @@ static sl_jv *build_ctx(void) {
   sl_jv_dict_set(tool, "n", sl_jv_int(-7));
   sl_jv_dict_set(tool, "null", sl_jv_null());
   sl_jv_list_append(tools, tool);
+  sl_jv_mark_untrusted(ms); /* the request's: exercises the marks */
+  sl_jv_mark_untrusted(tools);
   sl_jv_dict_set(ctx, "messages", ms);
   sl_jv_dict_set(ctx, "tools", tools);
   sl_jv_dict_set(ctx, "add_generation_prompt", sl_jv_bool(true));
@@ -70,12 +73,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                          .max_depth = 100};
   char *out = NULL;
   size_t n = 0;
-  sl_status st = sl_jinja_render_ex(t, g_ctx, &lim, &out, &n, err, sizeof err);
+  uint8_t *marks = NULL;
+  sl_status st = sl__jinja_render_bind(t, g_ctx, &lim, NULL, NULL, 0, &out, &n,
+                                       &marks, err, sizeof err);
   if (st == SL_OK) {
     if (!out || strlen(out) > n)
       abort(); /* the length must cover the string */
+    for (size_t i = 0; marks && i < n; i++)
+      if (marks[i] > 1)
+        abort(); /* one 0/1 mark per output byte */
     sl_free(out);
-  } else if (out) {
+    sl_free(marks);
+  } else if (out || marks) {
     abort(); /* nothing is handed out on failure */
   }
   sl_jinja_free(t);

@@ -1,5 +1,5 @@
-/* libFuzzer harness: sl_tokenizer_encode over arbitrary bytes (invalid UTF-8
- * included), both special modes, then decode of the ids.
+/* libFuzzer harness: sl_tokenizer_encode (and _marked) over arbitrary bytes
+ * (invalid UTF-8 included), both special modes, then decode of the ids.
  *
  * The vocabulary is the GGUF named by SLUICE_FUZZ_MODEL (or SLUICE_MODEL),
  * if set and loadable; otherwise a small synthetic byte-level BPE vocabulary
@@ -173,6 +173,32 @@ static void run(const sl_tokenizer_t *t, const char *s, size_t n,
   sl_free(ids);
 }
 
+/* sl_tokenizer_encode_marked: a mask of all plain bytes reads as
+ * parse_special = false, and any mask gives in-vocabulary ids. */
+static void run_marked(const sl_tokenizer_t *t, const char *s, size_t n,
+                       uint8_t seed) {
+  static uint8_t plain[4096];
+  int32_t *a = NULL, *b = NULL;
+  size_t na = 0, nb = 0;
+  memset(plain, 1, n);
+  if (sl_tokenizer_encode_marked(t, s, n, false, plain, &a, &na) != SL_OK ||
+      sl_tokenizer_encode(t, s, n, false, false, &b, &nb) != SL_OK)
+    abort();
+  if (na != nb || (na && memcmp(a, b, na * sizeof *a) != 0))
+    abort();
+  sl_free(a);
+  sl_free(b);
+  for (size_t i = 0; i < n; i++) /* runs of 7 bytes, plain or not */
+    plain[i] = (uint8_t)((i / 7 + seed) & 1);
+  if (sl_tokenizer_encode_marked(t, s, n, true, plain, &a, &na) != SL_OK)
+    abort();
+  size_t vs = sl_tokenizer_vocab_size(t);
+  for (size_t i = 0; i < na; i++)
+    if (a[i] < 0 || (size_t)a[i] >= vs)
+      abort();
+  sl_free(a);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size == 0 || size > 4096)
     return 0;
@@ -181,5 +207,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *s = (const char *)data + 1;
   run(t, s, size - 1, false);
   run(t, s, size - 1, true);
+  run_marked(t, s, size - 1, data[0]);
   return 0;
 }
