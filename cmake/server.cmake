@@ -11,7 +11,8 @@ if(NOT SL_MHD_FOUND OR NOT SL_JANSSON_FOUND)
   return()
 endif()
 
-add_library(sluice_server_parse STATIC src/server/json.c src/server/parse.c
+add_library(sluice_server_parse STATIC src/server/json.c src/server/json_scan.c
+                                       src/server/parse.c
                                        src/server/prompt.c)
 target_include_directories(sluice_server_parse PUBLIC src
                            ${SL_JANSSON_INCLUDE_DIRS})
@@ -27,7 +28,7 @@ target_sources(sluice PRIVATE ${CMAKE_SOURCE_DIR}/src/cli/cmd_serve.c)
 target_compile_definitions(sluice PRIVATE SLUICE_HAVE_SERVER=1)
 target_link_libraries(sluice PRIVATE sluice_server)
 
-foreach(t test_server_parse test_server_prompt)
+foreach(t test_server_parse test_server_prompt test_server_json_scan)
   if(TARGET ${t})
     target_link_libraries(${t} PRIVATE sluice_server_parse)
   endif()
@@ -43,5 +44,12 @@ if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
                    ${CMAKE_SOURCE_DIR}/tests/py/test_server.py)
   set_tests_properties(test_server PROPERTIES
     TIMEOUT 900 LABELS py SKIP_REGULAR_EXPRESSION "(^|\n)[0-9]+ skipped in"
+    ENVIRONMENT "SLUICE_BIN=$<TARGET_FILE:sluice>;SLUICE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+  # bodies built to exhaust memory: refused, and RSS back within 10%
+  add_test(NAME test_server_limits
+           COMMAND ${Python3_EXECUTABLE} -m pytest -q -s
+                   ${CMAKE_SOURCE_DIR}/tests/py/test_server_limits.py)
+  set_tests_properties(test_server_limits PROPERTIES
+    TIMEOUT 600 LABELS py SKIP_REGULAR_EXPRESSION "(^|\n)[0-9]+ skipped in"
     ENVIRONMENT "SLUICE_BIN=$<TARGET_FILE:sluice>;SLUICE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
 endif()

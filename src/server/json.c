@@ -173,9 +173,13 @@ json_t *sl__json_str_lossy(const char *buf, size_t len) {
 
 /* jansson keeps libc's allocator: jansson 2.14 dereferences NULL when an
  * allocation fails inside json_loadb (found by the fault-injection test), so
- * routing it through sl_malloc's fault injection would only crash tests.
- * Everything the server itself allocates goes through sl_malloc. */
-void sl__srv_json_init(void) {}
+ * routing it through sl_malloc's fault injection would only crash tests, and
+ * a per-request budget cannot fail an allocation either. Its memory is
+ * bounded before it runs instead (sl__srv_json_scan). Everything the server
+ * itself allocates goes through sl_malloc. */
+void sl__srv_json_init(void) {
+  sl__srv_malloc_init();
+}
 
 void sl__srv_error_set(sl_srv_error *e, int http, const char *code,
                        const char *param, const char *fmt, ...) {

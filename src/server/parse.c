@@ -627,6 +627,8 @@ sl_status sl__srv_parse(sl_srv_api api, const char *body, size_t len,
   json_t *root = NULL;
   if (!sl__utf8_valid(body, len))
     BAD(400, "invalid_utf8", NULL, "the request body is not valid UTF-8");
+  if ((st = sl__srv_json_scan(body, len, err)) != SL_OK)
+    goto fail;
   json_error_t je;
   root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
   if (!root && json_error_code(&je) == json_error_out_of_memory)

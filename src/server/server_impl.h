@@ -54,7 +54,7 @@ void sl__sbuf_free(sl_sbuf *b);
  * reference, or NULL when out of memory. */
 json_t *sl__json_str_lossy(const char *buf, size_t len);
 
-/* One-time JSON setup (none needed today; jansson keeps libc malloc). */
+/* One-time JSON setup: sl__srv_malloc_init (jansson keeps libc malloc). */
 void sl__srv_json_init(void);
 
 /* Which API's error shape to use. */
@@ -82,6 +82,18 @@ void sl__srv_error_set(sl_srv_error *e, int http, const char *code,
  *   Anthropic: {"type":"error","error":{"type","message"}}
  * New reference, or NULL when out of memory. */
 json_t *sl__srv_error_json(sl_srv_family fam, const sl_srv_error *e);
+
+/* ---- json_scan.c: a body's shape, before jansson builds it -------------- */
+#define SL__JSON_MAX_DEPTH         64
+#define SL__JSON_MAX_CONTAINERS    20000  /* objects and arrays */
+#define SL__JSON_MAX_ELEMENTS      262144 /* commas: 2^18 */
+#define SL__JSON_MAX_UNKNOWN_FIELD 65536  /* bytes of an unknown field */
+
+/* SL_OK, or SL_ERR_FORMAT with a 400 in *err for a body past one of
+ * the limits above (a body that is not JSON passes: jansson says why). */
+sl_status sl__srv_json_scan(const char *body, size_t len, sl_srv_error *err);
+/* Once per process: bodies of 1 MiB and more mmapped, so freed at once. */
+void sl__srv_malloc_init(void);
 
 /* ---- parse.c: request bodies --------------------------------------------- */
 
