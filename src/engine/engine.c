@@ -239,6 +239,10 @@ static sl_status executor_init(sl_engine_t *e) {
   sl_status st = sl_kv_pool_create(&kc, e->stream, &e->kv);
   if (st != SL_OK)
     return st;
+  if (!gpu && e->cfg.kv_prefault) { /* host memory, no work queued yet */
+    sl_buf_t *kb = sl_kv_buffer(e->kv);
+    memset(sl_buf_ptr(kb), 0, sl_buf_size(kb));
+  }
   sl_kv_view view = sl_kv_view_of(e->kv);
   char err[256];
   if ((st = sl_batch_ctx_create2(e->model, &view, e->stream, e->cfg.n_threads,
