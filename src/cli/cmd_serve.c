@@ -33,10 +33,13 @@ static void serve_usage(FILE *f) {
       "                    [--max-batched-tokens N] [--prefill-chunk N]\n"
       "                    [--kv-block-tokens N] [--http-timeout S]\n"
       "                    [--max-body BYTES] [--grace-ms MS]\n"
+      "                    [--queue-timeout-ms MS]\n"
       "  serves the OpenAI (/v1/chat/completions, /v1/completions,\n"
       "  /v1/models) and Anthropic (/v1/messages) APIs, /health, /metrics\n"
       "  and /admin/api/stats; binds 127.0.0.1:8080 unless told otherwise.\n"
-      "  BYTES accept K, M, G suffixes (powers of 1024).\n");
+      "  BYTES accept K, M, G suffixes (powers of 1024).\n"
+      "  A request that fits the memory alone waits for room up to\n"
+      "  --queue-timeout-ms (30000; 0: no limit), then gets a 503.\n");
 }
 
 /* "4G", "512M", "123456", "1.5G" -> bytes. */
@@ -158,6 +161,9 @@ int sl_cli_serve_main(int argc, char **argv) {
     } else if (!strcmp(a, "--grace-ms")) {
       NEED_VALUE if (!sl_cli_parse_long(v, 0, 3600000, &lv))
           BAD_VALUE scfg.grace_ms = (unsigned)lv;
+    } else if (!strcmp(a, "--queue-timeout-ms")) {
+      NEED_VALUE if (!sl_cli_parse_long(v, 0, 86400000, &lv))
+          BAD_VALUE ecfg.queue_timeout_ms = (int)lv;
     } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       serve_usage(stdout);
       return 0;
