@@ -55,6 +55,13 @@ if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
   set_tests_properties(test_soak_short PROPERTIES
     TIMEOUT 600 LABELS py SKIP_RETURN_CODE 77
     ENVIRONMENT "SLUICE_BIN=$<TARGET_FILE:sluice>;SLUICE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+  # shutdown and the memory guard at their limits (issue 10, items 2, 3)
+  add_test(NAME test_server_guard
+           COMMAND ${Python3_EXECUTABLE} -m pytest -q -s
+                   ${CMAKE_SOURCE_DIR}/tests/py/test_server_guard.py)
+  set_tests_properties(test_server_guard PROPERTIES
+    TIMEOUT 900 LABELS py SKIP_REGULAR_EXPRESSION "(^|\n)[0-9]+ skipped in"
+    ENVIRONMENT "SLUICE_BIN=$<TARGET_FILE:sluice>;SLUICE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
   # bodies built to exhaust memory: refused, and RSS back within 10%
   add_test(NAME test_server_limits
            COMMAND ${Python3_EXECUTABLE} -m pytest -q -s

@@ -11,6 +11,7 @@
 #include "default_model.h"
 #include "sluice/engine.h"
 #include "sluice/reason.h"
+#include "sluice/tokenizer.h"
 
 typedef struct result {
   pthread_mutex_t mu;
@@ -56,6 +57,17 @@ static void result_wait(result *r) {
   while (!r->done)
     pthread_cond_wait(&r->cv, &r->mu);
   pthread_mutex_unlock(&r->mu);
+}
+
+/* Tokenizes text (no BOS, special tokens parsed) into a new array (free
+ * with sl_free); returns its length, or -1. */
+static inline int engine_tokenize(const sl_tokenizer_t *tok, const char *text,
+                                  int32_t **ids) {
+  size_t n = 0;
+  if (sl_tokenizer_encode(tok, text, strlen(text), false, true, ids, &n) !=
+      SL_OK)
+    return -1;
+  return (int)n;
 }
 
 static sl_gen_params greedy(int max_tokens) {

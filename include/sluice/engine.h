@@ -51,6 +51,9 @@ typedef struct sl_engine_config {
   /* a CPU KV pool's pages are touched at start (serve sets it): RSS is then
    * what serving holds from the first request, not a slope over minutes */
   bool kv_prefault;
+  int queue_timeout_ms;          /* --queue-timeout-ms: a request that was never
+                                    admitted fails after waiting this long (with
+                                    SL_REASON_QUEUE_TIMEOUT); <= 0: waits forever */
 } sl_engine_config;
 
 sl_engine_config sl_engine_config_defaults(void);
@@ -122,7 +125,18 @@ void sl_engine_free(sl_engine_t *e);
 /* Queues a request: takes a copy of prompt[0..n) and params. `cb` receives
  * the events, the last one SL_EV_DONE. Fails (without calling cb) with
  * SL_ERR_RANGE when the prompt does not fit the context, SL_ERR_INVALID_ARG
- * for bad parameters. Stores the request id in *id. */
+ * for bad parameters. Stores the request id in *id.
+ *
+ * Admission (on the executor thread): a request whose prompt does not fit
+ * the KV cache or the memory limit even when it runs alone ends with
+ * SL_FINISH_ERROR (PREFILL_MEMORY_EXCEEDED or CONTEXT_LENGTH_EXCEEDED, 4xx
+ * reasons); its max_tokens is clamped to what fits alone (it then ends with
+ * SL_FINISH_LENGTH there). One that fits alone waits for blocks, memory and
+ * a slot, up to queue_timeout_ms (then QUEUE_TIMEOUT, a 503). KV blocks are
+ * reserved for the prompt at admission and one at a time as tokens are
+ * generated; when none can be had, the youngest running request goes back
+ * to the head of the queue and is later recomputed from its prompt and its
+ * tokens so far (mostly from the prefix cache): its events only pause. */
 sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
                            const sl_gen_params *params, sl_engine_cb cb,
                            void *user, uint64_t *id);
@@ -149,6 +163,10 @@ typedef struct sl_engine_stats {
    * logits row copied back); fallbacks: the device sampler could not decide
    * and the host sampled the row (counted in sampled_host too) */
   uint64_t argmax_device, sampled_device, sampled_host, sample_fallbacks;
+  /* running requests sent back to the queue to free KV blocks (they are
+   * recomputed, mostly from the prefix cache), and queued requests failed
+   * by the queue timeout */
+  uint64_t preemptions, queue_timeouts;
 } sl_engine_stats;
 
 sl_engine_stats sl_engine_get_stats(sl_engine_t *e);

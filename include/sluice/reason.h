@@ -24,6 +24,8 @@
   X(OUT_OF_MEMORY, "out_of_memory", 503,                                       \
     "the server ran out of memory for this request; retry later")              \
   X(SHUTTING_DOWN, "shutting_down", 503, "the server is shutting down")        \
+  X(QUEUE_TIMEOUT, "queue_timeout", 503,                                       \
+    "the request waited too long for memory or a free slot; retry later")      \
   X(DEVICE_ERROR, "device_error", 500, "the compute device reported an error") \
   X(INTERNAL, "internal_error", 500, "internal server error")
 

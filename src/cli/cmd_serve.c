@@ -34,6 +34,7 @@ static void serve_usage(FILE *f) {
       "                    [--kv-block-tokens N] [--http-timeout S]\n"
       "                    [--max-body BYTES] [--grace-ms MS]\n"
       "                    [--parse-special-in-content]\n"
+      "                    [--queue-timeout-ms MS]\n"
       "  serves the OpenAI (/v1/chat/completions, /v1/completions,\n"
       "  /v1/models) and Anthropic (/v1/messages) APIs, /health, /metrics\n"
       "  and /admin/api/stats; binds 127.0.0.1:8080 unless told otherwise.\n"
@@ -45,7 +46,9 @@ static void serve_usage(FILE *f) {
       "  does; by default they are plain text there (only the chat\n"
       "  template's own text has special tokens), so a client cannot close\n"
       "  its turn and forge a system turn. /v1/completions prompts always\n"
-      "  have special tokens parsed: the client writes the whole prompt.\n");
+      "  have special tokens parsed: the client writes the whole prompt.\n"
+      "  A request that fits the memory alone waits for room up to\n"
+      "  --queue-timeout-ms (30000; 0: no limit), then gets a 503.\n");
 }
 
 /* "4G", "512M", "123456", "1.5G" -> bytes. */
@@ -173,6 +176,9 @@ int sl_cli_serve_main(int argc, char **argv) {
           BAD_VALUE scfg.grace_ms = (unsigned)lv;
     } else if (!strcmp(a, "--parse-special-in-content")) {
       scfg.parse_special_in_content = true;
+    } else if (!strcmp(a, "--queue-timeout-ms")) {
+      NEED_VALUE if (!sl_cli_parse_long(v, 0, 86400000, &lv))
+          BAD_VALUE ecfg.queue_timeout_ms = (int)lv;
     } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       serve_usage(stdout);
       return 0;

@@ -38,6 +38,7 @@ sl_engine_config sl_engine_config_defaults(void) {
       .clear_every_tokens = 256,
       .hot_loop_steps = 64,
       .hot_loop_cache_bytes = 256ull << 20,
+      .queue_timeout_ms = 30000,
   };
   return c;
 }
@@ -71,6 +72,7 @@ sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
   memcpy(r->tokens, prompt, sizeof(int32_t) * (size_t)n);
   r->n_prompt = n;
   r->n_tokens = n;
+  r->n_target = n;
   r->params = *params;
   r->params.n_stop = 0;
   for (int i = 0; i < params->n_stop; i++) {
@@ -350,8 +352,7 @@ static void *executor_main(void *p) {
     sl__take_inbox(e);
     idle_cleared = false;
     sl__apply_aborts(e);
-    while (e->waiting && sl__admit_one(e))
-      ;
+    sl__admit_waiting(e);
     sl__step(e);
     if (e->clear_error != SL_OK) { /* errors reach the requests */
       sl__fail_active(e, e->clear_error);

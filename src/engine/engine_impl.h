@@ -73,6 +73,8 @@ typedef struct sl__req {
   sl__req_state state;
   int32_t *tokens; /* (n_ctx) prompt then generated */
   int n_prompt, n_tokens;
+  int n_target;   /* tokens to compute before the next sample: the prompt;
+                     after a preemption, the prompt and the tokens so far */
   int n_computed; /* tokens whose K/V is in the cache */
   int n_cached;   /* prompt tokens served from the prefix cache */
   int n_generated;
@@ -80,6 +82,8 @@ typedef struct sl__req {
   int n_blocks;
   int retries; /* runtime memory errors so far (the OOM ladder) */
   bool first_chunk_done;
+  bool fits_alone; /* checked at the first admission; max_tokens clamped */
+  bool admitted;   /* admitted once: STARTED reported, counted in stats */
   uint64_t est_bytes;
   sl_gen_params params;
   sl_sampler_t *sampler;
@@ -157,6 +161,9 @@ void sl__finish(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,
 void sl__clear_at_site(sl_engine_t *e, sl__clear_site site);
 /* Admits the head of the waiting queue: true if it was admitted or failed. */
 bool sl__admit_one(sl_engine_t *e);
+/* Fails the requests that waited past the queue timeout, then admits from
+ * the head of the queue while requests fit. */
+void sl__admit_waiting(sl_engine_t *e);
 void sl__apply_aborts(sl_engine_t *e);
 /* Builds and runs one batch; false when there was nothing to do. */
 bool sl__step(sl_engine_t *e);

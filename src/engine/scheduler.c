@@ -276,27 +276,110 @@ static void fail_waiting(sl_engine_t *e, sl__req *r, sl_status st,
   sl__finish(e, r, SL_FINISH_ERROR, st, reason, msg);
 }
 
+static int blocks_for(const sl_engine_t *e, int n_tokens) {
+  int T = e->cfg.kv_block_tokens;
+  return (n_tokens + T - 1) / T;
+}
+
+/* The most KV blocks one request can hold when it runs alone: the pool's,
+ * and under --max-memory what the limit leaves after the weights and the
+ * activations of a full prefill chunk (the largest a chunk can be, so that
+ * whatever fits here is admitted once the engine is idle). */
+static int alone_blocks(sl_engine_t *e, bool *by_memory) {
+  int n = sl_kv_config_of(e->kv)->n_blocks;
+  *by_memory = false;
+  if (e->cfg.max_memory) {
+    uint64_t fixed = sl_model_weight_bytes(e->model) +
+                     sl_batch_activation_bytes(e->model, e->cfg.prefill_chunk);
+    uint64_t room = e->cfg.max_memory > fixed
+                        ? (e->cfg.max_memory - fixed) / block_bytes(e)
+                        : 0;
+    if (room < (uint64_t)n) {
+      n = (int)room;
+      *by_memory = true;
+    }
+  }
+  return n;
+}
+
+static void waiting_pop_head(sl_engine_t *e) {
+  e->waiting = e->waiting->next;
+  if (!e->waiting)
+    e->waiting_tail = NULL;
+}
+
+/* At the first admission: a request whose prompt (and the slot of its
+ * first generated token) cannot fit even alone fails with a 4xx reason;
+ * otherwise its max_tokens is clamped to what fits alone. Returns false
+ * when the request failed (it was taken off the queue and freed). */
+static bool check_fits_alone(sl_engine_t *e, sl__req *r) {
+  int T = e->cfg.kv_block_tokens;
+  bool by_memory;
+  int cap = alone_blocks(e, &by_memory);
+  int need = blocks_for(e, r->n_prompt + 1);
+  bool guard_fault = e->hooks.fail_guard_admit &&
+                     (int)(e->first_chunks + 1) == e->hooks.fail_guard_admit;
+  if (need <= cap && !guard_fault) {
+    int max_new = cap * T - r->n_prompt;
+    if (r->params.max_tokens > max_new)
+      r->params.max_tokens = max_new;
+    r->fits_alone = true;
+    return true;
+  }
+  waiting_pop_head(e);
+  char msg[320];
+  /* counted as alone_blocks does: over the limit when the memory is what
+   * binds (the smaller of the two caps) */
+  r->est_bytes = sl_model_weight_bytes(e->model) +
+                 (uint64_t)need * block_bytes(e) +
+                 sl_batch_activation_bytes(e->model, e->cfg.prefill_chunk);
+  if (guard_fault || by_memory) {
+    e->first_chunks++;
+    sl__clear_at_site(e, SL__SITE_ADMIT_MEM_EXCEEDED);
+    snprintf(msg, sizeof msg,
+             "the prompt (%d tokens) would need an estimated %llu bytes even "
+             "with no other request running, over the memory limit of %llu "
+             "bytes",
+             r->n_prompt, (unsigned long long)r->est_bytes,
+             (unsigned long long)e->cfg.max_memory);
+    fail_waiting(e, r, SL_ERR_MEMORY_LIMIT, SL_REASON_PREFILL_MEMORY_EXCEEDED,
+                 msg);
+  } else {
+    r->est_bytes = 0;
+    snprintf(msg, sizeof msg,
+             "the prompt (%d tokens) needs more KV cache than the server has "
+             "for one request (%d tokens)",
+             r->n_prompt, sl_kv_config_of(e->kv)->n_blocks * T);
+    fail_waiting(e, r, SL_ERR_RANGE, SL_REASON_CONTEXT_LENGTH_EXCEEDED, msg);
+  }
+  return false;
+}
+
 /* Tries to admit the head of the waiting queue. Returns true if it was
  * admitted or failed (so the caller may try the next), false when it must
- * wait for blocks. */
+ * wait for blocks, memory or a slot. KV blocks are reserved for the tokens
+ * to compute (the prompt) only; decoding takes more one at a time
+ * (grow_blocks). */
 bool sl__admit_one(sl_engine_t *e) {
   sl__req *r = e->waiting;
   int T = e->cfg.kv_block_tokens;
-  /* prefix lookup over full blocks, leaving at least one token to compute */
-  int max_cached = (r->n_prompt - 1) / T;
-  uint64_t h = 0;
-  int got = 0;
+  if (!r->fits_alone && !check_fits_alone(e, r))
+    return true;
   if (!r->blocks) {
-    int need_total = (r->n_prompt + r->params.max_tokens + T - 1) / T;
-    r->blocks = sl_malloc(sizeof(int32_t) * (size_t)need_total);
+    /* the table's capacity: every token this request can ever hold */
+    r->blocks =
+        sl_malloc(sizeof(int32_t) *
+                  (size_t)blocks_for(e, r->n_prompt + r->params.max_tokens));
     if (!r->blocks) {
-      e->waiting = r->next;
-      if (!e->waiting)
-        e->waiting_tail = NULL;
+      waiting_pop_head(e);
       fail_waiting(e, r, SL_ERR_NOMEM, SL_REASON_OUT_OF_MEMORY, NULL);
       return true;
     }
   }
+  /* prefix lookup over full blocks, leaving at least one token to compute */
+  int max_cached = (r->n_target - 1) / T;
+  uint64_t h = 0;
+  int got = 0;
   for (; got < max_cached; got++) {
     h = sl_kv_hash_block(e->kv, h, r->tokens + (size_t)got * (size_t)T, T);
     int b = sl_kv_lookup(e->kv, h, r->tokens + (size_t)got * (size_t)T);
@@ -305,63 +388,43 @@ bool sl__admit_one(sl_engine_t *e) {
     r->blocks[got] = b;
   }
   r->n_blocks = got;
-  int need_total = (r->n_prompt + r->params.max_tokens + T - 1) / T;
-  int need_new = need_total - got;
-  int remaining = r->n_prompt - got * T;
+  int need_new = blocks_for(e, r->n_target) - got;
+  int remaining = r->n_target - got * T;
   int chunk =
       remaining < e->cfg.prefill_chunk ? remaining : e->cfg.prefill_chunk;
-  r->est_bytes = guard_estimate(e, need_new, chunk);
-  bool guard_fault = e->hooks.fail_guard_admit &&
-                     (int)(e->first_chunks + 1) == e->hooks.fail_guard_admit;
-  if ((e->cfg.max_memory && r->est_bytes > e->cfg.max_memory) || guard_fault) {
-    e->first_chunks++;
+  uint64_t est = guard_estimate(e, need_new, chunk);
+  if ((e->cfg.max_memory && est > e->cfg.max_memory) ||
+      sl_kv_available(e->kv) < need_new || e->n_active >= e->cfg.max_seqs) {
+    /* it fits alone: wait for the others to give memory back (the queue
+     * timeout bounds the wait); the looked-up blocks go back meanwhile */
     release_blocks(e, r);
-    e->waiting = r->next;
-    if (!e->waiting)
-      e->waiting_tail = NULL;
-    r->state = SL__REQ_WAITING;
-    sl__clear_at_site(e, SL__SITE_ADMIT_MEM_EXCEEDED);
-    char msg[256];
-    snprintf(msg, sizeof msg,
-             "the prefill would need an estimated %llu bytes, over the memory "
-             "limit of %llu bytes",
-             (unsigned long long)r->est_bytes,
-             (unsigned long long)e->cfg.max_memory);
-    fail_waiting(e, r, SL_ERR_MEMORY_LIMIT, SL_REASON_PREFILL_MEMORY_EXCEEDED,
-                 msg);
-    return true;
-  }
-  if (need_new > sl_kv_config_of(e->kv)->n_blocks - got) {
-    release_blocks(e, r);
-    e->waiting = r->next;
-    if (!e->waiting)
-      e->waiting_tail = NULL;
-    fail_waiting(e, r, SL_ERR_RANGE, SL_REASON_CONTEXT_LENGTH_EXCEEDED, NULL);
-    return true;
-  }
-  if (sl_kv_available(e->kv) < need_new || e->n_active >= e->cfg.max_seqs) {
-    release_blocks(e, r); /* give the looked-up blocks back; retry later */
     return false;
   }
+  r->est_bytes = est;
   for (int i = 0; i < need_new; i++) {
     int b = sl_kv_block_alloc(e->kv);
     SL_ASSERT(b >= 0); /* sl_kv_available said so */
     r->blocks[r->n_blocks++] = b;
   }
-  r->n_cached = got * T;
   r->n_computed = got * T;
   r->state = SL__REQ_PREFILLING;
-  e->waiting = r->next;
-  if (!e->waiting)
-    e->waiting_tail = NULL;
+  waiting_pop_head(e);
   e->active[e->n_active++] = r;
+  bool first = !r->admitted;
+  if (first)
+    r->n_cached = got * T;
+  r->admitted = true;
   pthread_mutex_lock(&e->mu);
   e->stats.waiting--;
   e->stats.running++;
-  e->stats.requests_total++;
-  e->stats.prompt_tokens_total += (uint64_t)r->n_prompt;
-  e->stats.cached_tokens_total += (uint64_t)r->n_cached;
+  if (first) {
+    e->stats.requests_total++;
+    e->stats.prompt_tokens_total += (uint64_t)r->n_prompt;
+    e->stats.cached_tokens_total += (uint64_t)r->n_cached;
+  }
   pthread_mutex_unlock(&e->mu);
+  if (!first)
+    return true; /* a preempted or requeued request: already started */
   sl_engine_event ev;
   memset(&ev, 0, sizeof ev);
   ev.kind = SL_EV_STARTED;
@@ -370,6 +433,42 @@ bool sl__admit_one(sl_engine_t *e) {
   ev.cached_tokens = r->n_cached;
   r->cb(r->user, &ev);
   return true;
+}
+
+/* Fails the never-admitted requests that waited past the queue timeout
+ * (a preempted or requeued one keeps its place at the head). */
+static void expire_waiting(sl_engine_t *e) {
+  if (e->cfg.queue_timeout_ms <= 0 || !e->waiting)
+    return;
+  uint64_t now = sl_now_ns();
+  uint64_t limit = (uint64_t)e->cfg.queue_timeout_ms * 1000000ull;
+  sl__req *keep = NULL, *keep_tail = NULL, *r = e->waiting;
+  e->waiting = e->waiting_tail = NULL;
+  while (r) {
+    sl__req *next = r->next;
+    if (r->admitted || now - r->t_submit < limit) {
+      sl__list_push(&keep, &keep_tail, r);
+    } else {
+      char msg[160];
+      snprintf(msg, sizeof msg,
+               "the request waited %.1f s in the queue for memory or a free "
+               "slot (--queue-timeout-ms %d); retry later",
+               (double)(now - r->t_submit) / 1e9, e->cfg.queue_timeout_ms);
+      pthread_mutex_lock(&e->mu);
+      e->stats.queue_timeouts++;
+      pthread_mutex_unlock(&e->mu);
+      fail_waiting(e, r, SL_ERR_TIMEOUT, SL_REASON_QUEUE_TIMEOUT, msg);
+    }
+    r = next;
+  }
+  e->waiting = keep;
+  e->waiting_tail = keep_tail;
+}
+
+void sl__admit_waiting(sl_engine_t *e) {
+  expire_waiting(e);
+  while (e->waiting && sl__admit_one(e))
+    ;
 }
 
 /* Removes active[i] (finished or requeued), keeping the order. */
@@ -402,18 +501,61 @@ static void requeue_after_oom(sl_engine_t *e, sl__req *r, bool admission,
     return;
   }
   pthread_mutex_lock(&e->mu);
-  e->stats.waiting++;
-  e->stats.requests_total--; /* counted again when re-admitted */
-  e->stats.prompt_tokens_total -= (uint64_t)r->n_prompt;
-  e->stats.cached_tokens_total -= (uint64_t)r->n_cached;
+  e->stats.waiting++; /* counted in the totals once, at its first admission */
   pthread_mutex_unlock(&e->mu);
   r->n_computed = 0;
-  r->n_cached = 0;
   r->first_chunk_done = false;
   r->next = e->waiting;
   e->waiting = r;
   if (!e->waiting_tail)
     e->waiting_tail = r;
+}
+
+/* Sends active request r back to the head of the queue to give its KV
+ * blocks back: its full blocks go to the prefix cache first, so that its
+ * recomputation (the prompt and every token so far, then the next sample)
+ * mostly finds them. Its client sees a pause, nothing else. */
+static void preempt(sl_engine_t *e, sl__req *r) {
+  sl__active_remove(e, r);
+  publish_blocks(e, r);
+  release_blocks(e, r);
+  r->state = SL__REQ_WAITING;
+  r->n_target = r->n_tokens; /* the last sampled token is not computed yet */
+  r->n_computed = 0;
+  r->first_chunk_done = false;
+  pthread_mutex_lock(&e->mu);
+  e->stats.waiting++;
+  e->stats.preemptions++;
+  pthread_mutex_unlock(&e->mu);
+  r->next = e->waiting;
+  e->waiting = r;
+  if (!e->waiting_tail)
+    e->waiting_tail = r;
+}
+
+/* Gives running request r the block of the token it decodes next (KV is
+ * reserved as it is used, not for max_tokens up front). When no block can
+ * be had (the pool, or the memory limit), the youngest active request is
+ * preempted, until one can; returns false when r itself was. A request
+ * alone always gets its blocks: max_tokens was clamped to fit alone. */
+static bool grow_blocks(sl_engine_t *e, sl__req *r) {
+  int need = blocks_for(e, r->n_computed + 1);
+  while (r->n_blocks < need) {
+    if (sl_kv_available(e->kv) > 0 &&
+        (!e->cfg.max_memory || guard_estimate(e, 1, 1) <= e->cfg.max_memory)) {
+      int b = sl_kv_block_alloc(e->kv);
+      SL_ASSERT(b >= 0); /* sl_kv_available said so */
+      r->blocks[r->n_blocks++] = b;
+      continue;
+    }
+    SL_ASSERT(e->n_active > 1 || !r->fits_alone ||
+              !"a request alone always fits");
+    sl__req *v = e->active[e->n_active - 1];
+    preempt(e, v);
+    if (v == r)
+      return false;
+  }
+  return true;
 }
 
 static bool is_oom(sl_status st) {
@@ -480,8 +622,7 @@ void sl__take_inbox(sl_engine_t *e) {
 
 void sl__prepare_next(sl_engine_t *e) {
   sl__take_inbox(e);
-  while (e->waiting && sl__admit_one(e))
-    ;
+  sl__admit_waiting(e);
 }
 
 /* The decode clear sites, reached once per step (with the step in flight:
@@ -543,6 +684,13 @@ static void plan_device_sample(sl_engine_t *e, sl__req *r, int s) {
 bool sl__step(sl_engine_t *e) {
   uint64_t t_step = sl_now_ns();
   int nb = 0, nt = 0, budget = e->cfg.max_batched_tokens;
+  /* the KV blocks this step's decode tokens go into, oldest request first
+   * (a preemption takes the youngest) */
+  for (int i = 0; i < e->n_active; i++) {
+    sl__req *r = e->active[i];
+    if (r->state == SL__REQ_RUNNING && !grow_blocks(e, r))
+      break; /* r and every younger request went back to the queue */
+  }
   /* decode: one token for every running sequence */
   for (int i = 0; i < e->n_active && nt < budget; i++) {
     sl__req *r = e->active[i];
@@ -569,7 +717,7 @@ bool sl__step(sl_engine_t *e) {
     sl__req *r = e->active[i];
     if (r->state != SL__REQ_PREFILLING)
       continue;
-    int chunk = r->n_prompt - r->n_computed;
+    int chunk = r->n_target - r->n_computed;
     if (chunk > e->cfg.prefill_chunk)
       chunk = e->cfg.prefill_chunk;
     if (chunk > budget - nt)
@@ -585,6 +733,14 @@ bool sl__step(sl_engine_t *e) {
       uint64_t est = guard_estimate(e, 0, chunk);
       if ((e->cfg.max_memory && est > e->cfg.max_memory) || fault) {
         r->est_bytes = est;
+        if (!fault && e->n_active > 1) {
+          /* it fits alone (checked at admission): the others' memory is
+           * in the way, so it waits at the head of the queue */
+          preempt(e, r);
+          sl__clear_at_site(e, SL__SITE_CHUNK_MEM_EXCEEDED);
+          i--;
+          continue;
+        }
         sl__active_remove(e, r);
         sl__clear_at_site(e, SL__SITE_CHUNK_MEM_EXCEEDED);
         char msg[256];
@@ -603,7 +759,7 @@ bool sl__step(sl_engine_t *e) {
     }
     memcpy(e->batch_tokens + nt, r->tokens + r->n_computed,
            sizeof(int32_t) * (size_t)chunk);
-    bool last = r->n_computed + chunk == r->n_prompt;
+    bool last = r->n_computed + chunk == r->n_target;
     e->batch_seqs[nb] = (sl_batch_seq){
         r->blocks,
         r->n_blocks,
@@ -653,7 +809,7 @@ bool sl__step(sl_engine_t *e) {
       sl__req *r = e->batch_reqs[s];
       if (r->state != SL__REQ_PREFILLING)
         continue;
-      if (r->n_computed + e->batch_seqs[s].n == r->n_prompt)
+      if (r->n_computed + e->batch_seqs[s].n == r->n_target)
         end = true;
       else
         mid = true;
@@ -704,7 +860,7 @@ bool sl__step(sl_engine_t *e) {
     int row = q->want_logits ? li++ : -1;
     if (r->state == SL__REQ_PREFILLING) {
       r->first_chunk_done = true;
-      if (r->n_computed < r->n_prompt)
+      if (r->n_computed < r->n_target)
         continue;
       r->state = SL__REQ_RUNNING;
     }

@@ -210,16 +210,18 @@ json_t *sl__srv_stats_json(sl_server_t *s) {
                 sn.m.tpot_n ? sn.m.tpot_sum / (double)sn.m.tpot_n * 1e3 : 0.0));
   json_object_set_new(
       o, "engine",
-      json_pack("{s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:i,s:I}", "running",
-                sn.e.running, "waiting", sn.e.waiting, "requests_total",
-                (json_int_t)sn.e.requests_total, "requests_failed",
-                (json_int_t)sn.e.requests_failed, "prompt_tokens_total",
-                (json_int_t)sn.e.prompt_tokens_total, "cached_tokens_total",
-                (json_int_t)sn.e.cached_tokens_total, "generated_tokens_total",
-                (json_int_t)sn.e.generated_tokens_total, "kv_blocks_total",
-                sn.e.kv_blocks_total, "kv_blocks_used", sn.e.kv_blocks_used,
-                "kv_blocks_cached", sn.e.kv_blocks_cached, "steps",
-                (json_int_t)sn.e.steps));
+      json_pack(
+          "{s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:i,s:I,s:I,s:I}", "running",
+          sn.e.running, "waiting", sn.e.waiting, "requests_total",
+          (json_int_t)sn.e.requests_total, "requests_failed",
+          (json_int_t)sn.e.requests_failed, "prompt_tokens_total",
+          (json_int_t)sn.e.prompt_tokens_total, "cached_tokens_total",
+          (json_int_t)sn.e.cached_tokens_total, "generated_tokens_total",
+          (json_int_t)sn.e.generated_tokens_total, "kv_blocks_total",
+          sn.e.kv_blocks_total, "kv_blocks_used", sn.e.kv_blocks_used,
+          "kv_blocks_cached", sn.e.kv_blocks_cached, "steps",
+          (json_int_t)sn.e.steps, "preemptions", (json_int_t)sn.e.preemptions,
+          "queue_timeouts", (json_int_t)sn.e.queue_timeouts));
   /* where the generated tokens were picked: the device's argmax, the device
    * sampler, the host sampler (fallbacks: the device sampler's rows that
    * the host sampled, within sampled_host) */
@@ -232,12 +234,13 @@ json_t *sl__srv_stats_json(sl_server_t *s) {
                                 (json_int_t)sn.e.sample_fallbacks));
   json_object_set_new(
       o, "memory",
-      json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "active",
+      json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "active",
                 (json_int_t)sn.a.active, "retiring", (json_int_t)sn.a.retiring,
                 "cache", (json_int_t)sn.a.cache, "peak", (json_int_t)sn.a.peak,
                 "reserved", (json_int_t)sn.a.reserved, "limit",
                 (json_int_t)sn.a.limit, "footprint", (json_int_t)sn.footprint,
-                "unreleased", (json_int_t)sn.unreleased));
+                "unreleased", (json_int_t)sn.unreleased, "weights",
+                (json_int_t)sl_model_weight_bytes(s->model)));
   /* the allocator's clears (what was in flight at each), and the engine's
    * clear sites' share of the steps' time (issue 8's goal: < 1%) */
   json_object_set_new(

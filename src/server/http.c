@@ -161,6 +161,21 @@ static void on_event(void *user, const sl_engine_event *ev) {
       j->error = SL_ERR_NOMEM;
       j->reason = SL_REASON_OUT_OF_MEMORY;
     }
+    if (j->cut && j->finish == SL_FINISH_ABORT) {
+      /* cut off by the shutdown: an error, never a complete answer */
+      j->finish = SL_FINISH_ERROR;
+      j->error = SL_ERR_CANCELLED;
+      j->reason = SL_REASON_SHUTTING_DOWN;
+      if (j->started)
+        snprintf(j->error_msg, sizeof j->error_msg,
+                 "the server is shutting down: the answer was cut off after "
+                 "%d tokens; retry",
+                 ev->completion_tokens);
+      else
+        snprintf(j->error_msg, sizeof j->error_msg,
+                 "the server is shutting down: the request was not started; "
+                 "retry");
+    }
     break;
   }
   bool done = j->done;
@@ -221,9 +236,11 @@ static bool job_wait(sl_srv_job *j, bool until_done) {
 /* ---- responses
  * ---------------------------------------------------------------- */
 
-static enum MHD_Result send_bytes(struct MHD_Connection *c, unsigned status,
-                                  const char *ctype, const char *data,
-                                  size_t len, bool close) {
+/* retry_after_s > 0: a Retry-After header with that many seconds. */
+static enum MHD_Result send_bytes_retry(struct MHD_Connection *c,
+                                        unsigned status, const char *ctype,
+                                        const char *data, size_t len,
+                                        bool close, unsigned retry_after_s) {
   struct MHD_Response *r =
       MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
   if (!r)
@@ -231,14 +248,26 @@ static enum MHD_Result send_bytes(struct MHD_Connection *c, unsigned status,
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
   if (close)
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+  if (retry_after_s) {
+    char v[16];
+    snprintf(v, sizeof v, "%u", retry_after_s);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, v);
+  }
   enum MHD_Result ret = MHD_queue_response(c, status, r);
   MHD_destroy_response(r);
   return ret;
 }
 
+static enum MHD_Result send_bytes(struct MHD_Connection *c, unsigned status,
+                                  const char *ctype, const char *data,
+                                  size_t len, bool close) {
+  return send_bytes_retry(c, status, ctype, data, len, close, 0);
+}
+
 /* Sends `j` (a reference is taken over) as JSON. */
-static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status,
-                                 json_t *j, bool close) {
+static enum MHD_Result send_json_retry(struct MHD_Connection *c,
+                                       unsigned status, json_t *j, bool close,
+                                       unsigned retry_after_s) {
   sl_sbuf b = {0};
   sl__sbuf_add_json(&b, j);
   json_decref(j);
@@ -246,14 +275,29 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status,
   if (b.oom)
     ret = send_bytes(c, 500, "text/plain", "out of memory\n", 14, true);
   else
-    ret = send_bytes(c, status, "application/json", b.p, b.len, close);
+    ret = send_bytes_retry(c, status, "application/json", b.p, b.len, close,
+                           retry_after_s);
   sl__sbuf_free(&b);
   return ret;
 }
 
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status,
+                                 json_t *j, bool close) {
+  return send_json_retry(c, status, j, close, 0);
+}
+
+/* A 503 (shutting down, queue timeout, out of memory: the request was
+ * fine, the server could not serve it now) says when to retry: a queue
+ * that timed out is busy for a while, the rest are worth retrying soon
+ * (another instance takes over a shutdown). */
 static enum MHD_Result send_error(struct MHD_Connection *c, sl_srv_family fam,
                                   const sl_srv_error *e, bool close) {
-  return send_json(c, (unsigned)e->http, sl__srv_error_json(fam, e), close);
+  unsigned retry = 0;
+  if (e->http == 503)
+    retry =
+        strcmp(e->code, sl_reason_code(SL_REASON_QUEUE_TIMEOUT)) == 0 ? 5 : 1;
+  return send_json_retry(c, (unsigned)e->http, sl__srv_error_json(fam, e),
+                         close, retry);
 }
 
 /* ---- streaming
@@ -789,6 +833,29 @@ static int wait_jobs(sl_server_t *s, unsigned ms) {
   return n;
 }
 
+/* Shutdown: marks the live jobs (only those not yet started, with
+ * queued_only) as cut and asks the engine to abort them, so that they end
+ * as errors, not as complete answers. Returns how many were asked (at most
+ * 64 a call; ids are copied under the lock, aborted outside it). */
+static int cut_jobs(sl_server_t *s, bool queued_only) {
+  uint64_t ids[64];
+  int n = 0;
+  pthread_mutex_lock(&s->jobs_mu);
+  for (sl_srv_job *j = s->jobs; j && n < 64; j = j->next) {
+    pthread_mutex_lock(&j->mu);
+    if (j->submitted && !j->done && !(queued_only && j->started) &&
+        !(queued_only && j->cut)) {
+      j->cut = true;
+      ids[n++] = j->engine_id;
+    }
+    pthread_mutex_unlock(&j->mu);
+  }
+  pthread_mutex_unlock(&s->jobs_mu);
+  for (int i = 0; i < n; i++)
+    (void)sl_engine_abort(s->engine, ids[i]); /* retried next pass */
+  return n;
+}
+
 void sl_server_stop(sl_server_t *s) {
   if (!s)
     return;
@@ -798,25 +865,17 @@ void sl_server_stop(sl_server_t *s) {
   MHD_socket lfd = MHD_quiesce_daemon(s->mhd);
   if (lfd != MHD_INVALID_SOCKET)
     close(lfd);
+  /* requests still queued get their 503 now, so that their clients retry
+   * elsewhere; the grace period is for the ones already generating */
+  cut_jobs(s, true);
   if (wait_jobs(s, s->cfg.grace_ms) > 0) {
-    /* abort what is left; ids are copied under the lock, aborted outside */
+    /* cut what is left: each ends as a 503 or a stream's error event */
     for (;;) {
-      uint64_t ids[64];
-      int n = 0;
-      pthread_mutex_lock(&s->jobs_mu);
-      for (sl_srv_job *j = s->jobs; j && n < 64; j = j->next) {
-        pthread_mutex_lock(&j->mu);
-        if (j->submitted && !j->done)
-          ids[n++] = j->engine_id;
-        pthread_mutex_unlock(&j->mu);
-      }
-      pthread_mutex_unlock(&s->jobs_mu);
-      for (int i = 0; i < n; i++)
-        (void)sl_engine_abort(s->engine, ids[i]); /* retried next pass */
+      int n = cut_jobs(s, false);
       if (wait_jobs(s, 2000) == 0 || n == 0)
         break;
     }
-    /* the aborted answers are still being written: let them go out */
+    /* the cut answers are still being written: let them go out */
     wait_jobs(s, 2000);
   }
   MHD_stop_daemon(s->mhd);

@@ -168,6 +168,10 @@ bool sl__oai_stream(sl_srv_job *j, const char *model,
       sl__sbuf_add_json(&j->out, ej);
       sl__sbuf_adds(&j->out, "\n\n");
       json_decref(ej);
+      /* no [DONE]: the stream did not complete (the SDKs raise on the
+       * error chunk; a client that waits for [DONE] sees the close) */
+      j->phase = 2;
+      return true;
     } else {
       const char *fin = sl__srv_finish_openai(j->finish);
       if (chat)

@@ -202,6 +202,8 @@ struct sl_srv_job {
   int phase;      /* streaming state machine, per API */
   int sent_toks;  /* token records already streamed */
   bool aborted;   /* we asked the engine to abort */
+  bool cut;       /* ... because the server is shutting down (under mu): the
+                     abort ends it as an error (503), not as complete */
   bool accounted; /* metrics recorded */
   sl_sbuf out;    /* bytes produced and not yet handed to MHD */
   size_t out_off;
