@@ -98,6 +98,11 @@ typedef struct sl_srv_limits {
   int n_ctx; /* max_tokens may not exceed it */
 } sl_srv_limits;
 
+/* Stop strings allowed on the OpenAI routes (the OpenAI API's own limit);
+ * Anthropic's stop_sequences take up to SL_MAX_STOP. Each string is at most
+ * SL_MAX_STOP_BYTES long on both. */
+#define SL_SRV_MAX_STOP_OPENAI 4
+
 /* A validated request. Owns everything it points to; free with
  * sl__srv_request_free. */
 typedef struct sl_srv_request {
