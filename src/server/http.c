@@ -503,6 +503,13 @@ static bool authorized(sl_server_t *s, struct MHD_Connection *c) {
   return h && key_eq(h, s->api_key);
 }
 
+/* The connection's request-line watch entry (NULL when not watched). */
+static sl_srv_sock *sock_of(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return ci ? ci->socket_context : NULL;
+}
+
 /* ---- request framing
  * ---------------------------------------------------------- */
 
@@ -618,6 +625,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
     *upload_data_size = 0;
     return MHD_YES;
   }
+  sl__srv_watch_read(s->watch, sock_of(c)); /* the whole request is in */
   if (cn->responded)
     return MHD_YES;
   cn->responded = true;
@@ -662,13 +670,6 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
     }
     return handle_generate(s, c, cn);
   }
-}
-
-/* The connection's request-line watch entry (NULL when not watched). */
-static sl_srv_sock *sock_of(struct MHD_Connection *c) {
-  const union MHD_ConnectionInfo *ci =
-      MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-  return ci ? ci->socket_context : NULL;
 }
 
 /* MHD's accepting thread (started) and the connection's thread (closed,

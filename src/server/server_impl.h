@@ -267,6 +267,10 @@ sl_srv_sock *sl__srv_watch_add(sl_srv_watch *w, int fd);
 void sl__srv_watch_remove(sl_srv_watch *w, sl_srv_sock *k);
 /* A request line was parsed: not watched until sl__srv_watch_idle. */
 void sl__srv_watch_request(sl_srv_watch *w, sl_srv_sock *k);
+/* The request's head and body were read whole: bytes after these belong
+ * to the next request. Called before its answer goes out, so that a client
+ * that waits for the answer has sent nothing more yet. */
+void sl__srv_watch_read(sl_srv_watch *w, sl_srv_sock *k);
 /* The request completed: the connection waits for its next line. */
 void sl__srv_watch_idle(sl_srv_watch *w, sl_srv_sock *k);
 

@@ -7,7 +7,7 @@
  * OpenAI's shape: there is no route to choose another) and shuts the
  * socket down, which makes libmicrohttpd close it.
  *
- * Threads: add / remove / request / idle are called by libmicrohttpd's
+ * Threads: add / remove / request / read / idle are called by libmicrohttpd's
  * threads; the watch thread scans the list every SL_SRV_WATCH_TICK_MS. An
  * entry's fd is only touched under the mutex, and the entry is removed
  * (under the mutex) before libmicrohttpd closes the fd, so a reused fd
@@ -31,7 +31,8 @@ struct sl_srv_sock {
   int fd;
   bool in_request;  /* a request line was parsed; until it completes */
   bool cut;         /* answered 400 and shut down */
-  uint64_t base;    /* bytes received when it began to wait for a line */
+  bool read;        /* the request in progress was read whole */
+  uint64_t base;    /* bytes received up to the end of the last request */
   uint64_t t_bytes; /* when bytes past `base` were first seen (0: none) */
   sl_srv_sock *prev, *next;
 };
@@ -198,12 +199,24 @@ void sl__srv_watch_request(sl_srv_watch *w, sl_srv_sock *k) {
   pthread_mutex_unlock(&w->mu);
 }
 
+void sl__srv_watch_read(sl_srv_watch *w, sl_srv_sock *k) {
+  if (!w || !k)
+    return;
+  pthread_mutex_lock(&w->mu);
+  k->base = bytes_received(k->fd);
+  k->read = true;
+  pthread_mutex_unlock(&w->mu);
+}
+
 void sl__srv_watch_idle(sl_srv_watch *w, sl_srv_sock *k) {
   if (!w || !k)
     return;
   pthread_mutex_lock(&w->mu);
-  k->in_request = false;
+  /* a request that ended before it was read whole ends its connection;
+   * count what came so far as its own all the same */
+  if (!k->read)
+    k->base = bytes_received(k->fd);
+  k->in_request = k->read = false;
   k->t_bytes = 0;
-  k->base = bytes_received(k->fd);
   pthread_mutex_unlock(&w->mu);
 }
