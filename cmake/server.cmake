@@ -20,7 +20,8 @@ target_link_libraries(sluice_server_parse PUBLIC sluice_core
                       ${SL_JANSSON_LINK_LIBRARIES})
 
 add_library(sluice_server STATIC src/server/http.c src/server/openai.c
-                                 src/server/anthropic.c src/server/admin.c)
+                                 src/server/anthropic.c src/server/admin.c
+                                 src/server/sockwatch.c)
 target_include_directories(sluice_server PUBLIC ${SL_MHD_INCLUDE_DIRS})
 target_link_libraries(sluice_server PUBLIC sluice_server_parse sluice_core
                       ${SL_MHD_LINK_LIBRARIES})
@@ -68,5 +69,12 @@ if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
                    ${CMAKE_SOURCE_DIR}/tests/py/test_server_limits.py)
   set_tests_properties(test_server_limits PROPERTIES
     TIMEOUT 600 LABELS py SKIP_REGULAR_EXPRESSION "(^|\n)[0-9]+ skipped in"
+    ENVIRONMENT "SLUICE_BIN=$<TARGET_FILE:sluice>;SLUICE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+  # HTTP framing over raw sockets: smuggling headers, garbage request lines
+  add_test(NAME test_http
+           COMMAND ${Python3_EXECUTABLE} -m pytest -q -s
+                   ${CMAKE_SOURCE_DIR}/tests/py/test_http.py)
+  set_tests_properties(test_http PROPERTIES
+    TIMEOUT 300 LABELS py SKIP_REGULAR_EXPRESSION "(^|\n)[0-9]+ skipped in"
     ENVIRONMENT "SLUICE_BIN=$<TARGET_FILE:sluice>;SLUICE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
 endif()

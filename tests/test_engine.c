@@ -566,6 +566,16 @@ static void test_bad_submissions(void) {
   p.max_tokens = 4;
   CHECK(sl_engine_submit(e, big, 2000, &p, on_event, &r, NULL) == SL_ERR_RANGE);
   sl_free(big);
+  /* a stop string longer than SL_MAX_STOP_BYTES: its matching is bounded */
+  char *stop = sl_malloc(SL_MAX_STOP_BYTES + 2);
+  memset(stop, 's', SL_MAX_STOP_BYTES + 1);
+  stop[SL_MAX_STOP_BYTES + 1] = 0;
+  p.stop[0] = stop;
+  p.n_stop = 1;
+  int32_t one[1] = {1};
+  CHECK(sl_engine_submit(e, one, 1, &p, on_event, &r, NULL) ==
+        SL_ERR_INVALID_ARG);
+  sl_free(stop);
   sl_engine_free(e);
 }
 

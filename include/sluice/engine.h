@@ -58,13 +58,17 @@ typedef struct sl_engine_config {
 
 sl_engine_config sl_engine_config_defaults(void);
 
+/* Stop strings per request, and the bytes of each: the engine refuses more
+ * (SL_ERR_INVALID_ARG). The OpenAI route allows 4 (the API's own limit). */
 #define SL_MAX_STOP         8
+#define SL_MAX_STOP_BYTES   256
 #define SL_MAX_TOP_LOGPROBS 20
 
 typedef struct sl_gen_params {
   int max_tokens;
   sl_sampler_params sampling;
-  const char *stop[SL_MAX_STOP]; /* copied at submit */
+  const char *stop[SL_MAX_STOP]; /* copied at submit; each at most
+                                    SL_MAX_STOP_BYTES long */
   int n_stop;
   int top_logprobs; /* 0..SL_MAX_TOP_LOGPROBS; < 0: no logprobs */
   bool ignore_eos;

@@ -28,6 +28,43 @@ static size_t utf8_complete_prefix(const char *s, size_t n) {
   return n;
 }
 
+sl_status sl__detok_append(sl__req *r, const char *piece, size_t plen,
+                           size_t *emit, bool *stopped) {
+  if (r->pend_len + plen + 1 > r->pend_cap) {
+    size_t cap = (r->pend_len + plen + 1) * 2 + 64;
+    char *np = sl_realloc(r->pend, cap);
+    if (!np)
+      return SL_ERR_NOMEM;
+    r->pend = np;
+    r->pend_cap = cap;
+  }
+  memcpy(r->pend + r->pend_len, piece, plen);
+  r->pend_len += plen;
+  /* pend holds the text not yet emitted; a stop string can only end in the
+   * new bytes (earlier text held none), and the automata carry over what
+   * came before them, so only the new bytes are read */
+  size_t tail;
+  *stopped = sl__stops_feed(&r->stops, piece, plen, &tail);
+  if (*stopped) {
+    SL_ASSERT(tail <= r->pend_len);
+    *emit = r->pend_len - tail;
+  } else {
+    /* hold back a suffix that could begin a stop string: it lies in pend,
+     * since what was emitted could begin none */
+    size_t hold = sl__stops_hold(&r->stops);
+    SL_ASSERT(hold <= r->pend_len);
+    *emit = utf8_complete_prefix(r->pend, r->pend_len - hold);
+  }
+  return SL_OK;
+}
+
+void sl__detok_consume(sl__req *r, size_t emit, bool stopped) {
+  memmove(r->pend, r->pend + emit, r->pend_len - emit);
+  r->pend_len -= emit;
+  if (stopped)
+    r->pend_len = 0;
+}
+
 /* Appends a token's text; emits what is safe; returns true when a stop
  * string ended the request (text before it was emitted). */
 bool sl__detok_step(sl_engine_t *e, sl__req *r, int32_t tok, float lp,
@@ -37,46 +74,10 @@ bool sl__detok_step(sl_engine_t *e, sl__req *r, int32_t tok, float lp,
   if (sl_tokenizer_token_to_piece(e->tok, tok, false, piece, sizeof piece,
                                   &plen) != SL_OK)
     plen = 0;
-  if (r->pend_len + plen + 1 > r->pend_cap) {
-    size_t cap = (r->pend_len + plen + 1) * 2 + 64;
-    char *np = sl_realloc(r->pend, cap);
-    if (!np)
-      return false;
-    r->pend = np;
-    r->pend_cap = cap;
-  }
-  memcpy(r->pend + r->pend_len, piece, plen);
-  r->pend_len += plen;
-  /* a complete stop string? */
-  size_t cut = SIZE_MAX;
-  for (int i = 0; i < r->params.n_stop; i++) {
-    const char *st = r->params.stop[i];
-    size_t sl = strlen(st);
-    for (size_t k = 0; k + sl <= r->pend_len; k++)
-      if (memcmp(r->pend + k, st, sl) == 0) {
-        if (k < cut)
-          cut = k;
-        break;
-      }
-  }
   size_t emit;
-  bool stopped = cut != SIZE_MAX;
-  if (stopped) {
-    emit = cut;
-  } else {
-    /* hold back a suffix that could begin a stop string */
-    size_t hold = 0;
-    for (int i = 0; i < r->params.n_stop; i++) {
-      const char *st = r->params.stop[i];
-      size_t sl = strlen(st);
-      for (size_t k = sl - 1; k > hold; k--)
-        if (k <= r->pend_len && memcmp(r->pend + r->pend_len - k, st, k) == 0) {
-          hold = k;
-          break;
-        }
-    }
-    emit = utf8_complete_prefix(r->pend, r->pend_len - hold);
-  }
+  bool stopped;
+  if (sl__detok_append(r, piece, plen, &emit, &stopped) != SL_OK)
+    return false;
   sl_engine_event ev;
   memset(&ev, 0, sizeof ev);
   ev.kind = SL_EV_TOKEN;
@@ -89,10 +90,7 @@ bool sl__detok_step(sl_engine_t *e, sl__req *r, int32_t tok, float lp,
   ev.n_top = n_top;
   ev.completion_tokens = r->n_generated;
   r->cb(r->user, &ev);
-  memmove(r->pend, r->pend + emit, r->pend_len - emit);
-  r->pend_len -= emit;
-  if (stopped)
-    r->pend_len = 0;
+  sl__detok_consume(r, emit, stopped);
   return stopped;
 }
 

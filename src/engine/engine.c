@@ -55,6 +55,10 @@ sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
       params->n_stop > SL_MAX_STOP ||
       params->top_logprobs > SL_MAX_TOP_LOGPROBS)
     return SL_ERR_INVALID_ARG;
+  for (int i = 0; i < params->n_stop; i++)
+    if (params->stop[i] &&
+        strnlen(params->stop[i], SL_MAX_STOP_BYTES + 1) > SL_MAX_STOP_BYTES)
+      return SL_ERR_INVALID_ARG;
   if (n >= e->cfg.n_ctx)
     return SL_ERR_RANGE;
   const sl_model_hparams *hp = sl_model_hparams_of(e->model);
@@ -83,6 +87,8 @@ sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
       goto fail;
     r->params.stop[r->params.n_stop++] = s;
   }
+  sl_status sst = sl__stops_init(&r->stops, r->params.stop, r->params.n_stop);
+  SL_ASSERT(sst == SL_OK); /* the count and the lengths were checked above */
   int max_new = cap - n;
   if (r->params.max_tokens > max_new)
     r->params.max_tokens = max_new;

@@ -68,6 +68,35 @@ typedef enum sl__req_state {
   SL__REQ_DONE = 3,
 } sl__req_state;
 
+/* The stop strings of one request, matched incrementally (stop.c): one KMP
+ * automaton per string. Executor thread only (after its init at submit). */
+typedef struct sl__stops {
+  int n;
+  const char *str[SL_MAX_STOP]; /* borrowed: the request's own copies */
+  uint16_t len[SL_MAX_STOP];    /* 1..SL_MAX_STOP_BYTES */
+  /* the longest suffix of the text fed so far that is a proper prefix of
+   * str[i]: the bytes that could begin a match */
+  uint16_t state[SL_MAX_STOP];
+  uint16_t fail[SL_MAX_STOP][SL_MAX_STOP_BYTES]; /* (n, len[i]) KMP prefix
+                                                    function of str[i] */
+} sl__stops;
+
+/* Sets up `m` for the n strings in stops (borrowed; they must outlive m).
+ * Returns SL_ERR_INVALID_ARG, with m untouched, when n is out of
+ * 0..SL_MAX_STOP or a string is empty or longer than SL_MAX_STOP_BYTES. */
+sl_status sl__stops_init(sl__stops *m, const char *const *stops, int n);
+/* Feeds the next n bytes of text. Returns true when a stop string now
+ * occurs in the text; *tail is then the number of bytes from the start of
+ * the earliest-starting occurrence to the end of p[0..n) (it may exceed n:
+ * the occurrence began in earlier text). Only a match that ends in p can
+ * be found, so call it until the first true. Costs O(n) per string,
+ * amortized over the calls. */
+bool sl__stops_feed(sl__stops *m, const char *p, size_t n, size_t *tail);
+/* The length of the longest suffix of the text fed so far that could
+ * begin a stop string: the bytes to hold back. At most SL_MAX_STOP_BYTES
+ * - 1. */
+size_t sl__stops_hold(const sl__stops *m);
+
 typedef struct sl__req {
   uint64_t id;
   sl__req_state state;
@@ -86,6 +115,7 @@ typedef struct sl__req {
   bool admitted;   /* admitted once: STARTED reported, counted in stats */
   uint64_t est_bytes;
   sl_gen_params params;
+  sl__stops stops; /* over params.stop */
   sl_sampler_t *sampler;
   /* the uniform draw of the next token, made when its step was built for
    * the device sampler; kept (not drawn again) if that step fails, so the
@@ -179,7 +209,16 @@ void sl__prepare_next(sl_engine_t *e);
 void sl__fail_active(sl_engine_t *e, sl_status st);
 void sl__active_remove(sl_engine_t *e, sl__req *r);
 
-/* detok.c: appends a token's text and emits what is safe; true when a stop
+/* detok.c: appends `piece` (plen bytes, borrowed) to r->pend and matches
+ * the stop strings on it. On SL_OK, *emit is how many bytes of r->pend can
+ * be emitted now, and *stopped says whether a stop string starts right
+ * there (the request ends). SL_ERR_NOMEM when pend cannot grow: nothing
+ * changed. Pass the result to sl__detok_consume once emitted. */
+sl_status sl__detok_append(sl__req *r, const char *piece, size_t plen,
+                           size_t *emit, bool *stopped);
+/* Drops the emitted bytes (and, after a stop, the rest) from r->pend. */
+void sl__detok_consume(sl__req *r, size_t emit, bool stopped);
+/* Appends a token's text and emits what is safe; true when a stop
  * string ended the request. */
 bool sl__detok_step(sl_engine_t *e, sl__req *r, int32_t tok, float lp,
                     const sl_token_logprob *top, int n_top);

@@ -556,6 +556,64 @@ static bool authorized(sl_server_t *s, struct MHD_Connection *c) {
   return h && key_eq(h, s->api_key);
 }
 
+/* The connection's request-line watch entry (NULL when not watched). */
+static sl_srv_sock *sock_of(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return ci ? ci->socket_context : NULL;
+}
+
+/* ---- request framing
+ * ---------------------------------------------------------- */
+
+typedef struct framing {
+  int n_host, n_length, n_coding;
+  bool chunked; /* the one Transfer-Encoding is exactly "chunked" */
+} framing;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind,
+                                     const char *key, const char *value) {
+  framing *f = cls;
+  (void)kind;
+  if (strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0)
+    f->n_host++;
+  else if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
+    f->n_length++;
+  else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+    f->n_coding++;
+    f->chunked = value && strcasecmp(value, "chunked") == 0;
+  }
+  return MHD_YES;
+}
+
+/* True when the request's framing headers are ambiguous: what a proxy in
+ * front and this server take for the body (or the host) could differ, the
+ * ground of request smuggling; *err then says why (a 400). libmicrohttpd
+ * takes the first Content-Length, lets Transfer-Encoding win over it,
+ * waits for the close on a coding it does not know, and accepts HTTP/1.1
+ * without Host: all refused here. */
+static bool framing_bad(struct MHD_Connection *c, const char *version,
+                        sl_srv_error *err) {
+  framing f = {0};
+  MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+  const char *why = NULL;
+  if (f.n_length > 1)
+    why = "more than one Content-Length header";
+  else if (f.n_length && f.n_coding)
+    why = "both Content-Length and Transfer-Encoding";
+  else if (f.n_coding > 1 || (f.n_coding && !f.chunked))
+    why = "a Transfer-Encoding other than a single \"chunked\"";
+  else if (f.n_host > 1)
+    why = "more than one Host header";
+  else if (!f.n_host && version && strcmp(version, MHD_HTTP_VERSION_1_0) != 0)
+    why = "an HTTP/1.1 request without a Host header";
+  if (!why)
+    return false;
+  sl__srv_error_set(err, 400, "malformed_request", NULL,
+                    "malformed HTTP request: %s", why);
+  return true;
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
                                  const char *url, const char *method,
                                  const char *version, const char *upload_data,
@@ -574,6 +632,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
     cn->route = route_of(url, method, &post, &bad_method);
     cn->fam =
         anthropic_path(url) ? SL_SRV_FAMILY_ANTHROPIC : SL_SRV_FAMILY_OPENAI;
+    if (framing_bad(c, version, &err)) {
+      cn->responded = true;
+      sl__srv_metrics_failed(s);
+      return send_error(c, cn->fam, &err, true);
+    }
     if (cn->route != ROUTE_HEALTH && !authorized(s, c)) {
       sl__srv_error_set(&err, 401, "invalid_api_key", NULL,
                         "invalid or missing API key");
@@ -615,6 +678,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
     *upload_data_size = 0;
     return MHD_YES;
   }
+  sl__srv_watch_read(s->watch, sock_of(c)); /* the whole request is in */
   if (cn->responded)
     return MHD_YES;
   cn->responded = true;
@@ -661,9 +725,36 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
   }
 }
 
+/* MHD's accepting thread (started) and the connection's thread (closed,
+ * before the socket is closed). */
+static void on_connection(void *cls, struct MHD_Connection *c,
+                          void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  sl_server_t *s = cls;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    *socket_context = sl__srv_watch_add(s->watch, ci ? ci->connect_fd : -1);
+  } else {
+    sl__srv_watch_remove(s->watch, *socket_context);
+    *socket_context = NULL;
+  }
+}
+
+/* Called by MHD once a request line is parsed, before its headers. Its
+ * result becomes the request's con_cls: NULL, as on_access expects. */
+static void *on_request_line(void *cls, const char *uri,
+                             struct MHD_Connection *c) {
+  sl_server_t *s = cls;
+  (void)uri;
+  sl__srv_watch_request(s->watch, sock_of(c));
+  return NULL;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
   conn *cn = *con_cls;
+  sl__srv_watch_idle(((sl_server_t *)cls)->watch, sock_of(c));
   if (!cn)
     return;
   if (cn->job) {
@@ -765,6 +856,10 @@ sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
     st = SL_ERR_INVALID_ARG;
     goto fail_sync;
   }
+  if (!(s->watch = sl__srv_watch_start(SL_SRV_LINE_DEADLINE_MS))) {
+    freeaddrinfo(ai);
+    goto fail_sync; /* out of memory or threads */
+  }
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD |
                    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC;
   if (ai->ai_family == AF_INET6)
@@ -772,9 +867,10 @@ sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
   s->mhd = MHD_start_daemon(
       flags, (uint16_t)cfg->port, NULL, NULL, on_access, s,
       MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
-      on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned)s->cfg.http_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-      (unsigned)1000, MHD_OPTION_END);
+      on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+      MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.http_timeout_s,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000, MHD_OPTION_END);
   freeaddrinfo(ai);
   if (!s->mhd) {
     snprintf(err, errcap, "cannot listen on %s:%d: %s", s->host, cfg->port,
@@ -789,6 +885,7 @@ sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
   return SL_OK;
 
 fail_sync:
+  sl__srv_watch_stop(s->watch);
   sl__srv_metrics_destroy(&s->m);
   pthread_cond_destroy(&s->jobs_cv);
   pthread_mutex_destroy(&s->jobs_mu);
@@ -879,6 +976,7 @@ void sl_server_stop(sl_server_t *s) {
     wait_jobs(s, 2000);
   }
   MHD_stop_daemon(s->mhd);
+  sl__srv_watch_stop(s->watch);
   sl__srv_metrics_destroy(&s->m);
   pthread_cond_destroy(&s->jobs_cv);
   pthread_mutex_destroy(&s->jobs_mu);

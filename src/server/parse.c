@@ -168,8 +168,11 @@ static bool push_msg(sl_jv *list, const char *role, const sl_sbuf *text) {
   return sl_jv_list_append(list, m) == SL_OK;
 }
 
-/* `stop` (OpenAI: string or list) / `stop_sequences` (Anthropic: list). */
-static int parse_stop(json_t *v, const char *param, bool list_only,
+/* `stop` (OpenAI: string or list) / `stop_sequences` (Anthropic: list):
+ * at most max_n strings (OpenAI's API allows 4), each at most
+ * SL_MAX_STOP_BYTES long, so that a request cannot make stop matching on
+ * the shared engine thread expensive. */
+static int parse_stop(json_t *v, const char *param, bool list_only, int max_n,
                       sl_srv_request *r, sl_srv_error *err) {
   if (!v)
     return 1;
@@ -190,9 +193,10 @@ static int parse_stop(json_t *v, const char *param, bool list_only,
                       param);
     return -1;
   }
-  if (n > SL_MAX_STOP) {
+  SL_ASSERT(max_n <= SL_MAX_STOP);
+  if (n > (size_t)max_n) {
     sl__srv_error_set(err, 400, "invalid_value", param,
-                      "'%s' may hold at most %d strings", param, SL_MAX_STOP);
+                      "'%s' may hold at most %d strings", param, max_n);
     return -1;
   }
   for (size_t i = 0; i < n; i++) {
@@ -200,6 +204,12 @@ static int parse_stop(json_t *v, const char *param, bool list_only,
     if (!json_is_string(s)) {
       sl__srv_error_set(err, 400, "invalid_type", param,
                         "'%s[%zu]' must be a string", param, i);
+      return -1;
+    }
+    if (json_string_length(s) > SL_MAX_STOP_BYTES) {
+      sl__srv_error_set(err, 400, "invalid_value", param,
+                        "'%s[%zu]' is %zu bytes long; the limit is %d bytes",
+                        param, i, json_string_length(s), SL_MAX_STOP_BYTES);
       return -1;
     }
     if (json_string_length(s) == 0)
@@ -317,7 +327,8 @@ static sl_status parse_openai_common(json_t *root, const sl_srv_limits *lim,
       return SL_ERR_UNSUPPORTED;
     }
   }
-  int sr = parse_stop(member(root, "stop"), "stop", false, r, err);
+  int sr = parse_stop(member(root, "stop"), "stop", false,
+                      SL_SRV_MAX_STOP_OPENAI, r, err);
   if (sr == -2)
     return SL_ERR_NOMEM;
   if (sr < 0)
@@ -559,8 +570,8 @@ static sl_status parse_messages(json_t *root, const sl_srv_limits *lim,
       goto fail;
     }
   }
-  int sr = parse_stop(member(root, "stop_sequences"), "stop_sequences", true, r,
-                      err);
+  int sr = parse_stop(member(root, "stop_sequences"), "stop_sequences", true,
+                      SL_MAX_STOP, r, err);
   if (sr == -2) {
     st = SL_ERR_NOMEM;
     goto fail;

@@ -8,6 +8,7 @@
  *   anthropic.c Anthropic response bodies and SSE events
  *   admin.c     /health, /v1/models, /metrics, /admin/api/stats
  *   http.c      libmicrohttpd plumbing, routing, auth, the request lifecycle
+ *   sockwatch.c the request-line watch (a 400 for bytes that make no line)
  */
 #ifndef SLUICE_SERVER_IMPL_H
 #define SLUICE_SERVER_IMPL_H
@@ -109,6 +110,11 @@ typedef struct sl_srv_limits {
   int n_model_names;
   int n_ctx; /* max_tokens may not exceed it */
 } sl_srv_limits;
+
+/* Stop strings allowed on the OpenAI routes (the OpenAI API's own limit);
+ * Anthropic's stop_sequences take up to SL_MAX_STOP. Each string is at most
+ * SL_MAX_STOP_BYTES long on both. */
+#define SL_SRV_MAX_STOP_OPENAI 4
 
 /* A validated request. Owns everything it points to; free with
  * sl__srv_request_free. */
@@ -256,6 +262,36 @@ typedef struct sl_srv_metrics {
 extern const double sl__srv_ttft_bounds[SL_SRV_TTFT_BUCKETS];
 extern const double sl__srv_tpot_bounds[SL_SRV_TPOT_BUCKETS];
 
+/* ---- sockwatch.c: the request-line watch ----------------------------------
+ */
+
+/* A connection whose bytes make no request line within this long of their
+ * arrival gets a 400 and is closed. */
+#define SL_SRV_LINE_DEADLINE_MS 1000
+
+typedef struct sl_srv_watch sl_srv_watch;
+typedef struct sl_srv_sock sl_srv_sock;
+
+/* Starts the watch and its thread. Returns NULL when out of memory or
+ * threads. Stop it with sl__srv_watch_stop once every connection it
+ * watches was removed (after MHD_stop_daemon). */
+sl_srv_watch *sl__srv_watch_start(unsigned deadline_ms);
+void sl__srv_watch_stop(sl_srv_watch *w);
+/* Watches the TCP connection fd (borrowed: remove it before closing fd).
+ * Returns its entry, or NULL (not watched) when out of memory; every
+ * function below accepts NULL for w or k and then does nothing. */
+sl_srv_sock *sl__srv_watch_add(sl_srv_watch *w, int fd);
+/* Stops watching and frees k. */
+void sl__srv_watch_remove(sl_srv_watch *w, sl_srv_sock *k);
+/* A request line was parsed: not watched until sl__srv_watch_idle. */
+void sl__srv_watch_request(sl_srv_watch *w, sl_srv_sock *k);
+/* The request's head and body were read whole: bytes after these belong
+ * to the next request. Called before its answer goes out, so that a client
+ * that waits for the answer has sent nothing more yet. */
+void sl__srv_watch_read(sl_srv_watch *w, sl_srv_sock *k);
+/* The request completed: the connection waits for its next line. */
+void sl__srv_watch_idle(sl_srv_watch *w, sl_srv_sock *k);
+
 struct sl_server {
   sl_engine_t *engine;
   const sl_model_t *model;
@@ -266,6 +302,7 @@ struct sl_server {
   int n_names;
   char *chat_template; /* NULL: the model has none */
   struct MHD_Daemon *mhd;
+  sl_srv_watch *watch; /* NULL: not started */
   int port;
   uint64_t t_start_ns;
 

@@ -28,11 +28,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (api == SL_SRV_COMPLETIONS ? !(r.prompt || r.n_prompt_ids > 0)
                                   : sl_jv_len(r.messages) == 0)
       abort();
+    int max_stop =
+        api == SL_SRV_MESSAGES ? SL_MAX_STOP : SL_SRV_MAX_STOP_OPENAI;
     if (r.gen.max_tokens < 0 || r.gen.max_tokens > lim.n_ctx ||
-        r.gen.n_stop > SL_MAX_STOP || r.gen.top_logprobs > SL_MAX_TOP_LOGPROBS)
+        r.gen.n_stop > max_stop || r.gen.top_logprobs > SL_MAX_TOP_LOGPROBS)
       abort();
     for (int i = 0; i < r.gen.n_stop; i++)
-      if (!r.gen.stop[i] || !r.gen.stop[i][0])
+      if (!r.gen.stop[i] || !r.gen.stop[i][0] ||
+          strlen(r.gen.stop[i]) > SL_MAX_STOP_BYTES)
         abort();
     sl__srv_request_free(&r);
   } else {

@@ -240,6 +240,18 @@ def test_stop_strings(server):
                    if ch.choices) == text[:text.index(stop)]
 
 
+def test_stop_limits_accepted(server):
+    """The most stop strings each API allows, each as long as allowed (256
+    bytes, multibyte included), are accepted."""
+    longest = ["\u00e9" * 128, "x" * 256, "y" * 255 + "!", "\u20ac" * 85]
+    r = chat(server, "hi", max_tokens=4, stop=longest)
+    assert r.choices[0].finish_reason in ("stop", "length")
+    m = ant(server).messages.create(
+        model=MODEL_NAME, max_tokens=4, stop_sequences=longest * 2,
+        messages=[{"role": "user", "content": "hi"}])
+    assert m.stop_reason in ("end_turn", "max_tokens")
+
+
 def test_max_tokens_one(server):
     r = chat(server, "Tell me a story.", max_tokens=1)
     assert r.usage.completion_tokens <= 1
@@ -405,6 +417,18 @@ BAD = [
      "unsupported_parameter"),
     ("/v1/chat/completions", _with(stop=[str(i) for i in range(20)]), 400,
      "invalid_value"),
+    # stop strings: at most 4 (OpenAI) / 8 (Anthropic), 256 bytes each
+    ("/v1/chat/completions", _with(stop=["a", "b", "c", "d", "e"]), 400,
+     "invalid_value"),
+    ("/v1/chat/completions", _with(stop=["x" * 257]), 400, "invalid_value"),
+    ("/v1/chat/completions", _with(stop=["\u00e9" * 129]), 400,
+     "invalid_value"),
+    ("/v1/completions", {"model": MODEL_NAME, "prompt": "x",
+                         "stop": "x" * (1 << 20)}, 400, "invalid_value"),
+    ("/v1/messages", dict(GOOD_CHAT, stop_sequences=["x" * 257]), 400,
+     "invalid_request_error"),
+    ("/v1/messages", dict(GOOD_CHAT, stop_sequences=["s"] * 9), 400,
+     "invalid_request_error"),
     ("/v1/chat/completions",
      _with(messages=[{"role": "user", "content": "hello " * 3000}]), 400,
      "context_length_exceeded"),
