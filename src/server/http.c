@@ -803,6 +803,7 @@ sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
     return SL_ERR_INVALID_ARG;
   }
   sl__srv_json_init();
+  sl__srv_malloc_init();
   sl_status st = SL_ERR_NOMEM;
   sl_server_t *s = sl_calloc(1, sizeof *s);
   if (!s)

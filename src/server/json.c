@@ -177,9 +177,7 @@ json_t *sl__json_str_lossy(const char *buf, size_t len) {
  * a per-request budget cannot fail an allocation either. Its memory is
  * bounded before it runs instead (sl__srv_json_scan). Everything the server
  * itself allocates goes through sl_malloc. */
-void sl__srv_json_init(void) {
-  sl__srv_malloc_init();
-}
+void sl__srv_json_init(void) {}
 
 void sl__srv_error_set(sl_srv_error *e, int http, const char *code,
                        const char *param, const char *fmt, ...) {

@@ -55,7 +55,7 @@ void sl__sbuf_free(sl_sbuf *b);
  * reference, or NULL when out of memory. */
 json_t *sl__json_str_lossy(const char *buf, size_t len);
 
-/* One-time JSON setup: sl__srv_malloc_init (jansson keeps libc malloc). */
+/* One-time JSON setup (none needed today; jansson keeps libc malloc). */
 void sl__srv_json_init(void);
 
 /* Which API's error shape to use. */
@@ -93,7 +93,8 @@ json_t *sl__srv_error_json(sl_srv_family fam, const sl_srv_error *e);
 /* SL_OK, or SL_ERR_FORMAT with a 400 in *err for a body past one of
  * the limits above (a body that is not JSON passes: jansson says why). */
 sl_status sl__srv_json_scan(const char *body, size_t len, sl_srv_error *err);
-/* Once per process: bodies of 1 MiB and more mmapped, so freed at once. */
+/* Once per process (sl_server_create): bodies of 1 MiB and more mmapped,
+ * so freed at once. */
 void sl__srv_malloc_init(void);
 
 /* ---- parse.c: request bodies --------------------------------------------- */
