@@ -51,9 +51,9 @@ typedef struct sl_engine_config {
   /* a CPU KV pool's pages are touched at start (serve sets it): RSS is then
    * what serving holds from the first request, not a slope over minutes */
   bool kv_prefault;
-  int queue_timeout_ms;          /* --queue-timeout-ms: a request that was never
-                                    admitted fails after waiting this long (with
-                                    SL_REASON_QUEUE_TIMEOUT); <= 0: waits forever */
+  int queue_timeout_ms; /* --queue-timeout-ms: a request that was never
+                           admitted fails after waiting this long (with
+                           SL_REASON_QUEUE_TIMEOUT); <= 0: waits forever */
 } sl_engine_config;
 
 sl_engine_config sl_engine_config_defaults(void);
