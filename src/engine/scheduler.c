@@ -435,8 +435,21 @@ bool sl__admit_one(sl_engine_t *e) {
   return true;
 }
 
+/* Whether the client already aborted request id (its abort not yet
+ * applied: sl__prepare_next admits inside a step, before the executor's
+ * next sl__apply_aborts). */
+static bool abort_pending(sl_engine_t *e, uint64_t id) {
+  bool found = false;
+  pthread_mutex_lock(&e->mu);
+  for (size_t k = 0; k < e->n_aborts && !found; k++)
+    found = e->aborts[k] == id;
+  pthread_mutex_unlock(&e->mu);
+  return found;
+}
+
 /* Fails the never-admitted requests that waited past the queue timeout
- * (a preempted or requeued one keeps its place at the head). */
+ * (a preempted or requeued one keeps its place at the head; one whose
+ * client aborted it ends as aborted, by sl__apply_aborts). */
 static void expire_waiting(sl_engine_t *e) {
   if (e->cfg.queue_timeout_ms <= 0 || !e->waiting)
     return;
@@ -446,7 +459,7 @@ static void expire_waiting(sl_engine_t *e) {
   e->waiting = e->waiting_tail = NULL;
   while (r) {
     sl__req *next = r->next;
-    if (r->admitted || now - r->t_submit < limit) {
+    if (r->admitted || now - r->t_submit < limit || abort_pending(e, r->id)) {
       sl__list_push(&keep, &keep_tail, r);
     } else {
       char msg[160];
