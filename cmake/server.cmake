@@ -39,13 +39,19 @@ if(TARGET fuzz_server_json)
 endif()
 
 find_package(Python3 COMPONENTS Interpreter)
-if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
-  add_test(NAME test_server
+# One pytest file against the real `sluice serve` binary, as a ctest entry
+# (all skipped: no model or SDK, reported as skipped).
+function(sl_server_pytest name file timeout)
+  add_test(NAME ${name}
            COMMAND ${Python3_EXECUTABLE} -m pytest -q -s
-                   ${CMAKE_SOURCE_DIR}/tests/py/test_server.py)
-  set_tests_properties(test_server PROPERTIES
-    TIMEOUT 900 LABELS py SKIP_REGULAR_EXPRESSION "(^|\n)[0-9]+ skipped in"
+                   ${CMAKE_SOURCE_DIR}/tests/py/${file})
+  set_tests_properties(${name} PROPERTIES
+    TIMEOUT ${timeout} LABELS py
+    SKIP_REGULAR_EXPRESSION "(^|\n)[0-9]+ skipped in"
     ENVIRONMENT "SLUICE_BIN=$<TARGET_FILE:sluice>;SLUICE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+endfunction()
+if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
+  sl_server_pytest(test_server test_server.py 900)
   # the soak test, 60 s (tests/soak/soak.py; 10 minutes by hand): errors
   # of well-behaved clients, fd and thread leaks (RSS is recorded; its
   # flatness is judged on the long run, after warm-up)
@@ -57,24 +63,9 @@ if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
     TIMEOUT 600 LABELS py SKIP_RETURN_CODE 77
     ENVIRONMENT "SLUICE_BIN=$<TARGET_FILE:sluice>;SLUICE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
   # shutdown and the memory guard at their limits (issue 10, items 2, 3)
-  add_test(NAME test_server_guard
-           COMMAND ${Python3_EXECUTABLE} -m pytest -q -s
-                   ${CMAKE_SOURCE_DIR}/tests/py/test_server_guard.py)
-  set_tests_properties(test_server_guard PROPERTIES
-    TIMEOUT 900 LABELS py SKIP_REGULAR_EXPRESSION "(^|\n)[0-9]+ skipped in"
-    ENVIRONMENT "SLUICE_BIN=$<TARGET_FILE:sluice>;SLUICE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+  sl_server_pytest(test_server_guard test_server_guard.py 900)
   # bodies built to exhaust memory: refused, and RSS back within 10%
-  add_test(NAME test_server_limits
-           COMMAND ${Python3_EXECUTABLE} -m pytest -q -s
-                   ${CMAKE_SOURCE_DIR}/tests/py/test_server_limits.py)
-  set_tests_properties(test_server_limits PROPERTIES
-    TIMEOUT 600 LABELS py SKIP_REGULAR_EXPRESSION "(^|\n)[0-9]+ skipped in"
-    ENVIRONMENT "SLUICE_BIN=$<TARGET_FILE:sluice>;SLUICE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+  sl_server_pytest(test_server_limits test_server_limits.py 600)
   # HTTP framing over raw sockets: smuggling headers, garbage request lines
-  add_test(NAME test_http
-           COMMAND ${Python3_EXECUTABLE} -m pytest -q -s
-                   ${CMAKE_SOURCE_DIR}/tests/py/test_http.py)
-  set_tests_properties(test_http PROPERTIES
-    TIMEOUT 300 LABELS py SKIP_REGULAR_EXPRESSION "(^|\n)[0-9]+ skipped in"
-    ENVIRONMENT "SLUICE_BIN=$<TARGET_FILE:sluice>;SLUICE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+  sl_server_pytest(test_http test_http.py 300)
 endif()
