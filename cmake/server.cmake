@@ -12,6 +12,7 @@ if(NOT SL_MHD_FOUND OR NOT SL_JANSSON_FOUND)
 endif()
 
 add_library(sluice_server_parse STATIC src/server/json.c src/server/json_scan.c
+                                       src/server/head.c
                                        src/server/parse.c
                                        src/server/prompt.c)
 target_include_directories(sluice_server_parse PUBLIC src
@@ -21,7 +22,7 @@ target_link_libraries(sluice_server_parse PUBLIC sluice_core
 
 add_library(sluice_server STATIC src/server/http.c src/server/openai.c
                                  src/server/anthropic.c src/server/admin.c
-                                 src/server/sockwatch.c)
+                                 src/server/sockwatch.c src/server/door.c)
 target_include_directories(sluice_server PUBLIC ${SL_MHD_INCLUDE_DIRS})
 target_link_libraries(sluice_server PUBLIC sluice_server_parse sluice_core
                       ${SL_MHD_LINK_LIBRARIES})
@@ -29,7 +30,8 @@ target_sources(sluice PRIVATE ${CMAKE_SOURCE_DIR}/src/cli/cmd_serve.c)
 target_compile_definitions(sluice PRIVATE SLUICE_HAVE_SERVER=1)
 target_link_libraries(sluice PRIVATE sluice_server)
 
-foreach(t test_server_parse test_server_prompt test_server_json_scan)
+foreach(t test_server_parse test_server_prompt test_server_json_scan
+          test_server_head)
   if(TARGET ${t})
     target_link_libraries(${t} PRIVATE sluice_server_parse)
   endif()
@@ -68,4 +70,10 @@ if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
   sl_server_pytest(test_server_limits test_server_limits.py 600)
   # HTTP framing over raw sockets: smuggling headers, garbage request lines
   sl_server_pytest(test_http test_http.py 300)
+  # the front door: slowloris, limits, heads refused in JSON (needs
+  # 127.0.0.2 and a few thousand fds; raises its own soft limit)
+  sl_server_pytest(test_http_door test_http_door.py 600)
+endif()
+if(TARGET fuzz_http)
+  target_link_libraries(fuzz_http PRIVATE sluice_server)
 endif()

@@ -25,16 +25,25 @@
 typedef struct sl_server sl_server_t;
 
 typedef struct sl_server_config {
-  const char *host;        /* address to bind (default "127.0.0.1") */
-  int port;                /* 0: any free port (see sl_server_port) */
-  const char *api_key;     /* NULL or "": no authentication */
-  const char *model_name;  /* the served model's id (required) */
-  const char *model_alias; /* another accepted id, e.g. the file's basename */
-  int n_ctx;               /* the engine's context, tokens per sequence */
-  size_t max_body_bytes;   /* request bodies over this get 413 (8 MiB) */
-  unsigned http_timeout_s; /* idle connection timeout (30 s) */
-  unsigned grace_ms;       /* shutdown: wait this long for in-flight
-                              requests before aborting them (10 s) */
+  const char *host;          /* address to bind (default "127.0.0.1") */
+  int port;                  /* 0: any free port (see sl_server_port) */
+  const char *api_key;       /* NULL or "": no authentication */
+  const char *model_name;    /* the served model's id (required) */
+  const char *model_alias;   /* another accepted id, e.g. the file's basename */
+  int n_ctx;                 /* the engine's context, tokens per sequence */
+  size_t max_body_bytes;     /* request bodies over this get 413 (8 MiB) */
+  unsigned http_timeout_s;   /* idle connection timeout (30 s) */
+  unsigned max_conns;        /* open connections, all clients (4096; more
+                                are refused at once) */
+  unsigned max_conns_per_ip; /* open connections per client address
+                                (256; 0: no limit) */
+  unsigned http_threads;     /* libmicrohttpd's thread pool (4) */
+  unsigned head_timeout_ms;  /* a request head's first byte to its end:
+                                408 past this (10 s) */
+  unsigned request_timeout_ms;   /* a request's first byte to its body's
+                                    end: 408 past this (60 s) */
+  unsigned grace_ms;             /* shutdown: wait this long for in-flight
+                                    requests before aborting them (10 s) */
   bool parse_special_in_content; /* parse special tokens ("<|im_end|>") in
                                     message text too, as llama.cpp does
                                     (false: only in the chat template's own

@@ -34,7 +34,9 @@ static void serve_usage(FILE *f) {
       "                    [--kv-block-tokens N] [--http-timeout S]\n"
       "                    [--max-body BYTES] [--grace-ms MS]\n"
       "                    [--parse-special-in-content]\n"
-      "                    [--queue-timeout-ms MS]\n"
+      "                    [--queue-timeout-ms MS] [--max-conns N]\n"
+      "                    [--max-conns-per-ip N] [--http-threads N]\n"
+      "                    [--head-timeout-ms MS] [--request-timeout-ms MS]\n"
       "  serves the OpenAI (/v1/chat/completions, /v1/completions,\n"
       "  /v1/models) and Anthropic (/v1/messages) APIs, /health, /metrics\n"
       "  and /admin/api/stats; binds 127.0.0.1:8080 unless told otherwise.\n"
@@ -48,7 +50,13 @@ static void serve_usage(FILE *f) {
       "  its turn and forge a system turn. /v1/completions prompts always\n"
       "  have special tokens parsed: the client writes the whole prompt.\n"
       "  A request that fits the memory alone waits for room up to\n"
-      "  --queue-timeout-ms (30000; 0: no limit), then gets a 503.\n");
+      "  --queue-timeout-ms (30000; 0: no limit), then gets a 503.\n"
+      "  Connections: at most --max-conns (4096) open, --max-conns-per-ip\n"
+      "  (256; 0: no limit) from one client address; more are refused at\n"
+      "  once. A request head must arrive whole within --head-timeout-ms\n"
+      "  (10000) of its first byte, the whole request within\n"
+      "  --request-timeout-ms (60000): 408 past that. --http-threads (4)\n"
+      "  sizes the HTTP thread pool (no thread waits for a client).\n");
 }
 
 /* "4G", "512M", "123456", "1.5G" -> bytes. */
@@ -171,6 +179,21 @@ int sl_cli_serve_main(int argc, char **argv) {
     } else if (!strcmp(a, "--max-body")) {
       NEED_VALUE if (!parse_bytes(v, &bv) || bv < 1024 || bv > (1ull << 32))
           BAD_VALUE scfg.max_body_bytes = (size_t)bv;
+    } else if (!strcmp(a, "--max-conns")) {
+      NEED_VALUE if (!sl_cli_parse_long(v, 1, 1 << 20, &lv))
+          BAD_VALUE scfg.max_conns = (unsigned)lv;
+    } else if (!strcmp(a, "--max-conns-per-ip")) {
+      NEED_VALUE if (!sl_cli_parse_long(v, 0, 1 << 20, &lv))
+          BAD_VALUE scfg.max_conns_per_ip = (unsigned)lv;
+    } else if (!strcmp(a, "--http-threads")) {
+      NEED_VALUE if (!sl_cli_parse_long(v, 1, 256, &lv))
+          BAD_VALUE scfg.http_threads = (unsigned)lv;
+    } else if (!strcmp(a, "--head-timeout-ms")) {
+      NEED_VALUE if (!sl_cli_parse_long(v, 100, 3600000, &lv))
+          BAD_VALUE scfg.head_timeout_ms = (unsigned)lv;
+    } else if (!strcmp(a, "--request-timeout-ms")) {
+      NEED_VALUE if (!sl_cli_parse_long(v, 100, 86400000, &lv))
+          BAD_VALUE scfg.request_timeout_ms = (unsigned)lv;
     } else if (!strcmp(a, "--grace-ms")) {
       NEED_VALUE if (!sl_cli_parse_long(v, 0, 3600000, &lv))
           BAD_VALUE scfg.grace_ms = (unsigned)lv;

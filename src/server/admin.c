@@ -116,6 +116,26 @@ void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *o) {
                 s->model_name);
   prom(o, "sluice_http_requests_total", "counter", "HTTP requests received.",
        (double)sn.m.http_requests);
+  sl_srv_door_stats ds;
+  sl__srv_door_stats_get(s->door, &ds);
+  prom(o, "sluice_http_connections_open", "gauge",
+       "Client connections open (waiting for a head, or in libmicrohttpd).",
+       (double)ds.live);
+  sl__sbuf_addf(o,
+                "# HELP sluice_http_connections_refused_total Connections "
+                "closed at accept: over --max-conns or --max-conns-per-ip.\n"
+                "# TYPE sluice_http_connections_refused_total counter\n"
+                "sluice_http_connections_refused_total{limit=\"total\"} %llu\n"
+                "sluice_http_connections_refused_total{limit=\"per_ip\"} "
+                "%llu\n",
+                (unsigned long long)ds.refused_total,
+                (unsigned long long)ds.refused_per_ip);
+  prom(o, "sluice_http_head_rejected_total", "counter",
+       "First request heads answered at the door: 400, 414, 431, 505.",
+       (double)ds.head_errors);
+  prom(o, "sluice_http_head_timeouts_total", "counter",
+       "First request heads not whole within --head-timeout-ms (408).",
+       (double)ds.head_timeouts);
   prom(o, "sluice_requests_total", "counter", "Generation requests answered.",
        (double)sn.m.requests);
   prom(o, "sluice_requests_failed_total", "counter",

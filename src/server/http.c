@@ -1,11 +1,20 @@
 /* sluice — server: libmicrohttpd plumbing, routing, authentication, the
  * generation request's lifecycle, SSE streaming, shutdown.
  *
- * Threads: MHD runs one thread per connection. That thread parses the body,
- * tokenizes, submits to the engine and then waits on the job's condition
- * variable (non-streaming) or inside the response's content reader
- * (streaming). The engine's executor thread fills the job through on_event,
- * which only takes the job's mutex for a copy and a signal.
+ * Threads: the front door (door.c) accepts and hands each connection whose
+ * first request head is whole to libmicrohttpd, which runs a poll loop on
+ * each thread of a small pool: no thread waits for a client. (Its epoll
+ * mode, in 0.9.75, lost connections whose client had half-closed after
+ * its request: 29 of 200 such requests hung in CLOSE-WAIT, never
+ * answered; poll lost none.) A pool thread
+ * parses the body, tokenizes and submits to the engine, then parks the
+ * connection (MHD_suspend_connection) rather than waiting: the engine's
+ * executor fills the job through on_event, which takes the job's mutex for
+ * a copy and resumes the parked connection, and the pool thread that
+ * resumes it sends the answer (non-streaming) or the SSE bytes so far
+ * (streaming; the content reader parks again when it has nothing to send).
+ * A parked connection is not polled by libmicrohttpd: the watch's tick
+ * (reap_parked) notices a client that hung up meanwhile and aborts its job.
  *
  * Job lifetime: a job is reference counted. The connection holds one
  * reference (dropped in the request-completed callback), the engine one from
@@ -14,6 +23,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <malloc.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
@@ -45,7 +55,8 @@ typedef struct conn {
   bool too_large;
   sl_sbuf body;
   sl_srv_job *job;
-  bool open; /* counted in the server's n_open until on_completed */
+  bool open;    /* counted in the server's n_open until on_completed */
+  bool waiting; /* submitted; the answer is not yet queued */
 } conn;
 
 /* ---- jobs -------------------------------------------------------------------
@@ -179,6 +190,12 @@ static void on_event(void *user, const sl_engine_event *ev) {
     break;
   }
   bool done = j->done;
+  /* a non-streamed answer has nothing to send before the end: its
+   * connection stays parked (no pool-thread wake-up per token) */
+  if (j->parked && !j->resumed && j->conn && (done || j->req.stream)) {
+    j->resumed = true;
+    MHD_resume_connection(j->conn);
+  }
   pthread_cond_broadcast(&j->cv);
   pthread_mutex_unlock(&j->mu);
   if (done) {
@@ -210,27 +227,52 @@ static void job_abort(sl_srv_job *j) {
             (unsigned long long)j->engine_id);
 }
 
-/* Waits until the job is done (or, with !until_done, has started). Returns
- * false if the client hung up meanwhile (the job is then aborted). */
-static bool job_wait(sl_srv_job *j, bool until_done) {
-  pthread_mutex_lock(&j->mu);
-  while (!(j->done || (!until_done && (j->started || j->n_toks > 0)))) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 100 * 1000 * 1000;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-    if (!j->done && client_gone(j->fd)) {
-      pthread_mutex_unlock(&j->mu);
-      job_abort(j);
-      return false;
-    }
+/* Parks the job's connection until the engine's next event (j->mu held;
+ * called from a handler of that connection, as libmicrohttpd requires). */
+static void park(sl_srv_job *j) {
+  if (!j->watched) {
+    j->watched = true;
+    sl__srv_watch_hangup(j->srv->watch, j->fd, true);
   }
-  pthread_mutex_unlock(&j->mu);
-  return true;
+  j->parked = true;
+  j->resumed = false;
+  atomic_fetch_add(&j->srv->n_parked, 1);
+  MHD_suspend_connection(j->conn);
+}
+
+/* A handler of the job's connection runs again (j->mu held). */
+static void unparked(sl_srv_job *j) {
+  if (!j->parked)
+    return;
+  j->parked = j->resumed = false;
+  atomic_fetch_sub(&j->srv->n_parked, 1);
+}
+
+/* The watch's tick, at once when a watched socket's client hangs up and
+ * every SL_SRV_WATCH_TICK_MS: a parked connection is not polled by
+ * libmicrohttpd, so a client that hangs up while its request waits in the
+ * queue or between tokens is noticed here; its job is aborted, and the
+ * abort's event resumes the connection, which then closes. */
+static void reap_parked(void *arg) {
+  sl_server_t *s = arg;
+  uint64_t ids[64];
+  int n = 0;
+  pthread_mutex_lock(&s->jobs_mu);
+  for (sl_srv_job *j = s->jobs; j && n < 64; j = j->next) {
+    pthread_mutex_lock(&j->mu);
+    if (j->parked && !j->resumed && j->conn && j->submitted && !j->done &&
+        !j->aborted && client_gone(j->fd)) {
+      j->aborted = true;
+      ids[n++] = j->engine_id;
+    }
+    pthread_mutex_unlock(&j->mu);
+  }
+  pthread_mutex_unlock(&s->jobs_mu);
+  for (int i = 0; i < n; i++)
+    if (sl_engine_abort(s->engine, ids[i]) != SL_OK)
+      SL_LOGW("server: out of memory recording an abort; request %llu runs "
+              "to its end",
+              (unsigned long long)ids[i]);
 }
 
 /* ---- responses
@@ -307,7 +349,9 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
   sl_srv_job *j = cls;
   sl_server_t *s = j->srv;
   const char *model = j->req.model;
+  (void)pos;
   pthread_mutex_lock(&j->mu);
+  unparked(j);
   for (;;) {
     if (j->out_off < j->out.len) {
       size_t n = j->out.len - j->out_off;
@@ -332,16 +376,12 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
       sl__oai_stream(j, model, s->tok);
     if (j->out.len > 0 || j->phase == 2)
       continue;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 100 * 1000 * 1000;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-    if (!j->done && j->sent_toks == j->n_toks && client_gone(j->fd))
-      break;
+    if (atomic_load(&s->closing) || !j->conn)
+      break; /* MHD is stopping: end the stream as failed */
+    /* nothing to send until the engine's next event, which resumes us */
+    park(j);
+    pthread_mutex_unlock(&j->mu);
+    return 0;
   }
   pthread_mutex_unlock(&j->mu);
   job_abort(j);
@@ -354,6 +394,63 @@ static void sse_free(void *cls) {
 
 /* ---- generation routes
  * ------------------------------------------------------- */
+
+/* A submitted request's handler, first and after each resume: parks the
+ * connection until there is an answer to give (the job is done; or, when
+ * streaming, it started, so that a request refused before its first token
+ * still gets its error status), then queues it. */
+static enum MHD_Result generate_next(sl_server_t *s, struct MHD_Connection *c,
+                                     conn *cn) {
+  sl_srv_job *j = cn->job;
+  sl_srv_error err;
+  sl_srv_api api = j->req.api;
+  pthread_mutex_lock(&j->mu);
+  unparked(j);
+  bool ready = j->done || (j->req.stream && (j->started || j->n_toks > 0));
+  if (!ready) {
+    if (!atomic_load(&s->closing)) {
+      park(j);
+      pthread_mutex_unlock(&j->mu);
+      return MHD_YES;
+    }
+    pthread_mutex_unlock(&j->mu);
+    job_abort(j);
+    cn->waiting = false;
+    sl__srv_error_set(&err, sl_reason_http(SL_REASON_SHUTTING_DOWN),
+                      sl_reason_code(SL_REASON_SHUTTING_DOWN), NULL, "%s",
+                      sl_reason_message(SL_REASON_SHUTTING_DOWN));
+    return send_error(c, cn->fam, &err, true);
+  }
+  cn->waiting = false;
+  bool failed_early = j->done && j->finish == SL_FINISH_ERROR &&
+                      (!j->req.stream || j->n_toks == 0);
+  if (failed_early) {
+    sl__srv_job_error(j, &err);
+    pthread_mutex_unlock(&j->mu);
+    return send_error(c, cn->fam, &err, false);
+  }
+  if (!j->req.stream) {
+    json_t *body = api == SL_SRV_MESSAGES
+                       ? sl__ant_body(j, j->req.model, s->tok)
+                       : sl__oai_body(j, j->req.model, s->tok);
+    pthread_mutex_unlock(&j->mu);
+    return send_json(c, 200, body, false);
+  }
+  pthread_mutex_unlock(&j->mu);
+  atomic_fetch_add(&j->refs, 1); /* the response's */
+  struct MHD_Response *r = MHD_create_response_from_callback(
+      MHD_SIZE_UNKNOWN, 16 * 1024, sse_reader, j, sse_free);
+  if (!r) {
+    job_unref(j);
+    job_abort(j);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+  enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+  MHD_destroy_response(r);
+  return ret;
+}
 
 static enum MHD_Result handle_generate(sl_server_t *s, struct MHD_Connection *c,
                                        conn *cn) {
@@ -453,38 +550,11 @@ static enum MHD_Result handle_generate(sl_server_t *s, struct MHD_Connection *c,
    * the engine works, the connection is not idle: no timeout until the
    * request completes (on_completed restores it) */
   MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-  if (!job_wait(j, !j->req.stream))
-    return MHD_NO; /* the client hung up; the job was aborted */
-
   pthread_mutex_lock(&j->mu);
-  bool failed_early = j->done && j->finish == SL_FINISH_ERROR &&
-                      (!j->req.stream || j->n_toks == 0);
-  if (failed_early) {
-    sl__srv_job_error(j, &err);
-    pthread_mutex_unlock(&j->mu);
-    return send_error(c, cn->fam, &err, false);
-  }
-  if (!j->req.stream) {
-    json_t *body = api == SL_SRV_MESSAGES
-                       ? sl__ant_body(j, j->req.model, s->tok)
-                       : sl__oai_body(j, j->req.model, s->tok);
-    pthread_mutex_unlock(&j->mu);
-    return send_json(c, 200, body, false);
-  }
+  j->conn = c;
   pthread_mutex_unlock(&j->mu);
-  atomic_fetch_add(&j->refs, 1); /* the response's */
-  struct MHD_Response *r = MHD_create_response_from_callback(
-      MHD_SIZE_UNKNOWN, 16 * 1024, sse_reader, j, sse_free);
-  if (!r) {
-    job_unref(j);
-    job_abort(j);
-    return MHD_NO;
-  }
-  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-  MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-  enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-  MHD_destroy_response(r);
-  return ret;
+  cn->waiting = true;
+  return generate_next(s, c, cn);
 
 fail_respond:
   sl__srv_metrics_failed(s);
@@ -678,6 +748,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
     *upload_data_size = 0;
     return MHD_YES;
   }
+  if (cn->waiting) /* resumed: the engine has news */
+    return generate_next(s, c, cn);
   sl__srv_watch_read(s->watch, sock_of(c)); /* the whole request is in */
   if (cn->responded)
     return MHD_YES;
@@ -725,19 +797,22 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
   }
 }
 
-/* MHD's accepting thread (started) and the connection's thread (closed,
- * before the socket is closed). */
+/* MHD's pool thread that takes the connection (started) and the one that
+ * closes it (closed, before the socket is closed). */
 static void on_connection(void *cls, struct MHD_Connection *c,
                           void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
   sl_server_t *s = cls;
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  int fd = ci ? ci->connect_fd : -1;
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    *socket_context = sl__srv_watch_add(s->watch, ci ? ci->connect_fd : -1);
+    *socket_context =
+        sl__srv_watch_add(s->watch, fd, sl__srv_door_first_byte(s->door, fd));
   } else {
     sl__srv_watch_remove(s->watch, *socket_context);
     *socket_context = NULL;
+    sl__srv_door_release(s->door, fd);
   }
 }
 
@@ -758,6 +833,14 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   if (!cn)
     return;
   if (cn->job) {
+    pthread_mutex_lock(&cn->job->mu);
+    unparked(cn->job); /* closed while parked: at a daemon stop */
+    cn->job->conn = NULL;
+    if (cn->job->watched) {
+      cn->job->watched = false;
+      sl__srv_watch_hangup(((sl_server_t *)cls)->watch, cn->job->fd, false);
+    }
+    pthread_mutex_unlock(&cn->job->mu);
     /* a client that vanished, a timeout, a shutdown: stop generating */
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
       job_abort(cn->job);
@@ -772,19 +855,37 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT,
                               (unsigned)s->cfg.http_timeout_s);
   }
+  /* a large body's parse left ~30 MB of small blocks in this pool
+   * thread's malloc arena: give the free pages back (test_server_limits) */
+  bool large = cn->body.cap >= (1u << 20);
   sl__sbuf_free(&cn->body);
   sl_free(cn);
   *con_cls = NULL;
+  if (large)
+    malloc_trim(0);
 }
 
 /* ---- lifecycle
  * ------------------------------------------------------------------ */
+
+/* The door's hand-off: libmicrohttpd takes the socket (and closes it on
+ * failure). */
+static bool hand_connection(void *arg, int fd, const struct sockaddr *a,
+                            unsigned alen) {
+  sl_server_t *s = arg;
+  return MHD_add_connection(s->mhd, fd, a, (socklen_t)alen) == MHD_YES;
+}
 
 sl_server_config sl_server_config_defaults(void) {
   return (sl_server_config){.host = "127.0.0.1",
                             .port = 8080,
                             .max_body_bytes = 8u << 20,
                             .http_timeout_s = 30,
+                            .max_conns = 4096,
+                            .max_conns_per_ip = 256,
+                            .http_threads = 4,
+                            .head_timeout_ms = 10000,
+                            .request_timeout_ms = 60000,
                             .grace_ms = 10000};
 }
 
@@ -816,6 +917,14 @@ sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
     s->cfg.max_body_bytes = 8u << 20;
   if (!s->cfg.http_timeout_s)
     s->cfg.http_timeout_s = 30;
+  if (!s->cfg.max_conns)
+    s->cfg.max_conns = 4096;
+  if (!s->cfg.http_threads)
+    s->cfg.http_threads = 4;
+  if (!s->cfg.head_timeout_ms)
+    s->cfg.head_timeout_ms = 10000;
+  if (!s->cfg.request_timeout_ms)
+    s->cfg.request_timeout_ms = 60000;
   s->host = sl_strdup(cfg->host ? cfg->host : "127.0.0.1");
   s->api_key = dup_or_null(cfg->api_key);
   s->model_name = sl_strdup(cfg->model_name);
@@ -857,36 +966,59 @@ sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
     st = SL_ERR_INVALID_ARG;
     goto fail_sync;
   }
-  if (!(s->watch = sl__srv_watch_start(SL_SRV_LINE_DEADLINE_MS))) {
+  if (!(s->watch =
+            sl__srv_watch_start(SL_SRV_LINE_DEADLINE_MS,
+                                s->cfg.request_timeout_ms, reap_parked, s))) {
     freeaddrinfo(ai);
     goto fail_sync; /* out of memory or threads */
   }
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD |
-                   MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC;
+  /* no listening socket of its own: the door hands connections in; poll,
+   * not epoll (see the top of this file) */
+  unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC |
+                   MHD_ALLOW_SUSPEND_RESUME | MHD_USE_NO_LISTEN_SOCKET;
   if (ai->ai_family == AF_INET6)
     flags |= MHD_USE_IPv6;
   s->mhd = MHD_start_daemon(
-      flags, (uint16_t)cfg->port, NULL, NULL, on_access, s,
-      MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
+      flags, 0, NULL, NULL, on_access, s, MHD_OPTION_NOTIFY_COMPLETED,
       on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
       MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.http_timeout_s,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000, MHD_OPTION_END);
-  freeaddrinfo(ai);
+      MHD_OPTION_THREAD_POOL_SIZE, s->cfg.http_threads,
+      /* the door enforces the limits; each pool thread may hold them all */
+      MHD_OPTION_CONNECTION_LIMIT, s->cfg.max_conns * s->cfg.http_threads,
+      MHD_OPTION_END);
   if (!s->mhd) {
-    snprintf(err, errcap, "cannot listen on %s:%d: %s", s->host, cfg->port,
-             strerror(errno));
+    freeaddrinfo(ai);
+    snprintf(err, errcap, "cannot start the HTTP server: %s", strerror(errno));
     st = SL_ERR_IO;
-    goto fail_sync;
+    goto fail_watch;
   }
-  const union MHD_DaemonInfo *di =
-      MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-  s->port = di && di->port ? di->port : cfg->port;
+  sl_srv_door_cfg dc = {.addr = ai->ai_addr,
+                        .addrlen = (unsigned)ai->ai_addrlen,
+                        .max_conns = s->cfg.max_conns,
+                        .max_per_ip = s->cfg.max_conns_per_ip,
+                        .idle_ms = s->cfg.http_timeout_s * 1000u,
+                        .line_ms = SL_SRV_LINE_DEADLINE_MS,
+                        .head_ms = s->cfg.head_timeout_ms,
+                        .hand = hand_connection,
+                        .arg = s};
+  char derr[160];
+  s->door = sl__srv_door_start(&dc, &s->port, derr, sizeof derr);
+  freeaddrinfo(ai);
+  if (!s->door) {
+    snprintf(err, errcap, "cannot listen on %s:%d: %s", s->host, cfg->port,
+             derr);
+    st = SL_ERR_IO;
+    goto fail_mhd;
+  }
   *out = s;
   return SL_OK;
 
-fail_sync:
+fail_mhd:
+  MHD_stop_daemon(s->mhd);
+fail_watch:
   sl__srv_watch_stop(s->watch);
+fail_sync:
   sl__srv_metrics_destroy(&s->m);
   pthread_cond_destroy(&s->jobs_cv);
   pthread_mutex_destroy(&s->jobs_mu);
@@ -954,15 +1086,38 @@ static int cut_jobs(sl_server_t *s, bool queued_only) {
   return n;
 }
 
+/* libmicrohttpd cannot stop with a connection suspended: from here on no
+ * handler parks, every parked connection is resumed, and this waits (2 s
+ * at most) until each is back in a handler (which answers 503 or ends its
+ * stream as failed). */
+static void unpark_all(sl_server_t *s) {
+  atomic_store(&s->closing, true);
+  for (int round = 0; round < 200 && atomic_load(&s->n_parked) > 0; round++) {
+    pthread_mutex_lock(&s->jobs_mu);
+    for (sl_srv_job *j = s->jobs; j; j = j->next) {
+      pthread_mutex_lock(&j->mu);
+      if (j->parked && !j->resumed && j->conn) {
+        j->resumed = true;
+        MHD_resume_connection(j->conn);
+      }
+      pthread_mutex_unlock(&j->mu);
+    }
+    pthread_mutex_unlock(&s->jobs_mu);
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  if (atomic_load(&s->n_parked) > 0)
+    SL_LOGW("server: %d connections still parked at the stop",
+            atomic_load(&s->n_parked));
+}
+
 void sl_server_stop(sl_server_t *s) {
   if (!s)
     return;
   pthread_mutex_lock(&s->jobs_mu);
   s->stopping = true;
   pthread_mutex_unlock(&s->jobs_mu);
-  MHD_socket lfd = MHD_quiesce_daemon(s->mhd);
-  if (lfd != MHD_INVALID_SOCKET)
-    close(lfd);
+  sl__srv_door_close(s->door); /* no new connection from here on */
   /* requests still queued get their 503 now, so that their clients retry
    * elsewhere; the grace period is for the ones already generating */
   cut_jobs(s, true);
@@ -976,8 +1131,10 @@ void sl_server_stop(sl_server_t *s) {
     /* the cut answers are still being written: let them go out */
     wait_jobs(s, 2000);
   }
+  unpark_all(s);
   MHD_stop_daemon(s->mhd);
   sl__srv_watch_stop(s->watch);
+  sl__srv_door_free(s->door);
   sl__srv_metrics_destroy(&s->m);
   pthread_cond_destroy(&s->jobs_cv);
   pthread_mutex_destroy(&s->jobs_mu);

@@ -8,7 +8,10 @@
  *   anthropic.c Anthropic response bodies and SSE events
  *   admin.c     /health, /v1/models, /metrics, /admin/api/stats
  *   http.c      libmicrohttpd plumbing, routing, auth, the request lifecycle
- *   sockwatch.c the request-line watch (a 400 for bytes that make no line)
+ *   head.c      the request head check, raw (pre-libmicrohttpd) error answers
+ *   door.c      the front door: accept, connection limits, the first head
+ *   sockwatch.c the request watch (a 400 for bytes that make no line, a
+ *               408 past the request deadline), and the parked-job tick
  */
 #ifndef SLUICE_SERVER_IMPL_H
 #define SLUICE_SERVER_IMPL_H
@@ -25,6 +28,9 @@
 #include "sluice/memsync.h"
 #include "sluice/server.h"
 #include "sluice/tokenizer.h"
+
+struct MHD_Connection; /* libmicrohttpd's, http.c only */
+struct MHD_Daemon;
 
 /* ---- json.c: text and JSON helpers --------------------------------------- */
 
@@ -190,6 +196,12 @@ struct sl_srv_job {
   char id[48]; /* "chatcmpl-...", "cmpl-...", "msg_..." */
   long long created;
   int fd; /* the client's socket, to notice a hang-up */
+  /* the connection while it waits on the engine (under mu; NULL once MHD
+   * completed it): parked = suspended by the handler until the engine's
+   * next event resumes it (resumed); http.c */
+  struct MHD_Connection *conn;
+  bool parked, resumed;
+  bool watched; /* fd registered with sl__srv_watch_hangup */
 
   /* filled by the engine callback, under mu */
   char *text;
@@ -263,7 +275,77 @@ typedef struct sl_srv_metrics {
 extern const double sl__srv_ttft_bounds[SL_SRV_TTFT_BUCKETS];
 extern const double sl__srv_tpot_bounds[SL_SRV_TPOT_BUCKETS];
 
-/* ---- sockwatch.c: the request-line watch ----------------------------------
+/* ---- head.c: the request head check --------------------------------------
+ */
+
+#define SL_SRV_HEAD_MAX   16384 /* request head bytes (431 past this) */
+#define SL_SRV_TARGET_MAX 8192  /* request-target bytes (414 past this) */
+#define SL_SRV_METHOD_MAX 32
+
+enum { SL_SRV_HEAD_BAD = -1, SL_SRV_HEAD_MORE = 0, SL_SRV_HEAD_OK = 1 };
+
+typedef struct sl_srv_head_info {
+  size_t len;     /* SL_SRV_HEAD_OK: the head's bytes, its empty line too */
+  bool anthropic; /* the target is /v1/messages or below */
+  bool line_done; /* the request line was seen whole */
+} sl_srv_head_info;
+
+/* Checks the start p[0..n) of a connection's bytes: SL_SRV_HEAD_OK when a
+ * whole, valid head is there; SL_SRV_HEAD_MORE when what came so far can
+ * still start one; SL_SRV_HEAD_BAD with *err (400, 414, 431 or 505)
+ * otherwise. Pure: no allocation. */
+int sl__srv_head_check(const char *p, size_t n, sl_srv_head_info *info,
+                       sl_srv_error *err);
+
+/* Appends a whole HTTP/1.1 response for `e` (JSON in `fam`'s shape,
+ * Connection: close) to out. */
+void sl__srv_raw_error(sl_srv_family fam, const sl_srv_error *e, sl_sbuf *out);
+
+/* ---- door.c: the front door ------------------------------------------------
+ */
+
+typedef struct sl_srv_door sl_srv_door;
+
+typedef struct sl_srv_door_cfg {
+  const struct sockaddr *addr; /* where to listen */
+  unsigned addrlen;
+  unsigned max_conns;  /* open connections, all clients */
+  unsigned max_per_ip; /* open connections per client address (0: any) */
+  unsigned idle_ms;    /* a new connection that sends nothing: closed */
+  unsigned line_ms;    /* bytes with no line end: 400 */
+  unsigned head_ms;    /* first byte to whole head: 408 */
+  /* hands a connection whose first head is whole (and valid) on; false
+   * when it was not taken (the socket is closed then) */
+  bool (*hand)(void *arg, int fd, const struct sockaddr *a, unsigned alen);
+  void *arg;
+} sl_srv_door_cfg;
+
+typedef struct sl_srv_door_stats {
+  uint64_t refused_total;  /* over max_conns (or out of fds) */
+  uint64_t refused_per_ip; /* over max_per_ip */
+  uint64_t head_errors;    /* answered 400/414/431/505 at the door */
+  uint64_t head_timeouts;  /* answered 408 at the door */
+  uint64_t handed;         /* passed on to libmicrohttpd */
+  unsigned live;           /* connections open now */
+} sl_srv_door_stats;
+
+/* Binds, listens and starts the door's thread; *port gets the bound port.
+ * NULL with a message in err on failure. */
+sl_srv_door *sl__srv_door_start(const sl_srv_door_cfg *cfg, int *port,
+                                char *err, size_t errcap);
+/* Stops accepting: closes the listening socket and every connection not
+ * yet handed on, and joins the thread. Handed connections stay counted
+ * until released. */
+void sl__srv_door_close(sl_srv_door *d);
+/* Frees the door (closing it first); after libmicrohttpd stopped. */
+void sl__srv_door_free(sl_srv_door *d);
+/* A handed connection's socket is about to be closed. */
+void sl__srv_door_release(sl_srv_door *d, int fd);
+/* When the first byte of a handed connection came (sl_now_ns; 0: unknown). */
+uint64_t sl__srv_door_first_byte(sl_srv_door *d, int fd);
+void sl__srv_door_stats_get(sl_srv_door *d, sl_srv_door_stats *out);
+
+/* ---- sockwatch.c: the request watch ---------------------------------------
  */
 
 /* A connection whose bytes make no request line within this long of their
@@ -273,25 +355,31 @@ extern const double sl__srv_tpot_bounds[SL_SRV_TPOT_BUCKETS];
 typedef struct sl_srv_watch sl_srv_watch;
 typedef struct sl_srv_sock sl_srv_sock;
 
-/* Starts the watch and its thread. Returns NULL when out of memory or
+/* Starts the watch and its thread. Every SL_SRV_WATCH_TICK_MS it cuts the
+ * connections past their deadlines (line_ms: bytes but no request line,
+ * 400; request_ms: a request's first byte to its last, 408), then calls
+ * tick(arg) with no lock held. Returns NULL when out of memory or
  * threads. Stop it with sl__srv_watch_stop once every connection it
  * watches was removed (after MHD_stop_daemon). */
-sl_srv_watch *sl__srv_watch_start(unsigned deadline_ms);
+sl_srv_watch *sl__srv_watch_start(unsigned line_ms, unsigned request_ms,
+                                  void (*tick)(void *arg), void *arg);
 void sl__srv_watch_stop(sl_srv_watch *w);
-/* Watches the TCP connection fd (borrowed: remove it before closing fd).
- * Returns its entry, or NULL (not watched) when out of memory; every
- * function below accepts NULL for w or k and then does nothing. */
-sl_srv_sock *sl__srv_watch_add(sl_srv_watch *w, int fd);
+/* Starts watching a connection's socket; t_first: when its first request's
+ * first byte came (0: not yet). Returns its entry, or NULL (not watched)
+ * when out of memory; every entry must be removed before its fd closes. */
+sl_srv_sock *sl__srv_watch_add(sl_srv_watch *w, int fd, uint64_t t_first);
 /* Stops watching and frees k. */
 void sl__srv_watch_remove(sl_srv_watch *w, sl_srv_sock *k);
-/* A request line was parsed: not watched until sl__srv_watch_idle. */
+/* A request line was parsed. */
 void sl__srv_watch_request(sl_srv_watch *w, sl_srv_sock *k);
-/* The request's head and body were read whole: bytes after these belong
- * to the next request. Called before its answer goes out, so that a client
- * that waits for the answer has sent nothing more yet. */
+/* The request in progress was read whole: no deadline until the next. */
 void sl__srv_watch_read(sl_srv_watch *w, sl_srv_sock *k);
-/* The request completed: the connection waits for its next line. */
+/* The request completed (the connection is idle, or closes). */
 void sl__srv_watch_idle(sl_srv_watch *w, sl_srv_sock *k);
+/* on: wake the tick as soon as fd's client hangs up (a parked job's
+ * connection, which libmicrohttpd does not poll); off: before fd closes.
+ * Without it the tick still runs every SL_SRV_WATCH_TICK_MS. */
+void sl__srv_watch_hangup(sl_srv_watch *w, int fd, bool on);
 
 struct sl_server {
   sl_engine_t *engine;
@@ -303,7 +391,9 @@ struct sl_server {
   int n_names;
   char *chat_template; /* NULL: the model has none */
   struct MHD_Daemon *mhd;
+  sl_srv_door *door;   /* NULL: not started */
   sl_srv_watch *watch; /* NULL: not started */
+  atomic_int n_parked; /* connections suspended, not yet back in a handler */
   int port;
   uint64_t t_start_ns;
 
@@ -314,6 +404,7 @@ struct sl_server {
   int n_open; /* generation requests whose response MHD has
                * not yet reported complete (delivered/failed) */
   bool stopping;
+  atomic_bool closing; /* MHD is about to stop: a handler parks nothing */
 
   sl_srv_metrics m;
 };

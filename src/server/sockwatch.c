@@ -1,11 +1,17 @@
-/* sluice — server: the request-line watch. libmicrohttpd waits for a
- * request line until the connection's idle timeout, as long as no line
- * feed comes: a client that speaks TLS or any other protocol to this port
- * got no answer and held its connection for 30 s. This watch notices bytes
- * that arrived on a connection (the kernel's count, TCP_INFO) without
- * making a request line within SL_SRV_LINE_DEADLINE_MS, answers 400 (JSON,
- * OpenAI's shape: there is no route to choose another) and shuts the
- * socket down, which makes libmicrohttpd close it.
+/* sluice — server: the request watch, for connections libmicrohttpd owns
+ * (the front door, door.c, watches them before that). libmicrohttpd waits
+ * for a request line until the connection's idle timeout, as long as no
+ * line feed comes, and has no deadline for a whole request, only an idle
+ * timeout that one byte every few seconds resets. This watch notices bytes
+ * that arrived on a connection (the kernel's count, TCP_INFO) and
+ *   - made no request line within line_ms: 400;
+ *   - made no whole request (head and body) within request_ms of the
+ *     request's first byte: 408;
+ * answers in JSON (OpenAI's shape: there is no route to choose another),
+ * and shuts the socket down, which makes libmicrohttpd close it.
+ *
+ * The watch's thread also calls the server's tick each round (parked jobs
+ * whose client hung up, http.c).
  *
  * Threads: add / remove / request / read / idle are called by libmicrohttpd's
  * threads; the watch thread scans the list every SL_SRV_WATCH_TICK_MS. An
@@ -15,12 +21,15 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "server/server_impl.h"
 #include "sluice/util.h"
@@ -39,13 +48,17 @@ struct sl_srv_sock {
 
 struct sl_srv_watch {
   pthread_mutex_t mu;
-  pthread_cond_t cv;
+  pthread_cond_t cv; /* unused by the thread: it waits in epoll */
   pthread_t thread;
+  int efd;     /* hang-ups of parked connections (sl__srv_watch_hangup) */
+  int wake[2]; /* stop */
   bool stop;
-  unsigned deadline_ms;
+  unsigned line_ms, request_ms;
+  void (*tick)(void *arg);
+  void *tick_arg;
   sl_srv_sock *socks;
-  char *answer; /* the whole 400 response */
-  size_t answer_len;
+  sl_sbuf answer_line;    /* the whole 400 response */
+  sl_sbuf answer_request; /* the whole 408 response */
 };
 
 /* Bytes the kernel received on fd so far; 0 when it cannot tell. */
@@ -61,68 +74,94 @@ static uint64_t bytes_received(int fd) {
   return ti.tcpi_bytes_received;
 }
 
-static void cut(sl_srv_watch *w, sl_srv_sock *k) {
+static void cut(sl_srv_sock *k, const sl_sbuf *answer) {
   k->cut = true;
-  ssize_t n =
-      send(k->fd, w->answer, w->answer_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+  ssize_t n = send(k->fd, answer->p, answer->len, MSG_NOSIGNAL | MSG_DONTWAIT);
   (void)n; /* a full send buffer: the client gets the close alone */
   shutdown(k->fd, SHUT_RDWR);
 }
 
 static void *watch_main(void *arg) {
   sl_srv_watch *w = arg;
+  uint64_t last_scan = 0;
   pthread_mutex_lock(&w->mu);
   while (!w->stop) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += SL_SRV_WATCH_TICK_MS * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    pthread_mutex_unlock(&w->mu);
+    struct epoll_event evs[16];
+    int n = epoll_wait(w->efd, evs, 16, SL_SRV_WATCH_TICK_MS);
+    bool hangup = false;
+    for (int i = 0; i < n; i++)
+      if (evs[i].data.fd != w->wake[0])
+        hangup = true;
+    pthread_mutex_lock(&w->mu);
+    if (w->stop)
+      break;
     uint64_t now = sl_now_ns();
-    for (sl_srv_sock *k = w->socks; k && !w->stop; k = k->next) {
-      if (k->in_request || k->cut || bytes_received(k->fd) <= k->base)
-        continue;
-      if (!k->t_bytes)
-        k->t_bytes = now;
-      else if (now - k->t_bytes >= (uint64_t)w->deadline_ms * 1000000ull)
-        cut(w, k);
+    const uint64_t ms = 1000000ull;
+    if (now - last_scan >= SL_SRV_WATCH_TICK_MS * ms) {
+      last_scan = now;
+      for (sl_srv_sock *k = w->socks; k && !w->stop; k = k->next) {
+        if (k->cut || k->read)
+          continue; /* cut, or its request is in and being answered */
+        if (!k->t_bytes) {
+          if (bytes_received(k->fd) > k->base)
+            k->t_bytes = now;
+          continue;
+        }
+        uint64_t age = now - k->t_bytes;
+        if (!k->in_request && age >= (uint64_t)w->line_ms * ms)
+          cut(k, &w->answer_line);
+        else if (age >= (uint64_t)w->request_ms * ms)
+          cut(k, &w->answer_request);
+      }
+      hangup = true; /* the tick's own scan, every round */
+    }
+    if (w->tick && hangup) {
+      pthread_mutex_unlock(&w->mu);
+      w->tick(w->tick_arg);
+      pthread_mutex_lock(&w->mu);
     }
   }
   pthread_mutex_unlock(&w->mu);
   return NULL;
 }
 
-sl_srv_watch *sl__srv_watch_start(unsigned deadline_ms) {
+static void make_answer(sl_sbuf *out, int http, const char *code,
+                        const char *fmt, unsigned ms) {
+  sl_srv_error e;
+  sl__srv_error_set(&e, http, code, NULL, fmt, ms);
+  sl__srv_raw_error(SL_SRV_FAMILY_OPENAI, &e, out);
+}
+
+sl_srv_watch *sl__srv_watch_start(unsigned line_ms, unsigned request_ms,
+                                  void (*tick)(void *arg), void *arg) {
   sl_srv_watch *w = sl_calloc(1, sizeof *w);
   if (!w)
     return NULL;
-  w->deadline_ms = deadline_ms;
-  sl_srv_error e;
-  sl__srv_error_set(&e, 400, "malformed_request", NULL,
-                    "malformed HTTP request: no request line within %u ms "
-                    "of its first bytes",
-                    deadline_ms);
-  sl_sbuf body = {0};
-  json_t *j = sl__srv_error_json(SL_SRV_FAMILY_OPENAI, &e);
-  sl__sbuf_add_json(&body, j);
-  json_decref(j);
-  char head[160];
-  int hl = snprintf(head, sizeof head,
-                    "HTTP/1.1 400 Bad Request\r\n"
-                    "Content-Type: application/json\r\n"
-                    "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-                    body.len);
-  if (body.oom || hl <= 0 || (size_t)hl >= sizeof head)
+  w->line_ms = line_ms;
+  w->request_ms = request_ms;
+  w->tick = tick;
+  w->tick_arg = arg;
+  make_answer(&w->answer_line, 400, "malformed_request",
+              "malformed HTTP request: no request line within %u ms of its "
+              "first bytes",
+              line_ms);
+  make_answer(&w->answer_request, 408, "request_timeout",
+              "the request did not arrive whole within %u ms of its first "
+              "byte",
+              request_ms);
+  if (w->answer_line.oom || w->answer_request.oom)
     goto fail_body;
-  w->answer_len = (size_t)hl + body.len;
-  if (!(w->answer = sl_malloc(w->answer_len)))
+  w->wake[0] = w->wake[1] = -1;
+  w->efd = epoll_create1(EPOLL_CLOEXEC);
+  if (w->efd < 0)
     goto fail_body;
-  memcpy(w->answer, head, (size_t)hl);
-  memcpy(w->answer + hl, body.p, body.len);
-  sl__sbuf_free(&body);
+  struct epoll_event wv = {.events = EPOLLIN};
+  if (pipe2(w->wake, O_CLOEXEC | O_NONBLOCK) != 0)
+    goto fail_fds;
+  wv.data.fd = w->wake[0];
+  if (epoll_ctl(w->efd, EPOLL_CTL_ADD, w->wake[0], &wv) != 0)
+    goto fail_fds;
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->cv, NULL);
   if (pthread_create(&w->thread, NULL, watch_main, w) != 0)
@@ -132,11 +171,15 @@ sl_srv_watch *sl__srv_watch_start(unsigned deadline_ms) {
 fail_sync:
   pthread_cond_destroy(&w->cv);
   pthread_mutex_destroy(&w->mu);
-  sl_free(w->answer);
-  sl_free(w);
-  return NULL;
+fail_fds:
+  close(w->efd);
+  if (w->wake[0] >= 0) {
+    close(w->wake[0]);
+    close(w->wake[1]);
+  }
 fail_body:
-  sl__sbuf_free(&body);
+  sl__sbuf_free(&w->answer_line);
+  sl__sbuf_free(&w->answer_request);
   sl_free(w);
   return NULL;
 }
@@ -146,9 +189,13 @@ void sl__srv_watch_stop(sl_srv_watch *w) {
     return;
   pthread_mutex_lock(&w->mu);
   w->stop = true;
-  pthread_cond_signal(&w->cv);
   pthread_mutex_unlock(&w->mu);
+  ssize_t n = write(w->wake[1], "x", 1);
+  (void)n;
   pthread_join(w->thread, NULL);
+  close(w->efd);
+  close(w->wake[0]);
+  close(w->wake[1]);
   while (w->socks) { /* none once MHD stopped; freed all the same */
     sl_srv_sock *k = w->socks;
     w->socks = k->next;
@@ -156,11 +203,12 @@ void sl__srv_watch_stop(sl_srv_watch *w) {
   }
   pthread_cond_destroy(&w->cv);
   pthread_mutex_destroy(&w->mu);
-  sl_free(w->answer);
+  sl__sbuf_free(&w->answer_line);
+  sl__sbuf_free(&w->answer_request);
   sl_free(w);
 }
 
-sl_srv_sock *sl__srv_watch_add(sl_srv_watch *w, int fd) {
+sl_srv_sock *sl__srv_watch_add(sl_srv_watch *w, int fd, uint64_t t_first) {
   if (!w || fd < 0)
     return NULL;
   sl_srv_sock *k = sl_calloc(1, sizeof *k);
@@ -168,6 +216,10 @@ sl_srv_sock *sl__srv_watch_add(sl_srv_watch *w, int fd) {
     return NULL;
   k->fd = fd;
   k->base = 0; /* all its bytes so far are its first request's */
+  k->t_bytes = t_first;
+  /* the door saw its request line (libmicrohttpd is about to parse it):
+   * only the whole-request deadline applies */
+  k->in_request = t_first != 0;
   pthread_mutex_lock(&w->mu);
   k->next = w->socks;
   if (w->socks)
@@ -219,4 +271,16 @@ void sl__srv_watch_idle(sl_srv_watch *w, sl_srv_sock *k) {
   k->in_request = k->read = false;
   k->t_bytes = 0;
   pthread_mutex_unlock(&w->mu);
+}
+
+void sl__srv_watch_hangup(sl_srv_watch *w, int fd, bool on) {
+  if (!w || fd < 0)
+    return;
+  if (on) {
+    /* edge-triggered: one wake per hang-up, while it stays registered */
+    struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLET, .data.fd = fd};
+    epoll_ctl(w->efd, EPOLL_CTL_ADD, fd, &ev);
+  } else {
+    epoll_ctl(w->efd, EPOLL_CTL_DEL, fd, NULL);
+  }
 }

@@ -319,22 +319,34 @@ static sl_status build_pieces(sl_tokenizer_t *t) {
   return SL_OK;
 }
 
-/* Orders special ids by text length, longest first, ties by id. */
-static void sort_specials(sl_tokenizer_t *t) {
-  /* insertion sort on (len desc, id asc): the list is short */
-  for (size_t i = 1; i < t->n_special; i++) {
-    int32_t x = t->special[i];
-    size_t j = i;
-    while (j > 0) {
-      int32_t y = t->special[j - 1];
-      if (t->text_len[y] > t->text_len[x] ||
-          (t->text_len[y] == t->text_len[x] && y < x))
-        break;
-      t->special[j] = y;
-      j--;
-    }
-    t->special[j] = x;
-  }
+typedef struct special_key {
+  uint32_t len;
+  int32_t id;
+} special_key;
+
+static int cmp_special(const void *a, const void *b) {
+  const special_key *x = a, *y = b;
+  if (x->len != y->len)
+    return x->len > y->len ? -1 : 1;
+  return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Orders special ids by text length, longest first, ties by id. A vocabulary
+ * padded with unused control tokens has tens of thousands of them (an
+ * insertion sort took minutes on 79k, under ASan). */
+static sl_status sort_specials(sl_tokenizer_t *t) {
+  if (t->n_special < 2)
+    return SL_OK;
+  special_key *k = sl_malloc(t->n_special * sizeof *k);
+  if (!k)
+    return SL_ERR_NOMEM;
+  for (size_t i = 0; i < t->n_special; i++)
+    k[i] = (special_key){t->text_len[t->special[i]], t->special[i]};
+  qsort(k, t->n_special, sizeof *k, cmp_special);
+  for (size_t i = 0; i < t->n_special; i++)
+    t->special[i] = k[i].id;
+  sl_free(k);
+  return SL_OK;
 }
 
 static bool get_id(const sl_gguf_t *g, const char *key, size_t n_vocab,
@@ -724,7 +736,9 @@ sl_status sl_tokenizer_load(const sl_gguf_t *g, sl_tokenizer_t **out, char *err,
   for (size_t id = 0; id < t->n_vocab; id++)
     if (t->attr[id] & (SL__TA_CONTROL | SL__TA_USER_DEFINED | SL__TA_UNKNOWN))
       t->special[t->n_special++] = (int32_t)id;
-  sort_specials(t);
+  st = sort_specials(t);
+  if (st != SL_OK)
+    goto fail;
 
   st = build_pieces(t);
   if (st != SL_OK)

@@ -120,32 +120,55 @@ def client(port, kind, seed, stop, out, lock):
 
 
 def held_sockets(port, n, trickle, stop, out, lock):
-    """n idle sockets; with trickle, one header line every 5 s on each."""
-    socks = []
-    for _ in range(n):
+    """n idle sockets; with trickle, one header line every 5 s on each. The
+    server cuts them (idle ones after --http-timeout, trickling ones at the
+    head deadline, with a 408): each cut one is opened again at once, as an
+    attacker would, and counted in held_cut."""
+    def open_one():
         try:
-            socks.append(socket.create_connection(("127.0.0.1", port), 10))
+            s = socket.create_connection(("127.0.0.1", port), 10)
         except OSError as e:
             with lock:
                 out["held_refused"] += 1
                 out["held_refusals"] = str(e)
-    if trickle:
-        for s in socks:
+            return None
+        if trickle:
             try:
                 s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n")
             except OSError:
                 pass
+        return s
+
+    def cut(s):
+        s.setblocking(False)
+        try:
+            s.recv(1, socket.MSG_PEEK)  # EOF, or an answer (a 408)
+            return True
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+        finally:
+            s.setblocking(True)
+
+    socks = [open_one() for _ in range(n)]
     i = 0
     while not stop.wait(5):
-        if trickle:
-            for s in socks:
+        for k, s in enumerate(socks):
+            if s is not None and cut(s):
+                s.close()
+                with lock:
+                    out["held_cut"] += 1
+                s = socks[k] = open_one()
+            if trickle and s is not None:
                 try:
                     s.sendall(f"X-Slow-{i}: 1\r\n".encode())
                 except OSError:
                     pass
-            i += 1
+        i += 1
     for s in socks:
-        s.close()
+        if s is not None:
+            s.close()
 
 
 def pct(xs, p):
@@ -188,7 +211,8 @@ def main():
                     raise SystemExit("the server exited at start")
                 time.sleep(0.2)
         out = {"requests": {"good": 0, "disconnect": 0, "slow": 0},
-               "errors": [], "latencies": [], "held_refused": 0}
+               "errors": [], "latencies": [], "held_refused": 0,
+               "held_cut": 0}
         lock = threading.Lock()
         stop = threading.Event()
         # warm-up: one request of each kind first

@@ -5,6 +5,9 @@
  * use. They are filled once (pthread_once) and read-only after that, except
  * for sl_kern_cpu_set_isa, which tests and benchmarks call while no kernel
  * runs. */
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -18,11 +21,23 @@ static _Atomic(const sl__kern_cpu_ops *) g_ops;
 static _Atomic int g_isa;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
+#if defined(__x86_64__) || defined(__i386__)
+/* A CPUID feature bit (reg: 0 eax, 1 ebx, 2 ecx, 3 edx). For the features
+ * that clang's __builtin_cpu_supports does not name (f16c, avxvnni): the
+ * fuzz build compiles this file with clang. */
+static bool cpuid_bit(unsigned leaf, unsigned sub, int reg, int bit) {
+  unsigned r[4];
+  if (!__get_cpuid_count(leaf, sub, &r[0], &r[1], &r[2], &r[3]))
+    return false;
+  return (r[reg] >> bit) & 1u;
+}
+#endif
+
 bool sl_kern_cpu_isa_supported(sl_kern_isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-              __builtin_cpu_supports("f16c");
+              cpuid_bit(1, 0, 2, 29); /* f16c */
   switch (isa) {
   case SL_KERN_ISA_SCALAR:
     return true;
@@ -34,7 +49,7 @@ bool sl_kern_cpu_isa_supported(sl_kern_isa isa) {
            __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512dq");
   case SL_KERN_ISA_AVXVNNI:
-    return avx2 && __builtin_cpu_supports("avxvnni");
+    return avx2 && cpuid_bit(7, 1, 0, 4); /* avxvnni */
   case SL_KERN_ISA_AVX512VNNI:
     return sl_kern_cpu_isa_supported(SL_KERN_ISA_AVX512) &&
            __builtin_cpu_supports("avx512vnni");

@@ -1,0 +1,334 @@
+"""The front door, through real sockets: slow and idle clients cannot deny
+service, heads libmicrohttpd would answer in HTML get JSON, and connection
+limits refuse at once.
+
+- While 2,000 idle or slow sockets are held (from 127.0.0.2, as one
+  attacker), a client from 127.0.0.1 gets /health and a chat answer within
+  2 s: with the default per-address limit (most of the 2,000 refused at
+  once) and with no per-address limit (all 2,000 held by the server).
+- A head that trickles in (one header line a second) gets a 408 at
+  --head-timeout-ms; a body that trickles gets a 408 at
+  --request-timeout-ms.
+- Every head the door refuses gets JSON in the API's shape, never HTML.
+"""
+import json
+import resource
+import socket
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from conftest import MODEL_NAME
+from test_http import exchange
+
+DEADLINE = 2.0
+ATTACKER = "127.0.0.2"
+
+
+def raise_nofile(n):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < n:
+        pytest.skip("the open-file limit (%d) is below %d" % (hard, n))
+    if soft < n:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, hard))
+
+
+def metric(srv, name):
+    with urllib.request.urlopen(srv.base + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    total = 0.0
+    for ln in text.splitlines():
+        if ln.startswith(name) and not ln.startswith("#"):
+            total += float(ln.rsplit(" ", 1)[1])
+    return total
+
+
+def timed_client(srv):
+    """/health and a one-token chat answer from 127.0.0.1: seconds each."""
+    t0 = time.time()
+    with urllib.request.urlopen(srv.base + "/health", timeout=30) as r:
+        assert r.status == 200
+    t1 = time.time()
+    body = json.dumps({"model": MODEL_NAME, "max_tokens": 1,
+                       "messages": [{"role": "user", "content": "hi"}]})
+    req = urllib.request.Request(srv.base + "/v1/chat/completions",
+                                 body.encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.status == 200 and json.load(r)["choices"]
+    return t1 - t0, time.time() - t1
+
+
+class Horde:
+    """n sockets from ATTACKER: half idle (connected, silent), half slow
+    (one header line every `every` seconds, never ending the head)."""
+
+    def __init__(self, srv, n, every=1.0):
+        self.socks, self.refused, self.stop = [], 0, False
+        for i in range(n):
+            s = socket.socket()
+            s.bind((ATTACKER, 0))
+            s.settimeout(5)
+            try:
+                s.connect(("127.0.0.1", srv.port))
+            except OSError:
+                self.refused += 1
+                s.close()
+                continue
+            self.socks.append(s)
+        # the slow half starts its head
+        for s in self.socks[::2]:
+            try:
+                s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+            except OSError:
+                pass
+        self.t = threading.Thread(target=self.trickle, args=(every,))
+        self.t.start()
+
+    def trickle(self, every):
+        k = 0
+        while not self.stop:
+            time.sleep(every)
+            for s in self.socks[::2]:
+                try:
+                    s.sendall(b"X-Slow-%d: y\r\n" % k)
+                except OSError:
+                    pass
+            k += 1
+
+    def alive(self):
+        """Sockets the server still holds open (no EOF, no reset)."""
+        n = 0
+        for s in self.socks:
+            s.setblocking(False)
+            try:
+                d = s.recv(1, socket.MSG_PEEK)
+                if d:
+                    n += 1  # an answer came; still open
+            except BlockingIOError:
+                n += 1
+            except OSError:
+                pass
+        return n
+
+    def close(self):
+        self.stop = True
+        self.t.join()
+        for s in self.socks:
+            s.close()
+
+
+@pytest.fixture(scope="module")
+def door_default(sluice_server):
+    return sluice_server(["-c", "512"])
+
+
+@pytest.fixture(scope="module")
+def door_open(sluice_server):
+    return sluice_server(["-c", "512", "--max-conns-per-ip", "0",
+                          "--max-conns", "3000"])
+
+
+@pytest.mark.parametrize("which", ["door_default", "door_open"])
+def test_2000_slow_sockets_do_not_deny_service(which, request):
+    srv = request.getfixturevalue(which)
+    raise_nofile(4096)
+    h = Horde(srv, 2000)
+    try:
+        time.sleep(1.5)  # every socket accepted (or refused) by now
+        held = h.alive()
+        t_health, t_chat = timed_client(srv)
+        assert t_health < DEADLINE and t_chat < DEADLINE, (t_health, t_chat)
+        open_now = metric(srv, "sluice_http_connections_open")
+        refused = metric(srv, "sluice_http_connections_refused_total")
+        if which == "door_default":
+            # 256 per address: the rest were refused at once (reset or EOF)
+            assert held <= 256 + 8, held
+            assert refused >= 2000 - 256 - 8, refused
+        else:
+            assert held >= 1990, held
+            assert open_now >= 1990, open_now
+        # still served while they trickle on
+        time.sleep(2)
+        t_health, t_chat = timed_client(srv)
+        assert t_health < DEADLINE and t_chat < DEADLINE, (t_health, t_chat)
+    finally:
+        h.close()
+
+
+def test_per_address_limit_refuses_at_once(sluice_server):
+    srv = sluice_server(["-c", "512", "--max-conns-per-ip", "4"])
+    held = []
+    for _ in range(4):
+        s = socket.socket()
+        s.bind((ATTACKER, 0))
+        s.connect(("127.0.0.1", srv.port))
+        held.append(s)
+    time.sleep(0.3)
+    s = socket.socket()
+    s.bind((ATTACKER, 0))
+    s.settimeout(DEADLINE)
+    t0 = time.time()
+    s.connect(("127.0.0.1", srv.port))
+    try:
+        got = s.recv(1)  # closed at once: EOF or reset
+    except ConnectionResetError:
+        got = b""
+    assert got == b"" and time.time() - t0 < 1.0
+    s.close()
+    assert metric(srv, "sluice_http_connections_refused_total") >= 1
+    # another address is not limited by this one's connections
+    t_health, t_chat = timed_client(srv)
+    assert t_health < DEADLINE and t_chat < DEADLINE
+    for s in held:
+        s.close()
+
+
+@pytest.fixture(scope="module")
+def door_fast(sluice_server):
+    return sluice_server(["-c", "512", "--head-timeout-ms", "2000",
+                          "--request-timeout-ms", "3000"])
+
+
+def read_answer(s, wait):
+    s.settimeout(wait)
+    got = b""
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            got += d
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return got
+
+
+def trickle(s, pieces, limit):
+    """Sends one piece every 0.5 s until the server answers or closes, or
+    `limit` seconds pass; returns (the answer, seconds from the start)."""
+    t0 = time.time()
+    got = b""
+    for piece in pieces:
+        if time.time() - t0 >= limit or got:
+            break
+        time.sleep(0.5)
+        try:
+            s.sendall(piece)
+        except OSError:
+            break
+        s.setblocking(False)
+        try:
+            got += s.recv(65536)
+        except BlockingIOError:
+            pass
+        except OSError:
+            break
+        s.setblocking(True)
+    dt = time.time() - t0
+    return got + read_answer(s, 2), dt
+
+
+def test_trickled_head_gets_408(door_fast):
+    s = socket.create_connection(("127.0.0.1", door_fast.port))
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+    got, dt = trickle(s, (b"X-Slow-%d: y\r\n" % k for k in range(100)), 6)
+    assert got.startswith(b"HTTP/1.1 408"), got
+    assert 1.9 < dt < 3.5, dt
+    body = json.loads(got.split(b"\r\n\r\n", 1)[1])
+    assert body["error"]["code"] == "request_timeout"
+
+
+def test_trickled_body_gets_408(door_fast):
+    s = socket.create_connection(("127.0.0.1", door_fast.port))
+    s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+    got, dt = trickle(s, (b" " for _ in range(100)), 8)
+    assert got.startswith(b"HTTP/1.1 408"), got
+    assert 2.9 < dt < 4.5, dt
+
+
+BAD_HEADS = [
+    # (bytes, status, anthropic shape)
+    (b"GARBAGE\r\n\r\n", 400, False),
+    (b"GET\r\n\r\n", 400, False),
+    (b"GET /health\r\n\r\n", 400, False),
+    (b"GET  /health HTTP/1.1\r\nHost: x\r\n\r\n", 400, False),
+    (b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n", 505, False),
+    (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, False),
+    (b"GET /health HTTP/1.1 extra\r\nHost: x\r\n\r\n", 400, False),
+    (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414, False),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: 0123456789\r\n" * 1200
+     + b"\r\n", 431, False),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n", 400, False),
+    (b"GET /health HTTP/1.1\r\nHost : x\r\n\r\n", 400, False),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n", 400, False),
+    (b"GET /health HTTP/1.1\r\nHost: x\x00y\r\n\r\n", 400, False),
+    (b"GET /health HTTP/1.1\r\nHost: x\ry\r\n\r\n", 400, False),
+    (b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 12a\r\n\r\n",
+     400, True),
+    (b"POST /v1/messages?beta=true HTTP/1.1\r\nHost: x\r\n"
+     b"Content-Length: -1\r\n\r\n", 400, True),
+    (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+     b"Content-Length: 99999999999999999999\r\n\r\n", 400, False),
+]
+
+
+@pytest.mark.parametrize("data,status,anthropic", BAD_HEADS,
+                         ids=range(len(BAD_HEADS)))
+def test_bad_heads_get_json(door_default, data, status, anthropic):
+    st, hdr, body, dt, closed = exchange(door_default, data)
+    assert st == status, (st, body)
+    assert hdr.get("content-type") == "application/json"
+    assert closed and dt < DEADLINE
+    assert b"<html" not in body.lower()
+    e = json.loads(body)
+    if anthropic:
+        assert e["type"] == "error" and e["error"]["message"], e
+    else:
+        assert e["error"]["message"] and e["error"]["code"], e
+
+
+def test_good_heads_pass(door_default):
+    # bare LF line ends, HTTP/1.0 without Host, a query string
+    for data in [b"GET /health HTTP/1.1\nHost: x\n\n",
+                 b"GET /health HTTP/1.0\r\n\r\n",
+                 b"GET /health?x=1 HTTP/1.1\r\nHost: x\r\nConnection: close"
+                 b"\r\n\r\n"]:
+        st, _, body, _, _ = exchange(door_default, data)
+        assert st == 200 and json.loads(body) == {"status": "ok"}, data
+
+
+def test_hangup_while_parked_aborts(door_default):
+    """A non-streamed request parks its connection until the answer is
+    whole; libmicrohttpd does not poll a parked connection, so the watch
+    notices the hang-up (at once, through its epoll) and aborts the job."""
+    def stats():
+        with urllib.request.urlopen(door_default.base + "/admin/api/stats",
+                                    timeout=10) as r:
+            return json.load(r)
+    before = stats()["tokens"]["generated"]
+    # greedy, this prompt counts on to max_tokens (sampled, it may stop)
+    body = json.dumps({"model": MODEL_NAME, "max_tokens": 480,
+                       "temperature": 0,
+                       "prompt": "Count from 1 to 1000: 1, 2, 3,"}).encode()
+    s = socket.create_connection(("127.0.0.1", door_default.port))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+              % len(body) + body)
+    t0 = time.time()
+    while stats()["engine"]["running"] == 0:
+        assert time.time() - t0 < 30
+        time.sleep(0.05)
+    s.close()  # hang up while the answer is being generated
+    t0 = time.time()
+    while True:
+        e = stats()["engine"]
+        if e["running"] == 0 and e["kv_blocks_used"] == 0:
+            break
+        assert time.time() - t0 < 2, e
+        time.sleep(0.05)
+    gen = stats()["tokens"]["generated"] - before
+    assert gen < 480, gen
