@@ -41,9 +41,7 @@ static int bad(sl_srv_error *err, int http, const char *code, const char *why) {
   return SL_SRV_HEAD_BAD;
 }
 
-/* Whether errors for `target` take Anthropic's shape (as http.c decides
- * for the routes: /v1/messages and below, query strings aside). */
-static bool anthropic_target(const char *t, size_t n) {
+bool sl__srv_anthropic_target(const char *t, size_t n) {
   if (n < 12 || memcmp(t, "/v1/messages", 12) != 0)
     return false;
   return n == 12 || t[12] == '/' || t[12] == '?';
@@ -68,7 +66,7 @@ static int check_line(const char *p, size_t n, bool whole,
   while (i < n && (unsigned char)p[i] > 0x20 && (unsigned char)p[i] < 0x7F)
     i++;
   size_t tn = i - t0;
-  info->anthropic = anthropic_target(p + t0, tn);
+  info->anthropic = sl__srv_anthropic_target(p + t0, tn);
   if (tn > SL_SRV_TARGET_MAX) {
     sl__srv_error_set(err, 414, "uri_too_long", NULL,
                       "the request target is longer than %d bytes",

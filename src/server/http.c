@@ -592,14 +592,6 @@ static enum route route_of(const char *url, const char *method, bool *post,
   return ROUTE_NONE;
 }
 
-/* Whether errors on `url` take Anthropic's shape: /v1/messages and the paths
- * under it (/v1/messages/count_tokens, ...), not /v1/messagesXYZ. Every
- * other path, known or not, answers in OpenAI's shape. */
-static bool anthropic_path(const char *url) {
-  return strncmp(url, "/v1/messages", 12) == 0 &&
-         (url[12] == 0 || url[12] == '/');
-}
-
 /* Constant-time comparison of a header value with the key. */
 static bool key_eq(const char *got, const char *want) {
   size_t gl = strlen(got), wl = strlen(want);
@@ -700,8 +692,9 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
     pthread_mutex_unlock(&s->m.mu);
     bool post = false, bad_method;
     cn->route = route_of(url, method, &post, &bad_method);
-    cn->fam =
-        anthropic_path(url) ? SL_SRV_FAMILY_ANTHROPIC : SL_SRV_FAMILY_OPENAI;
+    cn->fam = sl__srv_anthropic_target(url, strlen(url))
+                  ? SL_SRV_FAMILY_ANTHROPIC
+                  : SL_SRV_FAMILY_OPENAI;
     if (framing_bad(c, version, &err)) {
       cn->responded = true;
       sl__srv_metrics_failed(s);

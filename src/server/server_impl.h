@@ -297,6 +297,11 @@ typedef struct sl_srv_head_info {
 int sl__srv_head_check(const char *p, size_t n, sl_srv_head_info *info,
                        sl_srv_error *err);
 
+/* Whether errors on target t[0..n) take Anthropic's shape: /v1/messages
+ * and the paths under it (a query string aside), not /v1/messagesXYZ.
+ * Every other path, known or not, answers in OpenAI's shape. */
+bool sl__srv_anthropic_target(const char *t, size_t n);
+
 /* Appends a whole HTTP/1.1 response for `e` (JSON in `fam`'s shape,
  * Connection: close) to out. */
 void sl__srv_raw_error(sl_srv_family fam, const sl_srv_error *e, sl_sbuf *out);

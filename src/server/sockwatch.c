@@ -48,7 +48,6 @@ struct sl_srv_sock {
 
 struct sl_srv_watch {
   pthread_mutex_t mu;
-  pthread_cond_t cv; /* unused by the thread: it waits in epoll */
   pthread_t thread;
   int efd;     /* hang-ups of parked connections (sl__srv_watch_hangup) */
   int wake[2]; /* stop */
@@ -163,13 +162,11 @@ sl_srv_watch *sl__srv_watch_start(unsigned line_ms, unsigned request_ms,
   if (epoll_ctl(w->efd, EPOLL_CTL_ADD, w->wake[0], &wv) != 0)
     goto fail_fds;
   pthread_mutex_init(&w->mu, NULL);
-  pthread_cond_init(&w->cv, NULL);
   if (pthread_create(&w->thread, NULL, watch_main, w) != 0)
     goto fail_sync;
   return w;
 
 fail_sync:
-  pthread_cond_destroy(&w->cv);
   pthread_mutex_destroy(&w->mu);
 fail_fds:
   close(w->efd);
@@ -201,7 +198,6 @@ void sl__srv_watch_stop(sl_srv_watch *w) {
     w->socks = k->next;
     sl_free(k);
   }
-  pthread_cond_destroy(&w->cv);
   pthread_mutex_destroy(&w->mu);
   sl__sbuf_free(&w->answer_line);
   sl__sbuf_free(&w->answer_request);
