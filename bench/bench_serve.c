@@ -1002,7 +1002,7 @@ int sl_bench_serve_main(int argc, char **argv) {
                    .requests_per_client = 2,
                    .max_seqs = 16,
                    .timeout_s = IO_TIMEOUT_S};
-  for (int i = 0; i < argc; i++) {
+  for (int i = 0; i < argc; i += 2) { /* each option takes a value */
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     bool ok = v != NULL;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -1043,7 +1043,6 @@ int sl_bench_serve_main(int argc, char **argv) {
       usage(stderr);
       return 2;
     }
-    i++;
   }
   if (cfg.threads <= 0)
     cfg.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);

@@ -216,8 +216,8 @@ static const gen_case CASES[] = {
 
 static const char *const PROMPTS[] = {
     "Once upon a time, in a small village by the sea,",
-    "<|im_start|>user\nWrite a short poem about rain.<|im_end|>\n"
-    "<|im_start|>assistant\n",
+    ("<|im_start|>user\nWrite a short poem about rain.<|im_end|>\n"
+     "<|im_start|>assistant\n"),
     "The three laws of thermodynamics are",
 };
 #define N_PROMPTS ((int)(sizeof PROMPTS / sizeof PROMPTS[0]))

@@ -21,7 +21,7 @@ static const char *const k_good[] = {
     "GET /health HTTP/1.0\r\n\r\n",
     "GET /health HTTP/1.1\nHost: x\n\n",
     "POST /v1/messages?beta=true HTTP/1.1\r\nHost: a.b:8080\r\n"
-    "Content-Type: application/json\r\nContent-Length:  42 \r\n"
+    "Content-Type: application/json\r\nContent-Length:  42\r\n"
     "X-Empty:\r\nUser-Agent: A/1 (\xc3\xa9)\r\n\r\n",
     "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n",
 };
@@ -48,6 +48,8 @@ static const struct {
     BAD("GET /x HTTP/1.1\r\nA: b\rc\r\n\r\n", 400, 24),
     BAD("GET /x HTTP/1.1\r\nContent-Length: 1e3\r\n\r\n", 400, 35),
     BAD("GET /x HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400, 34),
+    /* libmicrohttpd keeps the trailing blank, then fails the number */
+    BAD("GET /x HTTP/1.1\r\nContent-Length: 42 \r\n\r\n", 400, 36),
 };
 
 int main(void) {
@@ -92,8 +94,7 @@ int main(void) {
   /* the shape follows the target */
   static const char *const ant[] = {
       "POST /v1/messages HTTP/1.1\r\nA b\r\n\r\n",
-      "POST /v1/messages/count_tokens HTTP/1.1"
-      "\r\nA b\r\n\r\n",
+      "POST /v1/messages/count_tokens HTTP/1.1\r\nA b\r\n\r\n",
       "POST /v1/messages?x HTTP/1.1\r\nA b\r\n\r\n"};
   for (size_t i = 0; i < 3; i++)
     CHECK(check(ant[i], strlen(ant[i]), &hi, &e) == SL_SRV_HEAD_BAD &&

@@ -13,7 +13,9 @@
  *   version      = "HTTP/1.0" / "HTTP/1.1"             (505: other digits)
  *   header-line  = field-name ":" *(SP / HTAB / VCHAR / obs-text) (CR)LF
  *   field-name   = 1*tchar       (no space before the colon, no folding)
- *   Content-Length = 1*19 DIGIT, with optional blanks around it
+ *   Content-Length = 1*19 DIGIT, blanks before it but none after
+ *                    (libmicrohttpd trims a value's leading blanks only,
+ *                    and answers "19 " with its HTML 400)
  *   head         = request-line *header-line (CR)LF    (431 past 16 KiB)
  *
  * A prefix is judged as it arrives: a byte that no valid head could hold
@@ -140,8 +142,6 @@ static int check_field(const char *p, size_t n, bool whole, sl_srv_error *err) {
     while (k < n && p[k] >= '0' && p[k] <= '9')
       k++;
     size_t nd = k - d0;
-    while (k < n && (p[k] == ' ' || p[k] == '\t'))
-      k++;
     if (nd > 19 || k < n || (whole && nd == 0))
       return bad(err, 400, "malformed_request",
                  "Content-Length is not a decimal number of bytes");
