@@ -41,7 +41,7 @@ HEADER_LAYER = {
     "gguf": "gguf",
     "jinja": "jinja",
     "tokenizer": "tokenizer",
-    "kv": "kv",
+    "kv": "kv", "kv_tier": "kv",
     "model": "model",
     "engine": "engine", "sampler": "engine",
     "server": "server",
