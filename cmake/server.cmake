@@ -73,6 +73,10 @@ if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
   # the front door: slowloris, limits, heads refused in JSON (needs
   # 127.0.0.2 and a few thousand fds; raises its own soft limit)
   sl_server_pytest(test_http_door test_http_door.py 600)
+  # the SSD tier end to end: a restart restores a 4k-token prefix with the
+  # cold run's text; bit flips recomputed or skipped; a full tmpfs (where
+  # the test may mount one) turns the tier off; a missing directory
+  sl_server_pytest(test_kv_ssd test_kv_ssd.py 1500)
 endif()
 if(TARGET fuzz_http)
   target_link_libraries(fuzz_http PRIVATE sluice_server)

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sluice/kv_tier.h"
 #include "sluice/model.h"
 #include "sluice/reason.h"
 #include "sluice/sampler.h"
@@ -51,6 +52,14 @@ typedef struct sl_engine_config {
   /* a CPU KV pool's pages are touched at start (serve sets it): RSS is then
    * what serving holds from the first request, not a slope over minutes */
   bool kv_prefault;
+  /* the SSD tier (--ssd-cache-dir, --ssd-cache-bytes): prefix blocks
+   * written by the store worker, restored at admission, kept across
+   * restarts. NULL: none. A directory that is missing or not writable
+   * fails sl_engine_create (SL_ERR_IO), or with ssd_cache_optional logs a
+   * warning and runs without the tier. CPU engines only for now. */
+  const char *ssd_cache_dir;
+  uint64_t ssd_cache_bytes;
+  bool ssd_cache_optional;
   int queue_timeout_ms; /* --queue-timeout-ms: a request that was never
                            admitted fails after waiting this long (with
                            SL_REASON_QUEUE_TIMEOUT); <= 0: waits forever */
@@ -171,7 +180,33 @@ typedef struct sl_engine_stats {
    * recomputed, mostly from the prefix cache), and queued requests failed
    * by the queue timeout */
   uint64_t preemptions, queue_timeouts;
+  /* blocks restored from the SSD tier at admission, and the time spent
+   * reading and queueing them */
+  uint64_t ssd_restored_blocks, ssd_restore_ns;
 } sl_engine_stats;
+
+/* The store worker (it copies finished prefix blocks into the tiers). */
+#define SL_STORE_HOLD_BUCKETS 11
+typedef struct sl_engine_store_stats {
+  uint64_t queued;  /* blocks handed to the worker */
+  uint64_t written; /* blocks the tier took */
+  uint64_t failed;  /* blocks whose copy or write failed (tier off, I/O) */
+  uint64_t dropped; /* oldest unwritten blocks dropped: the disk was behind */
+  uint64_t pending; /* blocks waiting now */
+  /* the buffer-access lock, per copy batch (at most 8 blocks): holds,
+   * their total and longest time, and a histogram of hold times with
+   * upper bounds sl_engine_store_hold_bucket_ns(0..SL_STORE_HOLD_BUCKETS-1)
+   * (the last is +Inf) */
+  uint64_t lock_holds, lock_ns_total, lock_ns_max;
+  uint64_t lock_hold_hist[SL_STORE_HOLD_BUCKETS];
+} sl_engine_store_stats;
+
+uint64_t sl_engine_store_hold_bucket_ns(int bucket);
+
+/* The SSD tier's and the store worker's counters; false (and nothing
+ * written) when the engine has no tier. Any thread. */
+bool sl_engine_tier_stats(sl_engine_t *e, sl_kv_tier_stats *tier,
+                          sl_engine_store_stats *store);
 
 sl_engine_stats sl_engine_get_stats(sl_engine_t *e);
 

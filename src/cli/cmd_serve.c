@@ -37,6 +37,8 @@ static void serve_usage(FILE *f) {
       "                    [--queue-timeout-ms MS] [--max-conns N]\n"
       "                    [--max-conns-per-ip N] [--http-threads N]\n"
       "                    [--head-timeout-ms MS] [--request-timeout-ms MS]\n"
+      "                    [--ssd-cache-dir DIR] [--ssd-cache-bytes BYTES]\n"
+      "                    [--ssd-cache-optional]\n"
       "  serves the OpenAI (/v1/chat/completions, /v1/completions,\n"
       "  /v1/models) and Anthropic (/v1/messages) APIs, /health, /metrics\n"
       "  and /admin/api/stats; binds 127.0.0.1:8080 unless told otherwise.\n"
@@ -56,7 +58,12 @@ static void serve_usage(FILE *f) {
       "  once. A request head must arrive whole within --head-timeout-ms\n"
       "  (10000) of its first byte, the whole request within\n"
       "  --request-timeout-ms (60000): 408 past that. --http-threads (4)\n"
-      "  sizes the HTTP thread pool (no thread waits for a client).\n");
+      "  sizes the HTTP thread pool (no thread waits for a client).\n"
+      "  --ssd-cache-dir: prefix KV blocks are also written there (one\n"
+      "  checksummed file per block, at most --ssd-cache-bytes, 10G by\n"
+      "  default, least recently used out first) and restored from there,\n"
+      "  across restarts. A missing or read-only DIR is an error, or with\n"
+      "  --ssd-cache-optional a warning and no SSD cache. CPU only for now.\n");
 }
 
 /* "4G", "512M", "123456", "1.5G" -> bytes. */
@@ -119,6 +126,7 @@ int sl_cli_serve_main(int argc, char **argv) {
   /* the KV pool resident from the start, as llama.cpp clears its KV buffer
    * at load (the soak test judges RSS from the first minute on) */
   ecfg.kv_prefault = true;
+  ecfg.ssd_cache_bytes = 10ull << 30;
   bool ctx_set = false, mbt_set = false;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -199,6 +207,13 @@ int sl_cli_serve_main(int argc, char **argv) {
           BAD_VALUE scfg.grace_ms = (unsigned)lv;
     } else if (!strcmp(a, "--parse-special-in-content")) {
       scfg.parse_special_in_content = true;
+    } else if (!strcmp(a, "--ssd-cache-dir")) {
+      NEED_VALUE ecfg.ssd_cache_dir = v;
+    } else if (!strcmp(a, "--ssd-cache-bytes")) {
+      NEED_VALUE if (!parse_bytes(v, &bv) || bv < (1u << 20))
+          BAD_VALUE ecfg.ssd_cache_bytes = bv;
+    } else if (!strcmp(a, "--ssd-cache-optional")) {
+      ecfg.ssd_cache_optional = true;
     } else if (!strcmp(a, "--queue-timeout-ms")) {
       NEED_VALUE if (!sl_cli_parse_long(v, 0, 86400000, &lv))
           BAD_VALUE ecfg.queue_timeout_ms = (int)lv;

@@ -251,8 +251,40 @@ static sl_status executor_init(sl_engine_t *e) {
     sl_buf_t *kb = sl_kv_buffer(e->kv);
     memset(sl_buf_ptr(kb), 0, sl_buf_size(kb));
   }
-  sl_kv_view view = sl_kv_view_of(e->kv);
   char err[256];
+  if (e->cfg.ssd_cache_dir) {
+    sl_kv_ssd_config sc = {.dir = e->cfg.ssd_cache_dir,
+                           .budget = e->cfg.ssd_cache_bytes,
+                           .fingerprint = kc.fingerprint,
+                           .n_layer = kc.n_layer,
+                           .kv_dim = kc.kv_dim,
+                           .block_tokens = kc.block_tokens};
+    if (gpu) {
+      st = SL_ERR_UNSUPPORTED;
+      snprintf(err, sizeof err,
+               "the SSD cache serves CPU engines only for now (the model "
+               "runs on %s)",
+               sl_device_name(e->dev));
+    } else {
+      st = sl_kv_ssd_open(&sc, &e->tier, err, sizeof err);
+    }
+    if (st != SL_OK && !e->cfg.ssd_cache_optional) {
+      SL_LOGE("%s", err);
+      return st;
+    }
+    if (st != SL_OK) {
+      SL_LOGW("%s; serving without the SSD cache", err);
+    } else {
+      sl_kv_tier_stats ts = sl_kv_tier_stats_of(e->tier);
+      SL_LOGI("SSD cache %s: %llu blocks (%llu bytes) indexed, %llu files "
+              "skipped",
+              e->cfg.ssd_cache_dir, (unsigned long long)ts.entries,
+              (unsigned long long)ts.bytes, (unsigned long long)ts.skipped);
+      if ((st = sl__store_start(e)) != SL_OK)
+        return st;
+    }
+  }
+  sl_kv_view view = sl_kv_view_of(e->kv);
   if ((st = sl_batch_ctx_create2(e->model, &view, e->stream, e->cfg.n_threads,
                                  &e->bctx, err, sizeof err)) != SL_OK) {
     SL_LOGE("engine on %s: %s", sl_device_name(e->dev),
@@ -306,6 +338,9 @@ static void executor_fini(sl_engine_t *e) {
     in = r->next;
     sl__finish(e, r, SL_FINISH_ABORT, SL_OK, SL_REASON_NONE, NULL);
   }
+  sl__store_stop(e); /* writes what is queued; needs the pool */
+  sl_kv_tier_close(e->tier);
+  e->tier = NULL;
   if (e->stream)
     sl__clear_at_site(e, SL__SITE_SHUTDOWN);
   sl_batch_ctx_free(e->bctx);
@@ -356,6 +391,7 @@ static void *executor_main(void *p) {
     }
     pthread_mutex_unlock(&e->mu);
     sl__take_inbox(e);
+    sl__store_collect(e);
     idle_cleared = false;
     sl__apply_aborts(e);
     sl__admit_waiting(e);

@@ -178,6 +178,8 @@ struct sl_engine {
   uint64_t first_chunks, later_chunks; /* for the fault hooks */
   sl_status clear_error; /* a clear reported an error: fail active requests */
   sl__engine_test_hooks hooks;
+  sl_kv_tier_t *tier;      /* the SSD tier, or NULL */
+  struct sl__store *store; /* its store worker (store.c) */
 };
 
 /* ---- shared by engine.c, scheduler.c and detok.c (executor thread) ---- */
@@ -205,6 +207,22 @@ void sl__take_inbox(sl_engine_t *e);
  * one's results arrive. Aborts wait for the step's end (they free blocks
  * the running step may be writing). */
 void sl__prepare_next(sl_engine_t *e);
+/* store.c: the store worker and restores from the tier. */
+sl_status sl__store_start(sl_engine_t *e);
+/* Queues a just-published block (taking a reference) for the tier; ev: the
+ * engine stream's point after which its K/V is written. */
+void sl__store_enqueue(sl_engine_t *e, int block, uint64_t hash,
+                       const int32_t *tokens, sl_event ev);
+/* Drops the references of blocks the worker is done with (executor). */
+void sl__store_collect(sl_engine_t *e);
+/* Writes what is queued, ends the worker, drops its references. */
+void sl__store_stop(sl_engine_t *e);
+/* Fills pool blocks blocks[0..n) with the chain that follows `parent` over
+ * tokens (n full blocks) from the tier, as far as the tier has them;
+ * publishes them; returns how many. */
+int sl__store_restore(sl_engine_t *e, const int32_t *tokens, uint64_t parent,
+                      const int32_t *blocks, int n);
+
 /* Fails every active request with st (a clear reported an error). */
 void sl__fail_active(sl_engine_t *e, sl_status st);
 void sl__active_remove(sl_engine_t *e, sl__req *r);

@@ -104,9 +104,21 @@ static void publish_blocks(sl_engine_t *e, sl__req *r) {
   int T = e->cfg.kv_block_tokens;
   int full = r->n_computed / T;
   uint64_t h = 0;
+  sl_event ev = {0};
+  bool have_ev = false;
   for (int i = 0; i < full && i < r->n_blocks; i++) {
-    h = sl_kv_hash_block(e->kv, h, r->tokens + (size_t)i * (size_t)T, T);
-    sl_kv_publish(e->kv, r->blocks[i], h, r->tokens + (size_t)i * (size_t)T);
+    const int32_t *bt = r->tokens + (size_t)i * (size_t)T;
+    h = sl_kv_hash_block(e->kv, h, bt, T);
+    if (!sl_kv_publish(e->kv, r->blocks[i], h, bt) || !e->store)
+      continue; /* published before (found by a lookup, or restored) */
+    sl_kv_block_key k = {sl_kv_config_of(e->kv)->fingerprint, h, bt};
+    if (sl_kv_tier_contains(e->tier, &k))
+      continue;
+    /* the block's K/V is written by work queued so far */
+    if (!have_ev && sl_event_record(e->stream, &ev) != SL_OK)
+      return;
+    have_ev = true;
+    sl__store_enqueue(e, r->blocks[i], h, bt, ev);
   }
 }
 
@@ -380,14 +392,30 @@ bool sl__admit_one(sl_engine_t *e) {
   int max_cached = (r->n_target - 1) / T;
   uint64_t h = 0;
   int got = 0;
-  for (; got < max_cached; got++) {
-    h = sl_kv_hash_block(e->kv, h, r->tokens + (size_t)got * (size_t)T, T);
-    int b = sl_kv_lookup(e->kv, h, r->tokens + (size_t)got * (size_t)T);
+  for (; got < max_cached; got++) { /* h: the chain up to block got */
+    uint64_t nh =
+        sl_kv_hash_block(e->kv, h, r->tokens + (size_t)got * (size_t)T, T);
+    int b = sl_kv_lookup(e->kv, nh, r->tokens + (size_t)got * (size_t)T);
     if (b < 0)
       break;
+    h = nh;
     r->blocks[got] = b;
   }
   r->n_blocks = got;
+  /* how far the SSD tier continues the chain (no I/O yet: the index) */
+  int on_ssd = 0;
+  if (e->tier) {
+    uint64_t th = h;
+    uint64_t fp = sl_kv_config_of(e->kv)->fingerprint;
+    for (int j = got; j < max_cached; j++) {
+      const int32_t *bt = r->tokens + (size_t)j * (size_t)T;
+      th = sl_kv_hash_block(e->kv, th, bt, T);
+      sl_kv_block_key k = {fp, th, bt};
+      if (!sl_kv_tier_contains(e->tier, &k))
+        break;
+      on_ssd++;
+    }
+  }
   int need_new = blocks_for(e, r->n_target) - got;
   int remaining = r->n_target - got * T;
   int chunk =
@@ -406,6 +434,11 @@ bool sl__admit_one(sl_engine_t *e) {
     SL_ASSERT(b >= 0); /* sl_kv_available said so */
     r->blocks[r->n_blocks++] = b;
   }
+  /* the first new blocks are filled from the SSD tier, as far as its
+   * files read back whole (a bad one ends the chain: computed instead) */
+  if (on_ssd)
+    got += sl__store_restore(e, r->tokens + (size_t)got * (size_t)T, h,
+                             r->blocks + got, on_ssd);
   r->n_computed = got * T;
   r->state = SL__REQ_PREFILLING;
   waiting_pop_head(e);

@@ -107,6 +107,80 @@ static void prom_hist(sl_sbuf *o, const char *name, const char *help,
                 (unsigned long long)count);
 }
 
+/* The SSD tier and its store worker, when the engine has one. */
+static void tier_metrics(sl_server_t *s, sl_sbuf *o, const snapshot *sn) {
+  sl_kv_tier_stats t;
+  sl_engine_store_stats w;
+  if (!sl_engine_tier_stats(s->engine, &t, &w))
+    return;
+  const struct {
+    const char *name;
+    char type; /* 'g' gauge, 'c' counter */
+    const char *help;
+    double v;
+  } rows[] = {
+      {"sluice_kv_ssd_enabled", 'g',
+       "1 while the SSD tier serves; 0 after a write fault turned it off.",
+       t.enabled ? 1 : 0},
+      {"sluice_kv_ssd_blocks", 'g', "Blocks held by the SSD tier.",
+       (double)t.entries},
+      {"sluice_kv_ssd_bytes", 'g', "Bytes held by the SSD tier.",
+       (double)t.bytes},
+      {"sluice_kv_ssd_budget_bytes", 'g', "The SSD tier's byte budget.",
+       (double)t.budget},
+      {"sluice_kv_ssd_hits_total", 'c', "Blocks restored from the SSD tier.",
+       (double)t.hits},
+      {"sluice_kv_ssd_misses_total", 'c',
+       "SSD tier lookups that found no block.", (double)t.misses},
+      {"sluice_kv_ssd_restored_bytes_total", 'c',
+       "Payload bytes restored from the SSD tier.", (double)t.get_bytes},
+      {"sluice_kv_ssd_restore_seconds_total", 'c',
+       "Time spent reading blocks from the SSD tier.", t.get_ms_total / 1e3},
+      {"sluice_kv_ssd_written_bytes_total", 'c',
+       "Payload bytes written to the SSD tier.", (double)t.put_bytes},
+      {"sluice_kv_ssd_write_seconds_total", 'c',
+       "Time spent writing blocks to the SSD tier.", t.put_ms_total / 1e3},
+      {"sluice_kv_ssd_evictions_total", 'c',
+       "Blocks removed for the SSD tier's budget.", (double)t.evictions},
+      {"sluice_kv_ssd_corrupt_total", 'c',
+       "Blocks that failed a check when read: dropped, recomputed.",
+       (double)t.corrupt},
+      {"sluice_kv_ssd_skipped_total", 'c',
+       "Files skipped when the index was rebuilt at start.", (double)t.skipped},
+      {"sluice_kv_ssd_faults_total", 'c', "Write faults (ENOSPC, EIO, ...).",
+       (double)t.faults},
+      {"sluice_kv_ssd_admission_restore_seconds_total", 'c',
+       "Executor time restoring SSD blocks at admission (reads and queueing "
+       "the copies).",
+       (double)sn->e.ssd_restore_ns / 1e9},
+      {"sluice_kv_store_queued_total", 'c',
+       "Blocks handed to the store worker.", (double)w.queued},
+      {"sluice_kv_store_dropped_total", 'c',
+       "Unwritten blocks dropped because the disk was behind.",
+       (double)w.dropped},
+      {"sluice_kv_store_failed_total", 'c',
+       "Blocks the store worker could not write.", (double)w.failed},
+      {"sluice_kv_store_pending", 'g', "Blocks waiting for the store worker.",
+       (double)w.pending},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+    prom(o, rows[i].name, rows[i].type == 'g' ? "gauge" : "counter",
+         rows[i].help, rows[i].v);
+  uint64_t cum[SL_STORE_HOLD_BUCKETS];
+  double bounds[SL_STORE_HOLD_BUCKETS];
+  uint64_t c = 0;
+  for (int i = 0; i < SL_STORE_HOLD_BUCKETS; i++) {
+    c += w.lock_hold_hist[i];
+    cum[i] = c;
+    bounds[i] = (double)sl_engine_store_hold_bucket_ns(i) / 1e9;
+  }
+  prom_hist(o, "sluice_kv_store_lock_hold_seconds",
+            "Buffer-access lock holds of the store worker, one per copy "
+            "batch.",
+            cum, bounds, SL_STORE_HOLD_BUCKETS - 1,
+            (double)w.lock_ns_total / 1e9, w.lock_holds);
+}
+
 void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *o) {
   snapshot sn;
   take(s, &sn);
@@ -198,6 +272,7 @@ void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *o) {
        sn.a.inflight_ms_last);
   prom(o, "sluice_inflight_at_clear_ms_max", "gauge",
        "Longest in-flight time at a clear.", sn.a.inflight_ms_max);
+  tier_metrics(s, o, &sn);
 }
 
 json_t *sl__srv_stats_json(sl_server_t *s) {

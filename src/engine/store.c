@@ -1,0 +1,380 @@
+/* sluice — engine: the store worker, and restores from the tiers.
+ *
+ * The store worker (one thread per engine, with its own stream) copies
+ * finished prefix blocks out of the KV pool into the tiers (today: the SSD
+ * tier) without blocking the executor:
+ *   - the executor, publishing a block, takes a reference on it (so the
+ *     pool cannot evict and reuse it) and queues it with an event: the
+ *     point on the engine stream after which the block's K/V is written;
+ *   - the worker takes a batch, waits for the events, then, holding the
+ *     buffer-access lock, submits one copy task on its own stream that
+ *     names the pool's buffer (a use recorded on the store stream, I1) and
+ *     waits for it; the lock is released before any file I/O;
+ *   - it writes each block to the tier, then hands the block ids back; the
+ *     executor drops the references at its next step (sl__store_collect).
+ * The queue is bounded: when the disk is slower than the producer, the
+ * oldest unwritten blocks are dropped (and counted); decode never waits.
+ *
+ * Restores run on the executor at admission (sl__store_restore): each
+ * block is read from the tier into host memory (its checksum checked), and
+ * one task on the engine stream copies them into the pool blocks the
+ * request was given, ahead of the request's own prefill in stream order.
+ * The copy task frees the host memory, so the executor never waits.
+ *
+ * CPU pools only for now: a CUDA pool's blocks are device memory, which
+ * these memcpy tasks cannot read (the tier is then not opened).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/engine_impl.h"
+#include "sluice/alloc.h"
+#include "sluice/kv_tier.h"
+#include "sluice/memsync.h"
+#include "sluice/util.h"
+
+#define STORE_QUEUE   1024 /* blocks waiting to be written, at most */
+#define STORE_BATCH   8    /* blocks per copy task (and per lock hold) */
+#define RESTORE_GROUP 64   /* blocks per restore task */
+
+typedef struct store_item {
+  int block;
+  uint64_t hash;
+  sl_event ev;
+  int32_t *tokens; /* block_tokens, owned */
+} store_item;
+
+typedef struct sl__store {
+  sl_engine_t *e;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  store_item q[STORE_QUEUE]; /* ring */
+  int head, n;
+  int *done; /* block ids to unref (executor) */
+  int n_done, cap_done;
+  bool stopping;
+  sl_engine_store_stats st;
+} sl__store;
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- the copy tasks ---------------------------------------------------- */
+
+/* Blocks out of the pool (out = true) or into it: for each block, for each
+ * layer, K then V (the tier's byte order, kv_tier.h). */
+typedef struct copy_arg {
+  sl_buf_t *pool;
+  sl_kv_view view;
+  int n;
+  int blocks[RESTORE_GROUP]; /* >= STORE_BATCH */
+  uint8_t *host;             /* n * block bytes */
+  bool out;
+  bool free_host; /* the task frees `host` when done (restores) */
+} copy_arg;
+
+static sl_status copy_task(const sl_task_ctx *ctx, void *p) {
+  (void)ctx;
+  copy_arg *a = p;
+  uint16_t *base = sl_buf_ptr(a->pool);
+  size_t half = sl_kv_view_half_elems(&a->view);
+  size_t span = (size_t)a->view.block_tokens * (size_t)a->view.kv_dim;
+  size_t span_b = span * sizeof(uint16_t);
+  uint8_t *h = a->host;
+  for (int i = 0; i < a->n; i++)
+    for (int l = 0; l < a->view.n_layer; l++) {
+      size_t k = sl_kv_view_k_offset(&a->view, l, a->blocks[i]);
+      uint16_t *kp = base + k, *vp = base + half + k;
+      if (a->out) {
+        memcpy(h, kp, span_b);
+        memcpy(h + span_b, vp, span_b);
+      } else {
+        memcpy(kp, h, span_b);
+        memcpy(vp, h + span_b, span_b);
+      }
+      h += 2 * span_b;
+    }
+  if (a->free_host)
+    free(a->host);
+  return SL_OK;
+}
+
+/* ---- the worker -------------------------------------------------------- */
+
+static void hand_back(sl__store *s, const store_item *it, int n) {
+  pthread_mutex_lock(&s->mu);
+  for (int i = 0; i < n; i++) {
+    if (s->n_done == s->cap_done) {
+      int cap = s->cap_done ? 2 * s->cap_done : 64;
+      int *d = realloc(s->done, sizeof *d * (size_t)cap);
+      if (!d)
+        abort(); /* a lost id would pin a block forever */
+      s->done = d;
+      s->cap_done = cap;
+    }
+    s->done[s->n_done++] = it[i].block;
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void *store_main(void *p) {
+  sl__store *s = p;
+  sl_engine_t *e = s->e;
+  const sl_kv_config *kc = sl_kv_config_of(e->kv);
+  size_t bb =
+      (size_t)sl_kv_block_bytes(kc->n_layer, kc->kv_dim, kc->block_tokens);
+  uint8_t *host = malloc(bb * STORE_BATCH);
+  sl_stream_t *own = sl_thread_stream(e->dev);
+  store_item batch[STORE_BATCH];
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    while (!s->n && !s->stopping)
+      pthread_cond_wait(&s->cv, &s->mu);
+    if (!s->n) { /* stopping, and everything written */
+      pthread_mutex_unlock(&s->mu);
+      break;
+    }
+    int n = s->n < STORE_BATCH ? s->n : STORE_BATCH;
+    for (int i = 0; i < n; i++)
+      batch[i] = s->q[(s->head + i) % STORE_QUEUE];
+    s->head = (s->head + n) % STORE_QUEUE;
+    s->n -= n;
+    pthread_mutex_unlock(&s->mu);
+    copy_arg a = {.pool = sl_kv_buffer(e->kv),
+                  .view = sl_kv_view_of(e->kv),
+                  .n = n,
+                  .host = host,
+                  .out = true};
+    sl_status st = host ? SL_OK : SL_ERR_NOMEM;
+    for (int i = 0; i < n; i++) {
+      a.blocks[i] = batch[i].block;
+      /* the block's K/V is written once the engine stream passes this;
+       * waited for before the lock, so that a hold is the copy alone */
+      if (st == SL_OK)
+        st = sl_stream_wait_seq(batch[i].ev.stream, batch[i].ev.seq);
+    }
+    if (st == SL_OK) {
+      sl_buffer_access_lock(e->dev);
+      uint64_t t0 = now_ns();
+      st = sl_stream_submit(own, copy_task, &a, sizeof a, &a.pool, 1, NULL);
+      if (st == SL_OK)
+        st = sl_stream_sync(own);
+      uint64_t held = now_ns() - t0;
+      sl_buffer_access_unlock(e->dev);
+      pthread_mutex_lock(&s->mu);
+      s->st.lock_holds++;
+      s->st.lock_ns_total += held;
+      if (held > s->st.lock_ns_max)
+        s->st.lock_ns_max = held;
+      for (int b = 0; b < SL_STORE_HOLD_BUCKETS; b++)
+        if (held <= sl_engine_store_hold_bucket_ns(b)) {
+          s->st.lock_hold_hist[b]++;
+          break;
+        }
+      pthread_mutex_unlock(&s->mu);
+    }
+    for (int i = 0; i < n; i++) {
+      sl_status ps = SL_ERR_STATE;
+      if (st == SL_OK) {
+        sl_kv_block_key k = {kc->fingerprint, batch[i].hash, batch[i].tokens};
+        ps = sl_kv_tier_put(e->tier, &k, host + (size_t)i * bb, bb);
+      }
+      pthread_mutex_lock(&s->mu);
+      if (ps == SL_OK)
+        s->st.written++;
+      else
+        s->st.failed++;
+      pthread_mutex_unlock(&s->mu);
+      free(batch[i].tokens);
+    }
+    hand_back(s, batch, n);
+  }
+  free(host);
+  sl_clear_thread_streams(); /* I5 */
+  return NULL;
+}
+
+sl_status sl__store_start(sl_engine_t *e) {
+  sl__store *s = calloc(1, sizeof *s);
+  if (!s)
+    return SL_ERR_NOMEM;
+  s->e = e;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  if (pthread_create(&s->thread, NULL, store_main, s) != 0) {
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    return SL_ERR_THREAD;
+  }
+  e->store = s;
+  return SL_OK;
+}
+
+void sl__store_enqueue(sl_engine_t *e, int block, uint64_t hash,
+                       const int32_t *tokens, sl_event ev) {
+  sl__store *s = e->store;
+  int T = e->cfg.kv_block_tokens;
+  int32_t *t = malloc(sizeof *t * (size_t)T);
+  if (!t)
+    return;
+  memcpy(t, tokens, sizeof *t * (size_t)T);
+  sl_kv_block_ref(e->kv, block); /* held until the worker hands it back */
+  pthread_mutex_lock(&s->mu);
+  if (s->n == STORE_QUEUE) {
+    /* the disk is behind: the oldest unwritten block goes */
+    store_item old = s->q[s->head];
+    s->head = (s->head + 1) % STORE_QUEUE;
+    s->n--;
+    s->st.dropped++;
+    pthread_mutex_unlock(&s->mu);
+    free(old.tokens);
+    hand_back(s, &old, 1);
+    pthread_mutex_lock(&s->mu);
+  }
+  s->q[(s->head + s->n) % STORE_QUEUE] =
+      (store_item){.block = block, .hash = hash, .ev = ev, .tokens = t};
+  s->n++;
+  s->st.queued++;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+void sl__store_collect(sl_engine_t *e) {
+  sl__store *s = e->store;
+  if (!s)
+    return;
+  int ids[256];
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    int n = s->n_done < 256 ? s->n_done : 256;
+    memcpy(ids, s->done + s->n_done - n, sizeof *ids * (size_t)n);
+    s->n_done -= n;
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n; i++)
+      sl_kv_block_unref(e->kv, ids[i]);
+    if (n < 256)
+      return;
+  }
+}
+
+void sl__store_stop(sl_engine_t *e) {
+  sl__store *s = e->store;
+  if (!s)
+    return;
+  pthread_mutex_lock(&s->mu);
+  s->stopping = true; /* the worker writes what is queued, then ends */
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->thread, NULL);
+  sl__store_collect(e);
+  free(s->done);
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+  e->store = NULL;
+}
+
+bool sl_engine_tier_stats(sl_engine_t *e, sl_kv_tier_stats *tier,
+                          sl_engine_store_stats *store) {
+  if (!e->tier)
+    return false;
+  if (tier)
+    *tier = sl_kv_tier_stats_of(e->tier);
+  sl__store *s = e->store;
+  if (store) {
+    memset(store, 0, sizeof *store);
+    if (s) {
+      pthread_mutex_lock(&s->mu);
+      *store = s->st;
+      store->pending = (uint64_t)s->n;
+      pthread_mutex_unlock(&s->mu);
+    }
+  }
+  return true;
+}
+
+uint64_t sl_engine_store_hold_bucket_ns(int b) {
+  /* 0.1 ms, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100 ms, +Inf */
+  static const uint64_t us[SL_STORE_HOLD_BUCKETS] = {
+      100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, UINT64_MAX};
+  return us[b] == UINT64_MAX ? UINT64_MAX : us[b] * 1000u;
+}
+
+/* ---- restores ------------------------------------------------------------ */
+
+/* One group of up to RESTORE_GROUP blocks: read, then one copy task. */
+static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
+                         const int32_t *blocks, int n) {
+  const sl_kv_config *kc = sl_kv_config_of(e->kv);
+  int T = kc->block_tokens;
+  size_t bb = (size_t)sl_kv_block_bytes(kc->n_layer, kc->kv_dim, T);
+  uint8_t *host = malloc(bb * (size_t)n);
+  if (!host)
+    return 0;
+  uint64_t hashes[RESTORE_GROUP];
+  uint64_t hh = *h;
+  int got = 0;
+  for (; got < n; got++) {
+    const int32_t *bt = tokens + (size_t)got * (size_t)T;
+    uint64_t nh = sl_kv_hash_block(e->kv, hh, bt, T);
+    sl_kv_block_key k = {kc->fingerprint, nh, bt};
+    if (sl_kv_tier_get(e->tier, &k, host + (size_t)got * bb, bb) != SL_OK)
+      break; /* missing or bad (then dropped): computed instead */
+    hashes[got] = hh = nh;
+  }
+  if (!got) {
+    free(host);
+    return 0;
+  }
+  copy_arg a = {.pool = sl_kv_buffer(e->kv),
+                .view = sl_kv_view_of(e->kv),
+                .n = got,
+                .host = host,
+                .out = false,
+                .free_host = true};
+  memcpy(a.blocks, blocks, sizeof *blocks * (size_t)got);
+  if (sl_stream_submit(e->stream, copy_task, &a, sizeof a, &a.pool, 1, NULL) !=
+      SL_OK) {
+    free(host);
+    return 0;
+  }
+  /* found by later lookups at once: their prefill runs after this copy on
+   * the same stream */
+  for (int i = 0; i < got; i++)
+    sl_kv_publish(e->kv, blocks[i], hashes[i], tokens + (size_t)i * (size_t)T);
+  *h = hh;
+  return got;
+}
+
+int sl__store_restore(sl_engine_t *e, const int32_t *tokens, uint64_t parent,
+                      const int32_t *blocks, int n) {
+  if (!e->tier || n <= 0)
+    return 0;
+  int T = e->cfg.kv_block_tokens;
+  uint64_t t0 = now_ns();
+  uint64_t h = parent;
+  int done = 0;
+  while (done < n) {
+    int want = n - done < RESTORE_GROUP ? n - done : RESTORE_GROUP;
+    int got = restore_group(e, tokens + (size_t)done * (size_t)T, &h,
+                            blocks + done, want);
+    done += got;
+    if (got < want)
+      break;
+  }
+  if (done) {
+    pthread_mutex_lock(&e->mu);
+    e->stats.ssd_restored_blocks += (uint64_t)done;
+    e->stats.ssd_restore_ns += now_ns() - t0;
+    pthread_mutex_unlock(&e->mu);
+  }
+  return done;
+}

@@ -1,0 +1,198 @@
+"""The SSD tier end to end, through real servers and a real directory
+(issue 11): prefix blocks written by the store worker survive a restart and
+are restored at admission, with the same greedy text as a cold run; bad
+files are recomputed or skipped, never served; a full disk turns the tier
+off while requests go on; a missing directory is a start-up error.
+
+Each test starts its own servers (the default model, greedy, 8k context)."""
+import glob
+import json
+import os
+import random
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+from conftest import Server, _need_everything
+
+CTX = ["-c", "8192", "--max-seqs", "2"]
+
+
+def prompt_words(n, seed=7):
+    rnd = random.Random(seed)
+    words = ("river stone cloud lamp orchard violin copper meadow signal "
+             "harbor lantern quiet silver marble thunder garden window "
+             "pepper canyon falcon ember willow").split()
+    return " ".join(rnd.choice(words) for _ in range(n))
+
+
+LONG = prompt_words(3900)  # about 4,000 tokens for SmolLM2's tokenizer
+
+
+def complete(srv, prompt, max_tokens=12):
+    body = json.dumps({"model": "smollm2", "prompt": prompt,
+                       "max_tokens": max_tokens, "temperature": 0}).encode()
+    req = urllib.request.Request(srv.base + "/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        out = json.load(r)
+    u = out["usage"]
+    cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    return out["choices"][0]["text"], u["prompt_tokens"], cached
+
+
+def metrics(srv):
+    with urllib.request.urlopen(srv.base + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    m = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and " " in line:
+            k, v = line.rsplit(" ", 1)
+            m[k] = float(v)
+    return m
+
+
+@pytest.fixture(scope="module")
+def cold():
+    """The texts of a server with no SSD tier: the reference."""
+    _need_everything()
+    s = Server(CTX)
+    try:
+        ref = {p: complete(s, p)[0]
+               for p in (LONG, LONG + " final words here", LONG + " tail")}
+    finally:
+        s.stop()
+    return ref
+
+
+def files(d):
+    return sorted(glob.glob(os.path.join(d, "*.slkv")))
+
+
+def fill_cache(d):
+    """Serves LONG once with the tier in d, stops (the worker writes what
+    is queued before the engine ends); returns the prompt's tokens."""
+    s = Server(CTX + ["--ssd-cache-dir", d])
+    try:
+        _, n_prompt, cached = complete(s, LONG)
+        assert cached == 0
+    finally:
+        assert s.stop() == 0
+    return n_prompt
+
+
+def test_restart_restores_prefix(cold):
+    with tempfile.TemporaryDirectory() as d:
+        n_prompt = fill_cache(d)
+        assert n_prompt >= 4000, n_prompt
+        blocks = files(d)
+        assert len(blocks) >= n_prompt // 16 - 1, (len(blocks), n_prompt)
+        s = Server(CTX + ["--ssd-cache-dir", d])
+        try:
+            assert metrics(s)["sluice_kv_ssd_blocks"] == len(blocks)
+            text, n2, cached = complete(s, LONG + " final words here")
+            m = metrics(s)
+        finally:
+            s.stop()
+        assert cached >= 4000 and cached <= n2 - 1, (cached, n2)
+        assert text == cold[LONG + " final words here"]
+        assert m["sluice_kv_ssd_hits_total"] * 16 == cached
+        assert m["sluice_kv_ssd_corrupt_total"] == 0
+
+
+def flip(path, offset, whence):
+    with open(path, "r+b") as f:
+        f.seek(offset, whence)
+        b = f.read(1)
+        f.seek(offset, whence)
+        f.write(bytes([b[0] ^ 0x01]))
+
+
+def serve_once(d, prompt):
+    """One server on the tier in d, one request; its text, prompt and
+    cached tokens, and the metrics after it."""
+    s = Server(CTX + ["--ssd-cache-dir", d])
+    try:
+        text, n, cached = complete(s, prompt)
+        m = metrics(s)
+    finally:
+        s.stop()
+    return text, n, cached, m
+
+
+def test_bit_flips(cold):
+    with tempfile.TemporaryDirectory() as d:
+        fill_cache(d)
+        rnd = random.Random(3)
+        # a payload byte: the block is read, fails its checksum, is
+        # dropped, and the chain from it on is computed
+        bad = rnd.choice(files(d))
+        flip(bad, -100, os.SEEK_END)
+        text, n2, cached, m = serve_once(d, LONG + " tail")
+        assert m["sluice_kv_ssd_corrupt_total"] == 1
+        assert m["sluice_kv_ssd_skipped_total"] == 0
+        assert text == cold[LONG + " tail"]
+        assert cached < n2 - 16
+        # a header byte (a token id): the file is skipped at start
+        bad = rnd.choice(files(d))
+        flip(bad, 70, os.SEEK_SET)
+        text, n2, cached, m = serve_once(d, LONG + " tail")
+        assert m["sluice_kv_ssd_skipped_total"] == 1
+        assert m["sluice_kv_ssd_corrupt_total"] == 0
+        assert text == cold[LONG + " tail"]
+        assert cached < n2 - 16
+
+
+def test_missing_dir_is_an_error():
+    _need_everything()
+    with tempfile.TemporaryDirectory() as d:
+        missing = os.path.join(d, "nope")
+        from conftest import model_path, sluice_bin
+        r = subprocess.run([sluice_bin(), "serve", "-m", model_path(),
+                            "--port", "0", "--ssd-cache-dir", missing],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0
+        assert "does not exist" in r.stderr, r.stderr
+        s = Server(CTX + ["--ssd-cache-dir", missing,
+                          "--ssd-cache-optional"])
+        try:
+            assert "serving without the SSD cache" in s.log_text()
+            text, _, _ = complete(s, "Hello", 4)
+            assert "sluice_kv_ssd_enabled" not in metrics(s)
+        finally:
+            s.stop()
+
+
+def test_full_disk_turns_the_tier_off(cold):
+    """A 2 MiB tmpfs fills after a few blocks: the tier turns itself off,
+    the request is answered as a cold run answers it."""
+    _need_everything()
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs",
+                            d], capture_output=True)
+        if r.returncode != 0:
+            pytest.skip("cannot mount a tmpfs here: %s" % r.stderr.decode())
+        try:
+            s = Server(CTX + ["--ssd-cache-dir", d])
+            try:
+                text, _, _ = complete(s, LONG)
+                # the worker writes behind the answer; wait for the fault
+                for _ in range(600):
+                    m = metrics(s)
+                    if m.get("sluice_kv_ssd_enabled", 1) == 0:
+                        break
+                    time.sleep(0.1)
+                text2, _, _ = complete(s, LONG + " tail")
+                log = s.log_text()
+            finally:
+                assert s.stop() == 0
+            assert text == cold[LONG]
+            assert text2 == cold[LONG + " tail"]
+            assert m["sluice_kv_ssd_enabled"] == 0
+            assert m["sluice_kv_ssd_faults_total"] >= 1
+            assert log.count("the SSD tier is off") == 1
+        finally:
+            subprocess.run(["umount", d])
