@@ -183,6 +183,9 @@ typedef struct sl_engine_stats {
   /* blocks restored from the SSD tier at admission, and the time spent
    * reading and queueing them */
   uint64_t ssd_restored_blocks, ssd_restore_ns;
+  /* admissions put off because another request was prefilling the next
+   * block of the same prefix (in-flight prefix sharing) */
+  uint64_t prefix_waits;
 } sl_engine_stats;
 
 /* The store worker (it copies finished prefix blocks into the tiers). */

@@ -367,6 +367,30 @@ static bool check_fits_alone(sl_engine_t *e, sl__req *r) {
   return false;
 }
 
+/* In-flight prefix sharing: whether an active request is prefilling block
+ * `blk` of r's tokens (the same tokens up to that block's end) and has not
+ * computed it yet. A request never admitted waits for it, unless it has
+ * already waited half its queue timeout (the other prefill may be long). */
+static bool in_flight_elsewhere(sl_engine_t *e, const sl__req *r, int blk) {
+  int T = e->cfg.kv_block_tokens;
+  int end = (blk + 1) * T;
+  if (e->cfg.queue_timeout_ms > 0 &&
+      sl_now_ns() - r->t_submit > (uint64_t)e->cfg.queue_timeout_ms * 500000ull)
+    return false;
+  for (int i = 0; i < e->n_active; i++) {
+    const sl__req *x = e->active[i];
+    if (x->state == SL__REQ_PREFILLING && x->n_target >= end &&
+        x->n_computed < end &&
+        !memcmp(x->tokens, r->tokens, sizeof(int32_t) * (size_t)end)) {
+      pthread_mutex_lock(&e->mu);
+      e->stats.prefix_waits++;
+      pthread_mutex_unlock(&e->mu);
+      return true;
+    }
+  }
+  return false;
+}
+
 /* Tries to admit the head of the waiting queue. Returns true if it was
  * admitted or failed (so the caller may try the next), false when it must
  * wait for blocks, memory or a slot. KV blocks are reserved for the tokens
@@ -402,6 +426,12 @@ bool sl__admit_one(sl_engine_t *e) {
     r->blocks[got] = b;
   }
   r->n_blocks = got;
+  if (got < max_cached && !r->admitted && in_flight_elsewhere(e, r, got)) {
+    /* another request is computing this very block: wait for it (it is
+     * published when its chunk ends) rather than compute it again */
+    release_blocks(e, r);
+    return false;
+  }
   /* how far the SSD tier continues the chain (no I/O yet: the index) */
   int on_ssd = 0;
   if (e->tier) {
@@ -906,6 +936,9 @@ bool sl__step(sl_engine_t *e) {
     int row = q->want_logits ? li++ : -1;
     if (r->state == SL__REQ_PREFILLING) {
       r->first_chunk_done = true;
+      /* the chunk's full blocks are written: published now, so that a
+       * request waiting on this prefix (in_flight_elsewhere) finds them */
+      publish_blocks(e, r);
       if (r->n_computed < r->n_target)
         continue;
       r->state = SL__REQ_RUNNING;

@@ -255,7 +255,8 @@ void sl__store_collect(sl_engine_t *e) {
   for (;;) {
     pthread_mutex_lock(&s->mu);
     int n = s->n_done < 256 ? s->n_done : 256;
-    memcpy(ids, s->done + s->n_done - n, sizeof *ids * (size_t)n);
+    if (n) /* done is NULL until the first hand-back */
+      memcpy(ids, s->done + s->n_done - n, sizeof *ids * (size_t)n);
     s->n_done -= n;
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < n; i++)

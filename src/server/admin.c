@@ -229,6 +229,10 @@ void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *o) {
        (double)sn.m.cached_tokens);
   prom(o, "sluice_generated_tokens_total", "counter", "Generated tokens.",
        (double)sn.m.generated_tokens);
+  prom(o, "sluice_prefix_waits_total", "counter",
+       "Admissions put off while another request prefilled the same prefix "
+       "(in-flight prefix sharing).",
+       (double)sn.e.prefix_waits);
   prom_hist(o, "sluice_ttft_seconds", "Time to first token.", sn.m.ttft_counts,
             sl__srv_ttft_bounds, SL_SRV_TTFT_BUCKETS, sn.m.ttft_sum,
             sn.m.ttft_n);
@@ -306,8 +310,8 @@ json_t *sl__srv_stats_json(sl_server_t *s) {
   json_object_set_new(
       o, "engine",
       json_pack(
-          "{s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:i,s:I,s:I,s:I}", "running",
-          sn.e.running, "waiting", sn.e.waiting, "requests_total",
+          "{s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:i,s:I,s:I,s:I,s:I}",
+          "running", sn.e.running, "waiting", sn.e.waiting, "requests_total",
           (json_int_t)sn.e.requests_total, "requests_failed",
           (json_int_t)sn.e.requests_failed, "prompt_tokens_total",
           (json_int_t)sn.e.prompt_tokens_total, "cached_tokens_total",
@@ -316,7 +320,8 @@ json_t *sl__srv_stats_json(sl_server_t *s) {
           sn.e.kv_blocks_total, "kv_blocks_used", sn.e.kv_blocks_used,
           "kv_blocks_cached", sn.e.kv_blocks_cached, "steps",
           (json_int_t)sn.e.steps, "preemptions", (json_int_t)sn.e.preemptions,
-          "queue_timeouts", (json_int_t)sn.e.queue_timeouts));
+          "queue_timeouts", (json_int_t)sn.e.queue_timeouts, "prefix_waits",
+          (json_int_t)sn.e.prefix_waits));
   /* where the generated tokens were picked: the device's argmax, the device
    * sampler, the host sampler (fallbacks: the device sampler's rows that
    * the host sampled, within sampled_host) */
