@@ -169,16 +169,6 @@ static int parse_clients(const char *s, int *out, int cap) {
   return n > 0 ? n : -1;
 }
 
-static bool parse_int(const char *s, int lo, int hi, int *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi)
-    return false;
-  *out = (int)v;
-  return true;
-}
-
 /* ---- the prompt ---------------------------------------------------------- */
 
 /* The prompt of request `r` of client `c`: a per-request header at the very
@@ -1013,21 +1003,21 @@ int sl_bench_serve_main(int argc, char **argv) {
     else if (!strcmp(a, "-m") || !strcmp(a, "--model"))
       cfg.model = v;
     else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-      ok = parse_int(v, 1, 1024, &cfg.threads);
+      ok = sl_bench_parse_int(v, 1, 1024, &cfg.threads);
     else if (!strcmp(a, "--clients"))
       ok = (cfg.n_phases = parse_clients(v, cfg.clients, MAX_PHASES)) > 0;
     else if (!strcmp(a, "--prompt-tokens"))
-      ok = parse_int(v, 1, 32768, &cfg.prompt_tokens);
+      ok = sl_bench_parse_int(v, 1, 32768, &cfg.prompt_tokens);
     else if (!strcmp(a, "--max-tokens"))
-      ok = parse_int(v, 1, 32768, &cfg.max_tokens);
+      ok = sl_bench_parse_int(v, 1, 32768, &cfg.max_tokens);
     else if (!strcmp(a, "--requests-per-client"))
-      ok = parse_int(v, 1, 10000, &cfg.requests_per_client);
+      ok = sl_bench_parse_int(v, 1, 10000, &cfg.requests_per_client);
     else if (!strcmp(a, "--port"))
-      ok = parse_int(v, 0, 65535, &cfg.port);
+      ok = sl_bench_parse_int(v, 0, 65535, &cfg.port);
     else if (!strcmp(a, "--timeout"))
-      ok = parse_int(v, 1, 86400, &cfg.timeout_s);
+      ok = sl_bench_parse_int(v, 1, 86400, &cfg.timeout_s);
     else if (!strcmp(a, "--max-seqs"))
-      ok = parse_int(v, 1, 4096, &cfg.max_seqs);
+      ok = sl_bench_parse_int(v, 1, 4096, &cfg.max_seqs);
     else if (!strcmp(a, "--device"))
       ok = !strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "cuda"),
       cfg.device = v;

@@ -77,6 +77,8 @@ if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
   # cold run's text; bit flips recomputed or skipped; a full tmpfs (where
   # the test may mount one) turns the tier off; a missing directory
   sl_server_pytest(test_kv_ssd test_kv_ssd.py 1500)
+  # sluice bench prefix end to end: counts only, no timing
+  sl_server_pytest(test_bench_prefix test_bench_prefix.py 900)
 endif()
 if(TARGET fuzz_http)
   target_link_libraries(fuzz_http PRIVATE sluice_server)

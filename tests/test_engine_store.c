@@ -9,6 +9,11 @@
  *   - the greedy tokens equal the first run's, which equal a cold
  *     engine's;
  *   - the worker took the lock once per copy batch and dropped nothing.
+ * Then the hot RAM tier, without the SSD tier: a pool with room for about
+ * one request serves the four prompts one after another, then the first
+ * again. Its blocks have left the pool by then (an engine without the hot
+ * tier recomputes them), and the hot tier gives every full block back,
+ * with the cold engine's tokens.
  * Threaded: the TSan configuration runs it. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -46,13 +51,42 @@ static void run(sl_model_t *m, sl_tokenizer_t *tok, const char *dir,
     result_wait(&res[i]);
   if (dir) { /* until the worker has written everything queued */
     for (int k = 0; k < 6000; k++) {
-      CHECK(sl_engine_tier_stats(e, ts, ws));
+      CHECK(sl_engine_tier_stats(e, 0, ts, ws));
       if (ws->written + ws->failed + ws->dropped == ws->queued)
         break;
       usleep(10000);
     }
   }
   sl_engine_free(e); /* the worker writes what is queued first */
+}
+
+/* The prompts one after another, then the first again (its result in
+ * *again); the hot tier's stats in *ts when it has one. */
+static void run_seq(sl_model_t *m, sl_tokenizer_t *tok, uint64_t hot,
+                    int kv_blocks, int32_t *const *prompts, const int *np,
+                    result *again, sl_kv_tier_stats *ts) {
+  sl_engine_config c = sl_engine_config_defaults();
+  c.n_ctx = 1024;
+  c.max_seqs = 1;
+  c.n_threads = 2;
+  c.prefill_chunk = 64;
+  c.kv_blocks = kv_blocks;
+  c.hot_cache_bytes = hot;
+  sl_engine_t *e;
+  CHECK(sl_engine_create(m, tok, &c, &e) == SL_OK);
+  sl_gen_params g = greedy(GEN);
+  for (int i = 0; i <= N; i++) {
+    result r;
+    result_init(&r);
+    CHECK(sl_engine_submit(e, prompts[i % N], np[i % N], &g, on_event, &r,
+                           NULL) == SL_OK);
+    result_wait(&r);
+    if (i == N)
+      *again = r;
+  }
+  sl_engine_store_stats ws;
+  CHECK(sl_engine_tier_stats(e, 0, ts, &ws) == (hot > 0));
+  sl_engine_free(e);
 }
 
 int main(void) {
@@ -102,6 +136,26 @@ int main(void) {
     CHECK(again[i].cached == (np[i] - 1) / 16 * 16);
   }
   CHECK(blocks > 0);
+
+  /* the hot tier: a pool with room for the largest request and 2 blocks */
+  int need = 0;
+  for (int i = 0; i < N; i++)
+    if ((np[i] + GEN + 15) / 16 > need)
+      need = (np[i] + GEN + 15) / 16;
+  result no_hot, hot;
+  sl_kv_tier_stats hs;
+  run_seq(m, tok, 0, need + 2, prompts, np, &no_hot, &hs);
+  run_seq(m, tok, 64u << 20, need + 2, prompts, np, &hot, &hs);
+  printf("hot tier: the first prompt again: %d cached tokens without it, %d "
+         "with it (%llu blocks restored, %llu held)\n",
+         no_hot.cached, hot.cached, (unsigned long long)hs.hits,
+         (unsigned long long)hs.entries);
+  CHECK(no_hot.cached < (np[0] - 1) / 16 * 16); /* it left the pool */
+  CHECK(hot.cached == (np[0] - 1) / 16 * 16);
+  CHECK(hs.hits >= (uint64_t)((np[0] - 1) / 16 - no_hot.cached / 16));
+  CHECK(hot.n == GEN && !memcmp(hot.toks, cold[0].toks, sizeof(int32_t) * GEN));
+  CHECK(no_hot.n == GEN &&
+        !memcmp(no_hot.toks, cold[0].toks, sizeof(int32_t) * GEN));
   for (int i = 0; i < N; i++)
     sl_free(prompts[i]);
   char cmd[256];

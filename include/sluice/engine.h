@@ -60,6 +60,13 @@ typedef struct sl_engine_config {
   const char *ssd_cache_dir;
   uint64_t ssd_cache_bytes;
   bool ssd_cache_optional;
+  /* the hot RAM tier (--hot-cache-bytes; 0: none): copies of published
+   * prefix blocks in host memory, an LRU within this budget, looked up
+   * after the pool and before the SSD tier; lz4-compressed where that saves
+   * an eighth (hot_cache_lz4). Its bytes come on top of max_memory. CPU
+   * engines only for now. */
+  uint64_t hot_cache_bytes;
+  bool hot_cache_lz4;
   int queue_timeout_ms; /* --queue-timeout-ms: a request that was never
                            admitted fails after waiting this long (with
                            SL_REASON_QUEUE_TIMEOUT); <= 0: waits forever */
@@ -180,9 +187,9 @@ typedef struct sl_engine_stats {
    * recomputed, mostly from the prefix cache), and queued requests failed
    * by the queue timeout */
   uint64_t preemptions, queue_timeouts;
-  /* blocks restored from the SSD tier at admission, and the time spent
-   * reading and queueing them */
-  uint64_t ssd_restored_blocks, ssd_restore_ns;
+  /* blocks restored from the tiers (hot, SSD) at admission, and the time
+   * spent reading and queueing them */
+  uint64_t restored_blocks, restore_ns;
   /* admissions put off because another request was prefilling the next
    * block of the same prefix (in-flight prefix sharing) */
   uint64_t prefix_waits;
@@ -206,9 +213,10 @@ typedef struct sl_engine_store_stats {
 
 uint64_t sl_engine_store_hold_bucket_ns(int bucket);
 
-/* The SSD tier's and the store worker's counters; false (and nothing
- * written) when the engine has no tier. Any thread. */
-bool sl_engine_tier_stats(sl_engine_t *e, sl_kv_tier_stats *tier,
+/* The counters of tier i (in lookup order: hot, then SSD, each when
+ * configured) and of the store worker; false (and nothing written) when
+ * the engine has no tier i. Any thread. */
+bool sl_engine_tier_stats(sl_engine_t *e, int i, sl_kv_tier_stats *tier,
                           sl_engine_store_stats *store);
 
 sl_engine_stats sl_engine_get_stats(sl_engine_t *e);

@@ -33,7 +33,7 @@ typedef struct sl_kv_block_key {
 } sl_kv_block_key;
 
 typedef struct sl_kv_tier_stats {
-  const char *name;    /* "ssd" */
+  const char *name;    /* "hot", "ssd" */
   bool enabled;        /* false once a write fault turned it off */
   uint64_t entries;    /* blocks held */
   uint64_t bytes;      /* bytes held (files, headers included) */
@@ -47,6 +47,7 @@ typedef struct sl_kv_tier_stats {
   uint64_t corrupt;    /* blocks found bad when read, dropped */
   uint64_t skipped;    /* files skipped when the index was rebuilt */
   uint64_t faults;     /* write faults (ENOSPC, EIO, ...) */
+  uint64_t compressed; /* blocks stored lz4-compressed (hot tier) */
   double get_ms_total; /* time spent in get (restore latency) */
   double put_ms_total; /* time spent in put */
 } sl_kv_tier_stats;
@@ -120,5 +121,20 @@ sl_status sl_kv_ssd_open(const sl_kv_ssd_config *cfg, sl_kv_tier_t **out,
 sl_status sl_kv_ssd_parse_header(const sl_kv_ssd_config *cfg, const void *buf,
                                  size_t n, uint64_t *hash, size_t *payload_at,
                                  uint64_t *payload_bytes);
+
+/* ---- the hot RAM tier ------------------------------------------------------
+ * Blocks in host memory, the least recently used leaving first when the
+ * byte budget (entries, token ids and payloads) is passed; keyed like the
+ * SSD tier, with the token ids compared in full. With lz4, a block is held
+ * compressed when that saves at least an eighth of it, raw otherwise
+ * (stats: compressed). Nothing survives close. */
+typedef struct sl_kv_ram_config {
+  uint64_t budget;      /* bytes, > 0 */
+  uint64_t fingerprint; /* the pool's */
+  int n_layer, kv_dim, block_tokens;
+  bool lz4;
+} sl_kv_ram_config;
+
+sl_status sl_kv_ram_open(const sl_kv_ram_config *cfg, sl_kv_tier_t **out);
 
 #endif

@@ -68,6 +68,12 @@ uint64_t sl_malloc_count(void);
 /* Bytes currently held through the funnel. */
 size_t sl_malloc_live_bytes(void);
 
+/* ---- parsing ------------------------------------------------------------ */
+
+/* A whole decimal integer within [lo, hi]; false on junk, overflow or out
+ * of range (nothing stored then). For flags and settings. */
+bool sl_parse_long(const char *s, long lo, long hi, long *out);
+
 /* ---- clocks ------------------------------------------------------------- */
 
 /* CLOCK_MONOTONIC in nanoseconds. */

@@ -11,9 +11,8 @@ int sl_cli_run_main(int argc, char **argv);
 int sl_cli_tokenize_main(int argc, char **argv);
 int sl_cli_serve_main(int argc, char **argv);
 
-/* Parse a whole decimal integer / number within [lo, hi]; false on junk,
- * overflow or out of range (nothing stored then). */
-bool sl_cli_parse_long(const char *s, long lo, long hi, long *out);
+/* Parse a whole decimal number within [lo, hi]; false on junk, overflow
+ * or out of range (nothing stored then). Integers: sl_parse_long (util). */
 bool sl_cli_parse_double(const char *s, double lo, double hi, double *out);
 
 #endif

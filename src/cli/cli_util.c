@@ -4,16 +4,6 @@
 
 #include "cli.h"
 
-bool sl_cli_parse_long(const char *s, long lo, long hi, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi)
-    return false;
-  *out = v;
-  return true;
-}
-
 bool sl_cli_parse_double(const char *s, double lo, double hi, double *out) {
   char *end;
   errno = 0;

@@ -120,11 +120,11 @@ int sl_cli_run_main(int argc, char **argv) {
     } else if (!strcmp(a, "--chat")) {
       chat = true;
     } else if (!strcmp(a, "-n")) {
-      NEED_VALUE if (!sl_cli_parse_long(v, 0, 1 << 20, &n_predict)) BAD_VALUE
+      NEED_VALUE if (!sl_parse_long(v, 0, 1 << 20, &n_predict)) BAD_VALUE
     } else if (!strcmp(a, "-c")) {
-      NEED_VALUE if (!sl_cli_parse_long(v, 16, 1 << 20, &ctx)) BAD_VALUE
+      NEED_VALUE if (!sl_parse_long(v, 16, 1 << 20, &ctx)) BAD_VALUE
     } else if (!strcmp(a, "-t")) {
-      NEED_VALUE if (!sl_cli_parse_long(v, 1, 1024, &threads)) BAD_VALUE
+      NEED_VALUE if (!sl_parse_long(v, 1, 1024, &threads)) BAD_VALUE
     } else if (!strcmp(a, "--device")) {
       NEED_VALUE if (!sl_engine_device_parse(v, &devsel)) BAD_VALUE
     } else if (!strcmp(a, "--temp")) {
@@ -137,13 +137,13 @@ int sl_cli_run_main(int argc, char **argv) {
       NEED_VALUE if (!sl_cli_parse_double(v, 0, 1, &dv)) BAD_VALUE sp.min_p =
           (float)dv;
     } else if (!strcmp(a, "--top-k")) {
-      NEED_VALUE if (!sl_cli_parse_long(v, 0, 1 << 24, &lv))
+      NEED_VALUE if (!sl_parse_long(v, 0, 1 << 24, &lv))
           BAD_VALUE sp.top_k = (int)lv;
     } else if (!strcmp(a, "--repeat-penalty")) {
       NEED_VALUE if (!sl_cli_parse_double(v, 0.01, 100, &dv))
           BAD_VALUE sp.repeat_penalty = (float)dv;
     } else if (!strcmp(a, "--seed")) {
-      NEED_VALUE if (!sl_cli_parse_long(v, 0, LONG_MAX, &lv))
+      NEED_VALUE if (!sl_parse_long(v, 0, LONG_MAX, &lv))
           BAD_VALUE sp.seed = (uint64_t)lv;
     } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       run_usage();

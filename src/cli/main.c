@@ -20,6 +20,9 @@ static void usage(FILE *f) {
       "[--peer llama-cpp] ...\n"
       "                 N streaming clients against `sluice serve`: TTFT,\n"
       "                 TPOT, aggregate tokens/s (bench serve --help)\n"
+      "  bench prefix --ssd-cache-dir DIR [-m MODEL] [--prompt-tokens N] ...\n"
+      "                 TTFT of a long prompt: cold, prefix cache, SSD tier\n"
+      "                 after a restart; DIR's disk bandwidth (--help)\n"
       "  serve [-m MODEL] [--host H] [--port P] [--api-key K] ...\n"
       "                 the OpenAI/Anthropic-compatible server (serve --help)\n"
       "  run [-m MODEL] [-p PROMPT | --chat] [-n N] [--temp T] ...\n"
@@ -40,6 +43,8 @@ static int bench_main(int argc, char **argv) {
     return sl_bench_model_main(argc - 1, argv + 1);
   if (strcmp(argv[0], "serve") == 0)
     return sl_bench_serve_main(argc - 1, argv + 1);
+  if (strcmp(argv[0], "prefix") == 0)
+    return sl_bench_prefix_main(argc - 1, argv + 1);
   fprintf(stderr, "sluice bench: unknown benchmark '%s'\n", argv[0]);
   return 2;
 }

@@ -252,6 +252,28 @@ static sl_status executor_init(sl_engine_t *e) {
     memset(sl_buf_ptr(kb), 0, sl_buf_size(kb));
   }
   char err[256];
+  if (e->cfg.hot_cache_bytes) {
+    sl_kv_ram_config rc = {.budget = e->cfg.hot_cache_bytes,
+                           .fingerprint = kc.fingerprint,
+                           .n_layer = kc.n_layer,
+                           .kv_dim = kc.kv_dim,
+                           .block_tokens = kc.block_tokens,
+                           .lz4 = e->cfg.hot_cache_lz4};
+    if (gpu) {
+      SL_LOGE("the hot cache serves CPU engines only for now (the model runs "
+              "on %s)",
+              sl_device_name(e->dev));
+      return SL_ERR_UNSUPPORTED;
+    }
+    if ((st = sl_kv_ram_open(&rc, &e->tiers[e->n_tiers])) != SL_OK) {
+      SL_LOGE("hot cache: %s", sl_status_str(st));
+      return st;
+    }
+    e->n_tiers++;
+    SL_LOGI("hot cache: %.1f MiB of host memory%s",
+            (double)e->cfg.hot_cache_bytes / (1 << 20),
+            e->cfg.hot_cache_lz4 ? ", lz4" : "");
+  }
   if (e->cfg.ssd_cache_dir) {
     sl_kv_ssd_config sc = {.dir = e->cfg.ssd_cache_dir,
                            .budget = e->cfg.ssd_cache_bytes,
@@ -266,7 +288,7 @@ static sl_status executor_init(sl_engine_t *e) {
                "runs on %s)",
                sl_device_name(e->dev));
     } else {
-      st = sl_kv_ssd_open(&sc, &e->tier, err, sizeof err);
+      st = sl_kv_ssd_open(&sc, &e->tiers[e->n_tiers], err, sizeof err);
     }
     if (st != SL_OK && !e->cfg.ssd_cache_optional) {
       SL_LOGE("%s", err);
@@ -275,15 +297,15 @@ static sl_status executor_init(sl_engine_t *e) {
     if (st != SL_OK) {
       SL_LOGW("%s; serving without the SSD cache", err);
     } else {
-      sl_kv_tier_stats ts = sl_kv_tier_stats_of(e->tier);
+      sl_kv_tier_stats ts = sl_kv_tier_stats_of(e->tiers[e->n_tiers++]);
       SL_LOGI("SSD cache %s: %llu blocks (%llu bytes) indexed, %llu files "
               "skipped",
               e->cfg.ssd_cache_dir, (unsigned long long)ts.entries,
               (unsigned long long)ts.bytes, (unsigned long long)ts.skipped);
-      if ((st = sl__store_start(e)) != SL_OK)
-        return st;
     }
   }
+  if (e->n_tiers && (st = sl__store_start(e)) != SL_OK)
+    return st;
   sl_kv_view view = sl_kv_view_of(e->kv);
   if ((st = sl_batch_ctx_create2(e->model, &view, e->stream, e->cfg.n_threads,
                                  &e->bctx, err, sizeof err)) != SL_OK) {
@@ -339,8 +361,9 @@ static void executor_fini(sl_engine_t *e) {
     sl__finish(e, r, SL_FINISH_ABORT, SL_OK, SL_REASON_NONE, NULL);
   }
   sl__store_stop(e); /* writes what is queued; needs the pool */
-  sl_kv_tier_close(e->tier);
-  e->tier = NULL;
+  for (int i = 0; i < e->n_tiers; i++)
+    sl_kv_tier_close(e->tiers[i]);
+  e->n_tiers = 0;
   if (e->stream)
     sl__clear_at_site(e, SL__SITE_SHUTDOWN);
   sl_batch_ctx_free(e->bctx);

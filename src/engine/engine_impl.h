@@ -178,8 +178,11 @@ struct sl_engine {
   uint64_t first_chunks, later_chunks; /* for the fault hooks */
   sl_status clear_error; /* a clear reported an error: fail active requests */
   sl__engine_test_hooks hooks;
-  sl_kv_tier_t *tier;      /* the SSD tier, or NULL */
-  struct sl__store *store; /* its store worker (store.c) */
+  /* the tiers below the pool, in lookup order (hot RAM, then SSD), each
+   * optional */
+  sl_kv_tier_t *tiers[2];
+  int n_tiers;
+  struct sl__store *store; /* their store worker (store.c), or NULL */
 };
 
 /* ---- shared by engine.c, scheduler.c and detok.c (executor thread) ---- */
@@ -207,9 +210,9 @@ void sl__take_inbox(sl_engine_t *e);
  * one's results arrive. Aborts wait for the step's end (they free blocks
  * the running step may be writing). */
 void sl__prepare_next(sl_engine_t *e);
-/* store.c: the store worker and restores from the tier. */
+/* store.c: the store worker and restores from the tiers. */
 sl_status sl__store_start(sl_engine_t *e);
-/* Queues a just-published block (taking a reference) for the tier; ev: the
+/* Queues a just-published block (taking a reference) for the tiers; ev: the
  * engine stream's point after which its K/V is written. */
 void sl__store_enqueue(sl_engine_t *e, int block, uint64_t hash,
                        const int32_t *tokens, sl_event ev);
@@ -218,10 +221,13 @@ void sl__store_collect(sl_engine_t *e);
 /* Writes what is queued, ends the worker, drops its references. */
 void sl__store_stop(sl_engine_t *e);
 /* Fills pool blocks blocks[0..n) with the chain that follows `parent` over
- * tokens (n full blocks) from the tier, as far as the tier has them;
- * publishes them; returns how many. */
+ * tokens (n full blocks) from the tiers, each block from the first tier
+ * that holds it, as far as the chain goes; publishes them; returns how
+ * many. */
 int sl__store_restore(sl_engine_t *e, const int32_t *tokens, uint64_t parent,
                       const int32_t *blocks, int n);
+/* Whether some tier holds the block (key), or every tier does (all). */
+bool sl__tiers_hold(sl_engine_t *e, const sl_kv_block_key *key, bool all);
 
 /* Fails every active request with st (a clear reported an error). */
 void sl__fail_active(sl_engine_t *e, sl_status st);

@@ -112,7 +112,7 @@ static void publish_blocks(sl_engine_t *e, sl__req *r) {
     if (!sl_kv_publish(e->kv, r->blocks[i], h, bt) || !e->store)
       continue; /* published before (found by a lookup, or restored) */
     sl_kv_block_key k = {sl_kv_config_of(e->kv)->fingerprint, h, bt};
-    if (sl_kv_tier_contains(e->tier, &k))
+    if (sl__tiers_hold(e, &k, true))
       continue;
     /* the block's K/V is written by work queued so far */
     if (!have_ev && sl_event_record(e->stream, &ev) != SL_OK)
@@ -432,18 +432,18 @@ bool sl__admit_one(sl_engine_t *e) {
     release_blocks(e, r);
     return false;
   }
-  /* how far the SSD tier continues the chain (no I/O yet: the index) */
-  int on_ssd = 0;
-  if (e->tier) {
+  /* how far the tiers continue the chain (no I/O yet: their indexes) */
+  int on_tier = 0;
+  if (e->n_tiers) {
     uint64_t th = h;
     uint64_t fp = sl_kv_config_of(e->kv)->fingerprint;
     for (int j = got; j < max_cached; j++) {
       const int32_t *bt = r->tokens + (size_t)j * (size_t)T;
       th = sl_kv_hash_block(e->kv, th, bt, T);
       sl_kv_block_key k = {fp, th, bt};
-      if (!sl_kv_tier_contains(e->tier, &k))
+      if (!sl__tiers_hold(e, &k, false))
         break;
-      on_ssd++;
+      on_tier++;
     }
   }
   int need_new = blocks_for(e, r->n_target) - got;
@@ -464,11 +464,11 @@ bool sl__admit_one(sl_engine_t *e) {
     SL_ASSERT(b >= 0); /* sl_kv_available said so */
     r->blocks[r->n_blocks++] = b;
   }
-  /* the first new blocks are filled from the SSD tier, as far as its
-   * files read back whole (a bad one ends the chain: computed instead) */
-  if (on_ssd)
+  /* the first new blocks are filled from the tiers, as far as they read
+   * back whole (a bad one ends the chain: computed instead) */
+  if (on_tier)
     got += sl__store_restore(e, r->tokens + (size_t)got * (size_t)T, h,
-                             r->blocks + got, on_ssd);
+                             r->blocks + got, on_tier);
   r->n_computed = got * T;
   r->state = SL__REQ_PREFILLING;
   waiting_pop_head(e);

@@ -184,7 +184,12 @@ static void *store_main(void *p) {
       sl_status ps = SL_ERR_STATE;
       if (st == SL_OK) {
         sl_kv_block_key k = {kc->fingerprint, batch[i].hash, batch[i].tokens};
-        ps = sl_kv_tier_put(e->tier, &k, host + (size_t)i * bb, bb);
+        /* every tier; a block is written if one of them took it (a
+         * tier that already held it counts as taking it) */
+        for (int j = 0; j < e->n_tiers; j++)
+          if (sl_kv_tier_put(e->tiers[j], &k, host + (size_t)i * bb, bb) ==
+              SL_OK)
+            ps = SL_OK;
       }
       pthread_mutex_lock(&s->mu);
       if (ps == SL_OK)
@@ -283,12 +288,12 @@ void sl__store_stop(sl_engine_t *e) {
   e->store = NULL;
 }
 
-bool sl_engine_tier_stats(sl_engine_t *e, sl_kv_tier_stats *tier,
+bool sl_engine_tier_stats(sl_engine_t *e, int i, sl_kv_tier_stats *tier,
                           sl_engine_store_stats *store) {
-  if (!e->tier)
+  if (i < 0 || i >= e->n_tiers)
     return false;
   if (tier)
-    *tier = sl_kv_tier_stats_of(e->tier);
+    *tier = sl_kv_tier_stats_of(e->tiers[i]);
   sl__store *s = e->store;
   if (store) {
     memset(store, 0, sizeof *store);
@@ -327,7 +332,10 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
     const int32_t *bt = tokens + (size_t)got * (size_t)T;
     uint64_t nh = sl_kv_hash_block(e->kv, hh, bt, T);
     sl_kv_block_key k = {kc->fingerprint, nh, bt};
-    if (sl_kv_tier_get(e->tier, &k, host + (size_t)got * bb, bb) != SL_OK)
+    sl_status gs = SL_ERR_NOT_FOUND;
+    for (int j = 0; j < e->n_tiers && gs != SL_OK; j++)
+      gs = sl_kv_tier_get(e->tiers[j], &k, host + (size_t)got * bb, bb);
+    if (gs != SL_OK)
       break; /* missing or bad (then dropped): computed instead */
     hashes[got] = hh = nh;
   }
@@ -357,7 +365,7 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
 
 int sl__store_restore(sl_engine_t *e, const int32_t *tokens, uint64_t parent,
                       const int32_t *blocks, int n) {
-  if (!e->tier || n <= 0)
+  if (!e->n_tiers || n <= 0)
     return 0;
   int T = e->cfg.kv_block_tokens;
   uint64_t t0 = now_ns();
@@ -373,9 +381,16 @@ int sl__store_restore(sl_engine_t *e, const int32_t *tokens, uint64_t parent,
   }
   if (done) {
     pthread_mutex_lock(&e->mu);
-    e->stats.ssd_restored_blocks += (uint64_t)done;
-    e->stats.ssd_restore_ns += now_ns() - t0;
+    e->stats.restored_blocks += (uint64_t)done;
+    e->stats.restore_ns += now_ns() - t0;
     pthread_mutex_unlock(&e->mu);
   }
   return done;
+}
+
+bool sl__tiers_hold(sl_engine_t *e, const sl_kv_block_key *key, bool all) {
+  for (int i = 0; i < e->n_tiers; i++)
+    if (sl_kv_tier_contains(e->tiers[i], key) != all)
+      return !all;
+  return all && e->n_tiers > 0;
 }

@@ -20,8 +20,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "sluice/kv_tier.h"
 #include "sluice/util.h"
+#include "tier_impl.h"
 
 #define SSD_MAGIC     "SLKVBLK"
 #define SSD_VERSION   1u
@@ -36,7 +36,8 @@ typedef struct ssd_entry {
   uint64_t stamp;
 } ssd_entry;
 
-struct sl_kv_tier {
+typedef struct ssd_tier {
+  sl_kv_tier_t base; /* first: the ops */
   sl_kv_ssd_config cfg;
   char *dir;
   size_t payload_bytes, header_bytes; /* H, P of every block of this pool */
@@ -45,7 +46,7 @@ struct sl_kv_tier {
   size_t cap, n; /* cap: a power of two */
   uint64_t clock;
   sl_kv_tier_stats st;
-};
+} ssd_tier;
 
 static double now_ms(void) {
   struct timespec ts;
@@ -76,14 +77,14 @@ static uint64_t tokens_hash(const int32_t *t, int n) {
 /* ---- the index ------------------------------------------------------------
  */
 
-static size_t slot_of(const sl_kv_tier_t *t, uint64_t h) {
+static size_t slot_of(const ssd_tier *t, uint64_t h) {
   size_t i = (size_t)(h * 0x9E3779B97F4A7C15ull) & (t->cap - 1);
   while (t->tab[i].hash && t->tab[i].hash != h)
     i = (i + 1) & (t->cap - 1);
   return i;
 }
 
-static bool grow(sl_kv_tier_t *t) {
+static bool grow(ssd_tier *t) {
   size_t old_cap = t->cap;
   ssd_entry *old = t->tab;
   size_t cap = old_cap ? old_cap * 2 : 64;
@@ -100,7 +101,7 @@ static bool grow(sl_kv_tier_t *t) {
 }
 
 /* Removes the entry at slot i, shifting the probe chain back over it. */
-static void remove_at(sl_kv_tier_t *t, size_t i) {
+static void remove_at(ssd_tier *t, size_t i) {
   size_t mask = t->cap - 1;
   t->st.bytes -= t->tab[i].file_bytes;
   t->tab[i].hash = 0;
@@ -121,7 +122,7 @@ static void remove_at(sl_kv_tier_t *t, size_t i) {
   }
 }
 
-static bool insert(sl_kv_tier_t *t, uint64_t h, uint64_t tok_hash,
+static bool insert(ssd_tier *t, uint64_t h, uint64_t tok_hash,
                    uint64_t file_bytes, uint64_t stamp) {
   if ((t->n + 1) * 4 > t->cap * 3 && !grow(t))
     return false;
@@ -134,13 +135,13 @@ static bool insert(sl_kv_tier_t *t, uint64_t h, uint64_t tok_hash,
   return true;
 }
 
-static void file_name(const sl_kv_tier_t *t, uint64_t h, char *out, size_t n) {
+static void file_name(const ssd_tier *t, uint64_t h, char *out, size_t n) {
   snprintf(out, n, "%s/%016" PRIx64 SSD_SUFFIX, t->dir, h);
 }
 
 /* Under mu: drops least recently used entries (and their files) until the
  * bytes fit the budget. */
-static void evict_to_budget(sl_kv_tier_t *t) {
+static void evict_to_budget(ssd_tier *t) {
   while (t->n && t->st.bytes > t->cfg.budget) {
     size_t best = SIZE_MAX;
     for (size_t i = 0; i < t->cap; i++)
@@ -205,7 +206,7 @@ static bool hex16(const char *s, uint64_t *out) {
 }
 
 /* Reads one file's header; adds it to the index or counts it skipped. */
-static void index_file(sl_kv_tier_t *t, const char *name, uint8_t *hbuf) {
+static void index_file(ssd_tier *t, const char *name, uint8_t *hbuf) {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", t->dir, name);
   uint64_t named;
@@ -247,6 +248,9 @@ size_t sl_kv_ssd_payload_bytes(const sl_kv_ssd_config *cfg) {
          (size_t)cfg->kv_dim * sizeof(uint16_t);
 }
 
+static const sl_kv_tier_ops ssd_ops; /* defined at the end */
+static void ssd_close(sl_kv_tier_t *bt);
+
 sl_status sl_kv_ssd_open(const sl_kv_ssd_config *cfg, sl_kv_tier_t **out,
                          char *err, size_t err_size) {
   *out = NULL;
@@ -268,7 +272,7 @@ sl_status sl_kv_ssd_open(const sl_kv_ssd_config *cfg, sl_kv_tier_t **out,
     snprintf(err, err_size, "bad SSD tier shape");
     return SL_ERR_INVALID_ARG;
   }
-  sl_kv_tier_t *t = calloc(1, sizeof *t);
+  ssd_tier *t = calloc(1, sizeof *t);
   if (!t || !(t->dir = strdup(cfg->dir)) || !grow(t)) {
     if (t)
       free(t->dir);
@@ -276,6 +280,7 @@ sl_status sl_kv_ssd_open(const sl_kv_ssd_config *cfg, sl_kv_tier_t **out,
     snprintf(err, err_size, "out of memory");
     return SL_ERR_NOMEM;
   }
+  t->base.ops = &ssd_ops;
   t->cfg = *cfg;
   t->cfg.dir = t->dir;
   t->payload_bytes = sl_kv_ssd_payload_bytes(cfg);
@@ -292,7 +297,7 @@ sl_status sl_kv_ssd_open(const sl_kv_ssd_config *cfg, sl_kv_tier_t **out,
     if (d)
       closedir(d);
     free(hbuf);
-    sl_kv_tier_close(t);
+    ssd_close(&t->base);
     return SL_ERR_IO;
   }
   double t0 = now_ms(), last = t0;
@@ -335,11 +340,12 @@ sl_status sl_kv_ssd_open(const sl_kv_ssd_config *cfg, sl_kv_tier_t **out,
       t->clock = t->tab[i].stamp;
   evict_to_budget(t);
   t->st.entries = t->n;
-  *out = t;
+  *out = &t->base;
   return SL_OK;
 }
 
-void sl_kv_tier_close(sl_kv_tier_t *t) {
+static void ssd_close(sl_kv_tier_t *bt) {
+  ssd_tier *t = (ssd_tier *)bt;
   if (!t)
     return;
   pthread_mutex_destroy(&t->mu);
@@ -351,7 +357,8 @@ void sl_kv_tier_close(sl_kv_tier_t *t) {
 /* ---- lookups, gets and puts ------------------------------------------------
  */
 
-bool sl_kv_tier_contains(sl_kv_tier_t *t, const sl_kv_block_key *key) {
+static bool ssd_contains(sl_kv_tier_t *bt, const sl_kv_block_key *key) {
+  ssd_tier *t = (ssd_tier *)bt;
   pthread_mutex_lock(&t->mu);
   bool ok = false;
   if (t->st.enabled && key->fingerprint == t->cfg.fingerprint) {
@@ -365,7 +372,7 @@ bool sl_kv_tier_contains(sl_kv_tier_t *t, const sl_kv_block_key *key) {
   return ok;
 }
 
-static void drop(sl_kv_tier_t *t, uint64_t h, bool corrupt) {
+static void drop(ssd_tier *t, uint64_t h, bool corrupt) {
   char path[4096];
   file_name(t, h, path, sizeof path);
   pthread_mutex_lock(&t->mu);
@@ -379,8 +386,9 @@ static void drop(sl_kv_tier_t *t, uint64_t h, bool corrupt) {
   unlink(path);
 }
 
-sl_status sl_kv_tier_get(sl_kv_tier_t *t, const sl_kv_block_key *key, void *dst,
-                         size_t n) {
+static sl_status ssd_get(sl_kv_tier_t *bt, const sl_kv_block_key *key,
+                         void *dst, size_t n) {
+  ssd_tier *t = (ssd_tier *)bt;
   double t0 = now_ms();
   if (n != t->payload_bytes || key->fingerprint != t->cfg.fingerprint)
     return SL_ERR_INVALID_ARG;
@@ -448,7 +456,7 @@ static bool write_all(int fd, const void *p, size_t n) {
   return true;
 }
 
-static void turn_off(sl_kv_tier_t *t, int e) {
+static void turn_off(ssd_tier *t, int e) {
   pthread_mutex_lock(&t->mu);
   bool was = t->st.enabled;
   t->st.enabled = false;
@@ -461,8 +469,9 @@ static void turn_off(sl_kv_tier_t *t, int e) {
             t->dir, strerror(e));
 }
 
-sl_status sl_kv_tier_put(sl_kv_tier_t *t, const sl_kv_block_key *key,
+static sl_status ssd_put(sl_kv_tier_t *bt, const sl_kv_block_key *key,
                          const void *src, size_t n) {
+  ssd_tier *t = (ssd_tier *)bt;
   double t0 = now_ms();
   if (n != t->payload_bytes || key->fingerprint != t->cfg.fingerprint ||
       !key->hash)
@@ -529,9 +538,13 @@ sl_status sl_kv_tier_put(sl_kv_tier_t *t, const sl_kv_block_key *key,
   return SL_OK;
 }
 
-sl_kv_tier_stats sl_kv_tier_stats_of(sl_kv_tier_t *t) {
+static sl_kv_tier_stats ssd_stats(sl_kv_tier_t *bt) {
+  ssd_tier *t = (ssd_tier *)bt;
   pthread_mutex_lock(&t->mu);
   sl_kv_tier_stats s = t->st;
   pthread_mutex_unlock(&t->mu);
   return s;
 }
+
+static const sl_kv_tier_ops ssd_ops = {ssd_contains, ssd_get, ssd_put,
+                                       ssd_stats, ssd_close};

@@ -107,65 +107,89 @@ static void prom_hist(sl_sbuf *o, const char *name, const char *help,
                 (unsigned long long)count);
 }
 
-/* The SSD tier and its store worker, when the engine has one. */
+/* A gauge or counter row of a metrics table. */
+typedef struct metric_row {
+  const char *name;
+  char type; /* 'g' gauge, 'c' counter */
+  const char *help;
+  double v;
+} metric_row;
+
+/* The rows; with tier (may be NULL), name and help are a suffix and a
+ * sentence, made sluice_kv_<tier>_<suffix> and "KV tier '<tier>': ...". */
+static void prom_rows(sl_sbuf *o, const metric_row *rows, size_t n,
+                      const char *tier) {
+  for (size_t i = 0; i < n; i++) {
+    char name[96], help[160];
+    const char *nm = rows[i].name, *hp = rows[i].help;
+    if (tier) {
+      snprintf(name, sizeof name, "sluice_kv_%s_%s", tier, nm);
+      snprintf(help, sizeof help, "KV tier '%s': %s", tier, hp);
+      nm = name;
+      hp = help;
+    }
+    prom(o, nm, rows[i].type == 'g' ? "gauge" : "counter", hp, rows[i].v);
+  }
+}
+
+/* The tiers (hot, SSD) and their store worker, when the engine has them:
+ * one family of rows per tier, sluice_kv_<tier>_... */
 static void tier_metrics(sl_server_t *s, sl_sbuf *o, const snapshot *sn) {
   sl_kv_tier_stats t;
   sl_engine_store_stats w;
-  if (!sl_engine_tier_stats(s->engine, &t, &w))
+  int n = 0;
+  for (; sl_engine_tier_stats(s->engine, n, &t, &w); n++) {
+    const metric_row rows[] = {
+        {"enabled", 'g', "1 while it serves; 0 after a write fault.",
+         t.enabled ? 1 : 0},
+        {"blocks", 'g', "Blocks held.", (double)t.entries},
+        {"bytes", 'g', "Bytes held.", (double)t.bytes},
+        {"budget_bytes", 'g', "The byte budget.", (double)t.budget},
+        {"hits_total", 'c', "Blocks restored.", (double)t.hits},
+        {"misses_total", 'c', "Lookups that found no block.", (double)t.misses},
+        {"restored_bytes_total", 'c', "Payload bytes restored.",
+         (double)t.get_bytes},
+        {"restore_seconds_total", 'c', "Time spent reading blocks.",
+         t.get_ms_total / 1e3},
+        {"written_bytes_total", 'c', "Payload bytes written.",
+         (double)t.put_bytes},
+        {"write_seconds_total", 'c', "Time spent writing blocks.",
+         t.put_ms_total / 1e3},
+        {"evictions_total", 'c', "Blocks removed for the byte budget.",
+         (double)t.evictions},
+        {"compressed_blocks_total", 'c', "Blocks stored lz4-compressed.",
+         (double)t.compressed},
+        {"corrupt_total", 'c',
+         "Blocks that failed a check when read: dropped, recomputed.",
+         (double)t.corrupt},
+        {"skipped_total", 'c', "Files skipped when the index was rebuilt.",
+         (double)t.skipped},
+        {"faults_total", 'c', "Write faults (ENOSPC, EIO, ...).",
+         (double)t.faults},
+    };
+    prom_rows(o, rows, sizeof rows / sizeof rows[0], t.name);
+  }
+  if (!n)
     return;
-  const struct {
-    const char *name;
-    char type; /* 'g' gauge, 'c' counter */
-    const char *help;
-    double v;
-  } rows[] = {
-      {"sluice_kv_ssd_enabled", 'g',
-       "1 while the SSD tier serves; 0 after a write fault turned it off.",
-       t.enabled ? 1 : 0},
-      {"sluice_kv_ssd_blocks", 'g', "Blocks held by the SSD tier.",
-       (double)t.entries},
-      {"sluice_kv_ssd_bytes", 'g', "Bytes held by the SSD tier.",
-       (double)t.bytes},
-      {"sluice_kv_ssd_budget_bytes", 'g', "The SSD tier's byte budget.",
-       (double)t.budget},
-      {"sluice_kv_ssd_hits_total", 'c', "Blocks restored from the SSD tier.",
-       (double)t.hits},
-      {"sluice_kv_ssd_misses_total", 'c',
-       "SSD tier lookups that found no block.", (double)t.misses},
-      {"sluice_kv_ssd_restored_bytes_total", 'c',
-       "Payload bytes restored from the SSD tier.", (double)t.get_bytes},
-      {"sluice_kv_ssd_restore_seconds_total", 'c',
-       "Time spent reading blocks from the SSD tier.", t.get_ms_total / 1e3},
-      {"sluice_kv_ssd_written_bytes_total", 'c',
-       "Payload bytes written to the SSD tier.", (double)t.put_bytes},
-      {"sluice_kv_ssd_write_seconds_total", 'c',
-       "Time spent writing blocks to the SSD tier.", t.put_ms_total / 1e3},
-      {"sluice_kv_ssd_evictions_total", 'c',
-       "Blocks removed for the SSD tier's budget.", (double)t.evictions},
-      {"sluice_kv_ssd_corrupt_total", 'c',
-       "Blocks that failed a check when read: dropped, recomputed.",
-       (double)t.corrupt},
-      {"sluice_kv_ssd_skipped_total", 'c',
-       "Files skipped when the index was rebuilt at start.", (double)t.skipped},
-      {"sluice_kv_ssd_faults_total", 'c', "Write faults (ENOSPC, EIO, ...).",
-       (double)t.faults},
-      {"sluice_kv_ssd_admission_restore_seconds_total", 'c',
-       "Executor time restoring SSD blocks at admission (reads and queueing "
-       "the copies).",
-       (double)sn->e.ssd_restore_ns / 1e9},
+  const metric_row rows[] = {
+      {"sluice_kv_tier_restored_blocks_total", 'c',
+       "Blocks restored from the tiers at admission.",
+       (double)sn->e.restored_blocks},
+      {"sluice_kv_tier_admission_restore_seconds_total", 'c',
+       "Executor time restoring blocks from the tiers at admission (reads "
+       "and queueing the copies).",
+       (double)sn->e.restore_ns / 1e9},
       {"sluice_kv_store_queued_total", 'c',
        "Blocks handed to the store worker.", (double)w.queued},
       {"sluice_kv_store_dropped_total", 'c',
-       "Unwritten blocks dropped because the disk was behind.",
+       "Unwritten blocks dropped because the tiers were behind.",
        (double)w.dropped},
       {"sluice_kv_store_failed_total", 'c',
        "Blocks the store worker could not write.", (double)w.failed},
       {"sluice_kv_store_pending", 'g', "Blocks waiting for the store worker.",
        (double)w.pending},
   };
-  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
-    prom(o, rows[i].name, rows[i].type == 'g' ? "gauge" : "counter",
-         rows[i].help, rows[i].v);
+  prom_rows(o, rows, sizeof rows / sizeof rows[0], NULL);
   uint64_t cum[SL_STORE_HOLD_BUCKETS];
   double bounds[SL_STORE_HOLD_BUCKETS];
   uint64_t c = 0;

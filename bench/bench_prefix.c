@@ -1,0 +1,477 @@
+/* `sluice bench prefix`: what the prefix cache and the SSD tier save on one
+ * long prompt (issue 11). First the disk: --disk-mib MiB written in 1 MiB
+ * writes and fsynced, dropped with posix_fadvise, read back. Then time to
+ * first token (submit -> first token event; max_tokens 1, greedy) in four
+ * phases: cold (a fresh engine, an empty directory), pool (the same prompt
+ * on that engine), ssd (a new engine on the same directory, after
+ * posix_fadvise(DONTNEED) on each block file) and ssd_warm (the same
+ * restart, the page cache left alone). Each rep runs all four, so that
+ * every cold phase is cold; medians are reported. The engine caches in a
+ * new subdirectory of --ssd-cache-dir, removed at the end: no file of the
+ * user's is touched and no earlier run's blocks warm a cold phase. CPU
+ * only, as the SSD tier is for now. JSON on stdout, progress on stderr. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "sluice/engine.h"
+#include "sluice/memsync.h"
+#include "sluice/model.h"
+#include "sluice/util.h"
+
+#define MAX_REPS 50
+enum { PH_COLD, PH_POOL, PH_SSD, PH_SSD_WARM, N_PHASES };
+static const char *const PHASE_NAME[N_PHASES] = {"cold", "pool", "ssd",
+                                                 "ssd_warm"};
+
+/* One request's events, filled on the executor thread. */
+typedef struct probe {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done;
+  uint64_t first_ns; /* the first SL_EV_TOKEN; 0 until then */
+  int cached;
+  sl_finish finish;
+  sl_status error;
+} probe;
+
+/* Per phase, per rep; ssd figures only for the two ssd phases. */
+typedef struct phase_runs {
+  double ttft_ms[MAX_REPS], cached[MAX_REPS];
+  double get_bytes[MAX_REPS], get_ms[MAX_REPS], restore_mb_s[MAX_REPS];
+} phase_runs;
+
+static void on_event(void *ud, const sl_engine_event *ev) {
+  probe *p = ud;
+  pthread_mutex_lock(&p->mu);
+  if (ev->kind == SL_EV_TOKEN && !p->first_ns)
+    p->first_ns = sl_now_ns();
+  if (ev->kind == SL_EV_DONE) {
+    p->done = true;
+    p->cached = ev->cached_tokens;
+    p->finish = ev->finish;
+    p->error = ev->error;
+    pthread_cond_broadcast(&p->cv);
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* Runs prompt[0..n) with max_tokens 1 and waits for its end; *ttft_ms is
+ * submit -> first token. A request that ends without a token fails. */
+static sl_status run_one(sl_engine_t *e, const int32_t *prompt, int n,
+                         double *ttft_ms, int *cached) {
+  probe p = {.done = false};
+  pthread_mutex_init(&p.mu, NULL);
+  pthread_cond_init(&p.cv, NULL);
+  sl_gen_params g = {.max_tokens = 1, .top_logprobs = -1, .ignore_eos = true};
+  g.sampling = sl_sampler_defaults();
+  g.sampling.temperature = 0;
+  uint64_t t0 = sl_now_ns();
+  sl_status st = sl_engine_submit(e, prompt, n, &g, on_event, &p, NULL);
+  if (st == SL_OK) {
+    pthread_mutex_lock(&p.mu);
+    while (!p.done)
+      pthread_cond_wait(&p.cv, &p.mu);
+    pthread_mutex_unlock(&p.mu);
+    if (p.finish == SL_FINISH_ERROR || !p.first_ns)
+      st = p.error != SL_OK ? p.error : SL_ERR_STATE;
+  }
+  pthread_cond_destroy(&p.cv);
+  pthread_mutex_destroy(&p.mu);
+  *ttft_ms = sl_ns_to_ms(p.first_ns - t0);
+  *cached = p.cached;
+  return st;
+}
+
+/* The SSD tier's and the store worker's counters; false when the engine
+ * has no SSD tier. Found by name: the engine numbers its tiers in lookup
+ * order, and a hot RAM tier, when configured, comes first. */
+static bool ssd_stats(sl_engine_t *e, sl_kv_tier_stats *ts,
+                      sl_engine_store_stats *ws) {
+  for (int i = 0; sl_engine_tier_stats(e, i, ts, ws); i++)
+    if (ts->name && !strcmp(ts->name, "ssd"))
+      return true;
+  return false;
+}
+
+/* Waits (at most a minute) until the store worker has nothing queued, so
+ * that the next phase does not share the cores with its writes. */
+static void store_settle(sl_engine_t *e) {
+  sl_kv_tier_stats ts;
+  sl_engine_store_stats ws;
+  for (int k = 0; k < 6000 && ssd_stats(e, &ts, &ws); k++) {
+    if (ws.written + ws.failed + ws.dropped >= ws.queued)
+      return;
+    usleep(10000);
+  }
+}
+
+/* Calls fn(dirfd, name) for each entry of dir ending in `suffix` ("" for
+ * all but . and ..); returns how many, or -1 when dir cannot be read. */
+static int each_file(const char *dir, const char *suffix,
+                     void (*fn)(int dfd, const char *name)) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return -1;
+  int n = 0;
+  size_t sl = strlen(suffix);
+  for (struct dirent *de; (de = readdir(d));) {
+    size_t l = strlen(de->d_name);
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || l < sl ||
+        strcmp(de->d_name + l - sl, suffix))
+      continue;
+    fn(dirfd(d), de->d_name);
+    n++;
+  }
+  closedir(d);
+  return n;
+}
+
+/* Best effort: DONTNEED drops only clean pages, and the tier fsyncs each
+ * block before its rename, so the files should leave the page cache. */
+static void drop_cached(int dfd, const char *name) {
+  int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+  }
+}
+
+static void remove_file(int dfd, const char *name) {
+  unlinkat(dfd, name, 0);
+}
+
+/* The disk's write (1 MiB writes + fsync) and read (1 MiB reads after
+ * DONTNEED) bandwidth on a temporary file in dir, in MB/s (10^6 bytes). */
+static sl_status disk_bandwidth(const char *dir, int mib, double *w_mb_s,
+                                double *r_mb_s) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/.sluice-bench-prefix-disk-XXXXXX", dir);
+  size_t chunk = 1u << 20;
+  uint64_t *buf = sl_malloc(chunk);
+  int fd = buf ? mkostemp(path, O_CLOEXEC) : -1;
+  if (fd < 0) {
+    sl_free(buf);
+    return buf ? SL_ERR_IO : SL_ERR_NOMEM;
+  }
+  /* not zeros: a file system that compresses or skips zero pages would
+   * show a bandwidth the KV blocks never get */
+  for (size_t i = 0; i < chunk / 8; i++)
+    buf[i] = (i + 1) * 0x9E3779B97F4A7C15ull;
+  sl_status st = SL_ERR_IO;
+  uint64_t t0 = sl_now_ns();
+  for (int i = 0; i < mib; i++)
+    if (write(fd, buf, chunk) != (ssize_t)chunk)
+      goto fail_file;
+  if (fsync(fd) != 0)
+    goto fail_file;
+  double bytes = (double)mib * (double)chunk;
+  *w_mb_s = bytes / 1e6 / ((double)(sl_now_ns() - t0) / 1e9);
+  posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  if (lseek(fd, 0, SEEK_SET) != 0)
+    goto fail_file;
+  t0 = sl_now_ns();
+  for (int i = 0; i < mib; i++)
+    if (read(fd, buf, chunk) != (ssize_t)chunk)
+      goto fail_file;
+  *r_mb_s = bytes / 1e6 / ((double)(sl_now_ns() - t0) / 1e9);
+  st = SL_OK;
+fail_file:
+  close(fd);
+  unlink(path);
+  sl_free(buf);
+  return st;
+}
+
+/* Exactly n tokens of words chosen by a fixed LCG (the words of
+ * tests/py/test_kv_ssd.py), in a new array (free with sl_free), or NULL. */
+static int32_t *make_prompt(const sl_tokenizer_t *tok, int n) {
+  static const char *const W[] = {
+      "river",  "stone",  "cloud",   "lamp",   "orchard", "violin",
+      "copper", "meadow", "signal",  "harbor", "lantern", "quiet",
+      "silver", "marble", "thunder", "garden", "window",  "pepper",
+      "canyon", "falcon", "ember",   "willow"};
+  for (size_t words = (size_t)n + 16;; words *= 2) {
+    char *text = sl_malloc(words * 9);
+    if (!text)
+      return NULL;
+    size_t o = 0;
+    uint32_t x = 7;
+    for (size_t i = 0; i < words; i++) {
+      x = x * 1664525u + 1013904223u;
+      o += (size_t)sprintf(text + o, "%s%s", i ? " " : "", W[(x >> 16) % 22]);
+    }
+    int32_t *ids = NULL;
+    size_t got = 0;
+    sl_status st = sl_tokenizer_encode(tok, text, o, false, false, &ids, &got);
+    sl_free(text);
+    if (st != SL_OK || got >= (size_t)n || !got)
+      return st == SL_OK && got ? ids : NULL;
+    sl_free(ids);
+  }
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n) {
+  double s[MAX_REPS];
+  memcpy(s, v, sizeof *v * (size_t)n);
+  qsort(s, (size_t)n, sizeof *s, cmp_d);
+  return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+/* Writes s as a JSON string literal. */
+static void json_put_str(const char *s) {
+  putchar('"');
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      printf("\\%c", c);
+    else if (c < 0x20)
+      printf("\\u%04x", c);
+    else
+      putchar(c);
+  }
+  putchar('"');
+}
+
+/* The CPU's model name from /proc/cpuinfo, or "unknown". */
+static void cpu_model(char *out, size_t cap) {
+  char line[512], *colon = NULL;
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  while (f && !colon && fgets(line, sizeof line, f))
+    if (!strncmp(line, "model name", 10) && (colon = strchr(line, ':')))
+      line[strcspn(line, "\n")] = 0;
+  snprintf(out, cap, "%s", colon ? colon + 1 + (colon[1] == ' ') : "unknown");
+  if (f)
+    fclose(f);
+}
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: sluice bench prefix --ssd-cache-dir DIR [-m MODEL] "
+             "[-t THREADS]\n"
+             "         [--prompt-tokens 4000] [--reps 3] [--disk-mib 256]\n"
+             "  TTFT of one long prompt: cold, from the prefix cache, from "
+             "the SSD tier\n"
+             "  after a restart; DIR's disk bandwidth. DIR must be a "
+             "writable directory.\n");
+}
+
+int sl_bench_prefix_main(int argc, char **argv) {
+  char defbuf[PATH_MAX], sub[PATH_MAX], err[512], cpu[256], date[32];
+  const char *model = NULL, *dir = NULL;
+  int threads = 0, n_prompt = 4000, reps = 3, disk_mib = 256;
+  for (int i = 0; i < argc; i += 2) { /* each option but --help takes a value */
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int *iv = NULL, lo = 1, hi = 0;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+      model = v;
+    else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
+      iv = &threads, hi = 1024;
+    else if (!strcmp(a, "--ssd-cache-dir"))
+      dir = v;
+    else if (!strcmp(a, "--prompt-tokens"))
+      iv = &n_prompt, lo = 32, hi = 65536;
+    else if (!strcmp(a, "--reps"))
+      iv = &reps, hi = MAX_REPS;
+    else if (!strcmp(a, "--disk-mib"))
+      iv = &disk_mib, hi = 1 << 20;
+    else {
+      fprintf(stderr, "sluice bench prefix: unknown option '%s'\n", a);
+      usage(stderr);
+      return 2;
+    }
+    if (!v || (iv && !sl_bench_parse_int(v, lo, hi, iv))) {
+      if (iv)
+        fprintf(stderr,
+                "sluice bench prefix: %s needs a whole number in "
+                "%d..%d\n",
+                a, lo, hi);
+      else
+        fprintf(stderr, "sluice bench prefix: %s needs a value\n", a);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (!dir) {
+    fprintf(stderr, "sluice bench prefix: --ssd-cache-dir DIR is required\n");
+    usage(stderr);
+    return 2;
+  }
+  /* the engine's own directory, made now: as root, access() says yes to
+   * a directory where no file can be made (/proc), so making one is the
+   * test of "writable" */
+  struct stat sb;
+  errno = 0;
+  snprintf(sub, sizeof sub, "%s/sluice-bench-prefix-XXXXXX", dir);
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || !mkdtemp(sub)) {
+    fprintf(stderr,
+            "sluice bench prefix: --ssd-cache-dir '%s' is not a writable "
+            "directory (%s)\n",
+            dir, errno ? strerror(errno) : "not a directory");
+    return 2;
+  }
+  if (threads <= 0)
+    threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (!model)
+    model = sl_model_default_path(defbuf, sizeof defbuf);
+
+  int rc = 1;
+  sl_model_t *m = NULL;
+  sl_tokenizer_t *tok = NULL;
+  int32_t *prompt = NULL;
+  phase_runs *runs = NULL;
+  double w_mb_s = 0, r_mb_s = 0;
+  fprintf(stderr, "sluice bench prefix: disk: %d MiB in %s\n", disk_mib, dir);
+  sl_status st = disk_bandwidth(dir, disk_mib, &w_mb_s, &r_mb_s);
+  if (st != SL_OK) {
+    fprintf(stderr, "sluice bench prefix: disk test in '%s' failed: %s (%s)\n",
+            dir, sl_status_str(st), strerror(errno));
+    goto out;
+  }
+  if (!(m = sl_model_load(model, &st, err, sizeof err))) {
+    fprintf(stderr, "sluice bench prefix: %s\n", err);
+    goto out;
+  }
+  sl_model_prefault(m, false); /* page faults on weights are not TTFT */
+  if (!(runs = sl_calloc(N_PHASES, sizeof *runs)) ||
+      sl_tokenizer_load(sl_model_gguf(m), &tok, err, sizeof err) != SL_OK ||
+      !(prompt = make_prompt(tok, n_prompt))) {
+    fprintf(stderr, "sluice bench prefix: cannot make the prompt\n");
+    goto out;
+  }
+  sl_engine_config c = sl_engine_config_defaults();
+  c.device = SL_ENGINE_DEVICE_CPU;
+  c.n_threads = threads;
+  c.n_ctx = (n_prompt + 64 + 255) / 256 * 256;
+  c.max_seqs = 2;       /* one request at a time: a small pool, as serve -c */
+  c.kv_prefault = true; /* as serve: KV page faults are not TTFT */
+  c.queue_timeout_ms = 0;
+  c.ssd_cache_dir = sub;
+  c.ssd_cache_bytes = 64ull << 30;
+  /* shorter than one block: nothing is published, nothing shared */
+  static const int32_t warm[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  int files_dropped = 0;
+  sl_engine_t *e = NULL; /* cold's engine serves pool too */
+  for (int r = 0; r < reps; r++) {
+    each_file(sub, "", remove_file);
+    for (int ph = PH_COLD; ph < N_PHASES; ph++) {
+      if (ph == PH_SSD)
+        files_dropped = each_file(sub, ".slkv", drop_cached);
+      if (ph != PH_POOL) {
+        double wt;
+        int wc;
+        e = NULL; /* sl_engine_create leaves it as it is on failure */
+        if ((st = sl_engine_create(m, tok, &c, &e)) != SL_OK ||
+            (st = run_one(e, warm, 8, &wt, &wc)) != SL_OK) {
+          fprintf(stderr, "sluice bench prefix: engine: %s\n",
+                  sl_status_str(st));
+          sl_engine_free(e);
+          goto out;
+        }
+      }
+      phase_runs *pr = &runs[ph];
+      int cached = 0;
+      if ((st = run_one(e, prompt, n_prompt, &pr->ttft_ms[r], &cached)) !=
+          SL_OK) {
+        fprintf(stderr, "sluice bench prefix: %s request: %s\n", PHASE_NAME[ph],
+                sl_status_str(st));
+        sl_engine_free(e);
+        goto out;
+      }
+      pr->cached[r] = cached;
+      sl_kv_tier_stats ts;
+      sl_engine_store_stats ws;
+      if (ssd_stats(e, &ts, &ws)) {
+        pr->get_bytes[r] = (double)ts.get_bytes;
+        pr->get_ms[r] = ts.get_ms_total;
+        pr->restore_mb_s[r] = ts.get_ms_total > 0
+                                  ? (double)ts.get_bytes / 1e3 / ts.get_ms_total
+                                  : 0;
+      }
+      fprintf(stderr,
+              "sluice bench prefix: rep %d/%d %-8s TTFT %9.1f ms, %d of %d "
+              "tokens cached\n",
+              r + 1, reps, PHASE_NAME[ph], pr->ttft_ms[r], cached, n_prompt);
+      store_settle(e);
+      if (ph != PH_COLD) { /* freeing writes every queued block first */
+        sl_engine_free(e);
+        e = NULL;
+      }
+    }
+  }
+  time_t now = time(NULL);
+  struct tm tmv;
+  strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tmv));
+  cpu_model(cpu, sizeof cpu);
+  printf("{\"bench\": \"prefix\", \"date\": \"%s\", \"machine\": {\"cpu\": ",
+         date);
+  json_put_str(cpu);
+  printf(", \"cores\": %d}, \"device\": \"cpu\", \"model\": ",
+         (int)sysconf(_SC_NPROCESSORS_ONLN));
+  json_put_str(model);
+  printf(",\n \"flags\": {\"threads\": %d, \"prompt_tokens\": %d, "
+         "\"reps\": %d, \"disk_mib\": %d, \"ssd_cache_dir\": ",
+         threads, n_prompt, reps, disk_mib);
+  json_put_str(dir);
+  printf("}, \"n_ctx\": %d, \"kv_block_tokens\": %d, \"max_tokens\": 1,\n"
+         " \"disk\": {\"write_mb_s\": %.1f, \"read_mb_s\": %.1f, "
+         "\"chunk_bytes\": 1048576, \"write_includes_fsync\": true, "
+         "\"page_cache_dropped_by\": \"posix_fadvise\"},\n"
+         " \"ssd_page_cache_dropped_by\": \"posix_fadvise\", "
+         "\"ssd_block_files\": %d,\n \"phases\": {",
+         c.n_ctx, c.kv_block_tokens, w_mb_s, r_mb_s, files_dropped);
+  double ttft[N_PHASES];
+  for (int ph = PH_COLD; ph < N_PHASES; ph++) {
+    const phase_runs *pr = &runs[ph];
+    ttft[ph] = median(pr->ttft_ms, reps);
+    printf("%s\n  \"%s\": {\"ttft_ms\": %.2f, \"cached_tokens\": %.0f",
+           ph ? "," : "", PHASE_NAME[ph], ttft[ph], median(pr->cached, reps));
+    if (ph >= PH_SSD) {
+      double mb_s = median(pr->restore_mb_s, reps);
+      printf(", \"get_bytes\": %.0f, \"get_ms_total\": %.2f, "
+             "\"restore_mb_s\": %.1f, \"restore_vs_disk_read\": %.3f",
+             median(pr->get_bytes, reps), median(pr->get_ms, reps), mb_s,
+             r_mb_s > 0 ? mb_s / r_mb_s : 0.0);
+    }
+    printf(", \"ttft_ms_reps\": [");
+    for (int r = 0; r < reps; r++)
+      printf("%s%.2f", r ? ", " : "", pr->ttft_ms[r]);
+    printf("]}");
+  }
+  printf("},\n \"ratio_cold_pool\": %.2f, \"ratio_cold_ssd\": %.2f, "
+         "\"ratio_cold_ssd_warm\": %.2f,\n"
+         " \"note\": \"medians over reps; TTFT = submit to the first token "
+         "event; restore_mb_s = the tier's get_bytes / get_ms_total; whether "
+         "posix_fadvise(DONTNEED) emptied the page cache is not checked\"}\n",
+         ttft[PH_POOL] > 0 ? ttft[PH_COLD] / ttft[PH_POOL] : 0.0,
+         ttft[PH_SSD] > 0 ? ttft[PH_COLD] / ttft[PH_SSD] : 0.0,
+         ttft[PH_SSD_WARM] > 0 ? ttft[PH_COLD] / ttft[PH_SSD_WARM] : 0.0);
+  fflush(stdout);
+  rc = 0;
+out:
+  each_file(sub, "", remove_file);
+  rmdir(sub);
+  sl_free(runs);
+  sl_free(prompt);
+  sl_tokenizer_free(tok);
+  sl_model_free(m);
+  sl_clear_thread_streams();
+  return rc;
+}
