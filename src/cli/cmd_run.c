@@ -137,14 +137,14 @@ int sl_cli_run_main(int argc, char **argv) {
       NEED_VALUE if (!sl_cli_parse_double(v, 0, 1, &dv)) BAD_VALUE sp.min_p =
           (float)dv;
     } else if (!strcmp(a, "--top-k")) {
-      NEED_VALUE if (!sl_parse_long(v, 0, 1 << 24, &lv))
-          BAD_VALUE sp.top_k = (int)lv;
+      NEED_VALUE if (!sl_parse_long(v, 0, 1 << 24, &lv)) BAD_VALUE sp.top_k =
+          (int)lv;
     } else if (!strcmp(a, "--repeat-penalty")) {
       NEED_VALUE if (!sl_cli_parse_double(v, 0.01, 100, &dv))
           BAD_VALUE sp.repeat_penalty = (float)dv;
     } else if (!strcmp(a, "--seed")) {
-      NEED_VALUE if (!sl_parse_long(v, 0, LONG_MAX, &lv))
-          BAD_VALUE sp.seed = (uint64_t)lv;
+      NEED_VALUE if (!sl_parse_long(v, 0, LONG_MAX, &lv)) BAD_VALUE sp.seed =
+          (uint64_t)lv;
     } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       run_usage();
       return 0;

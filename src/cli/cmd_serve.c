@@ -162,12 +162,12 @@ int sl_cli_serve_main(int argc, char **argv) {
     } else if (!strcmp(a, "--model-name")) {
       NEED_VALUE name = v;
     } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
-      NEED_VALUE if (!sl_parse_long(v, 16, 1 << 20, &lv))
-          BAD_VALUE ecfg.n_ctx = (int)lv;
+      NEED_VALUE if (!sl_parse_long(v, 16, 1 << 20, &lv)) BAD_VALUE ecfg.n_ctx =
+          (int)lv;
       ctx_set = true;
     } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-      NEED_VALUE if (!sl_parse_long(v, 1, 1024, &lv))
-          BAD_VALUE ecfg.n_threads = (int)lv;
+      NEED_VALUE if (!sl_parse_long(v, 1, 1024, &lv)) BAD_VALUE ecfg.n_threads =
+          (int)lv;
     } else if (!strcmp(a, "--max-memory")) {
       NEED_VALUE if (!parse_bytes(v, &bv)) BAD_VALUE ecfg.max_memory = bv;
     } else if (!strcmp(a, "--clear-every-tokens")) {
@@ -176,8 +176,8 @@ int sl_cli_serve_main(int argc, char **argv) {
     } else if (!strcmp(a, "--device")) {
       NEED_VALUE if (!sl_engine_device_parse(v, &ecfg.device)) BAD_VALUE
     } else if (!strcmp(a, "--max-seqs")) {
-      NEED_VALUE if (!sl_parse_long(v, 1, 4096, &lv))
-          BAD_VALUE ecfg.max_seqs = (int)lv;
+      NEED_VALUE if (!sl_parse_long(v, 1, 4096, &lv)) BAD_VALUE ecfg.max_seqs =
+          (int)lv;
     } else if (!strcmp(a, "--max-batched-tokens")) {
       NEED_VALUE if (!sl_parse_long(v, 1, 1 << 20, &lv))
           BAD_VALUE ecfg.max_batched_tokens = (int)lv;
