@@ -72,7 +72,11 @@ int main(void) {
       CHECK(st.bytes >= 2 * n);
     /* the same hash with other token ids (a collision): never served */
     sl_kv_block_key kc = {77, 101, toks[3]};
+    uint64_t misses = sl_kv_tier_stats_of(t).misses;
+    CHECK(!sl_kv_tier_peek(t, &kc) && sl_kv_tier_peek(t, &k1));
+    CHECK(sl_kv_tier_stats_of(t).misses == misses); /* a peek is no lookup */
     CHECK(!sl_kv_tier_contains(t, &kc));
+    CHECK(sl_kv_tier_stats_of(t).misses == misses + 1);
     CHECK(sl_kv_tier_get(t, &kc, dst, n) == SL_ERR_NOT_FOUND);
     /* another model's fingerprint, a wrong size */
     sl_kv_block_key kf = {78, 101, toks[1]};

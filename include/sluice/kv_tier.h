@@ -54,6 +54,9 @@ typedef struct sl_kv_tier_stats {
 
 /* True when the tier holds `key` (no I/O). */
 bool sl_kv_tier_contains(sl_kv_tier_t *t, const sl_kv_block_key *key);
+/* The same answer, not counted as a lookup (a miss here is no miss of a
+ * prefix: the store worker asks whether a block still needs writing). */
+bool sl_kv_tier_peek(sl_kv_tier_t *t, const sl_kv_block_key *key);
 
 /* Reads the block into dst (n bytes, the block's size). A block that is
  * missing returns SL_ERR_NOT_FOUND; one that fails its checksum or reads

@@ -226,7 +226,9 @@ void sl__store_stop(sl_engine_t *e);
  * many. */
 int sl__store_restore(sl_engine_t *e, const int32_t *tokens, uint64_t parent,
                       const int32_t *blocks, int n);
-/* Whether some tier holds the block (key), or every tier does (all). */
+/* Whether some tier holds the block (key): an admission's lookup, each
+ * tier asked counting a miss; or whether every tier does (all): the
+ * store's check, counted nowhere. */
 bool sl__tiers_hold(sl_engine_t *e, const sl_kv_block_key *key, bool all);
 
 /* Fails every active request with st (a clear reported an error). */

@@ -389,8 +389,12 @@ int sl__store_restore(sl_engine_t *e, const int32_t *tokens, uint64_t parent,
 }
 
 bool sl__tiers_hold(sl_engine_t *e, const sl_kv_block_key *key, bool all) {
-  for (int i = 0; i < e->n_tiers; i++)
-    if (sl_kv_tier_contains(e->tiers[i], key) != all)
+  for (int i = 0; i < e->n_tiers; i++) {
+    /* all: the store's check (not a lookup of a prefix, so not a miss) */
+    bool held = all ? sl_kv_tier_peek(e->tiers[i], key)
+                    : sl_kv_tier_contains(e->tiers[i], key);
+    if (held != all)
       return !all;
+  }
   return all && e->n_tiers > 0;
 }

@@ -4,7 +4,11 @@
 #include "tier_impl.h"
 
 bool sl_kv_tier_contains(sl_kv_tier_t *t, const sl_kv_block_key *key) {
-  return t->ops->contains(t, key);
+  return t->ops->contains(t, key, true);
+}
+
+bool sl_kv_tier_peek(sl_kv_tier_t *t, const sl_kv_block_key *key) {
+  return t->ops->contains(t, key, false);
 }
 
 sl_status sl_kv_tier_get(sl_kv_tier_t *t, const sl_kv_block_key *key, void *dst,

@@ -10,7 +10,8 @@
 #include "sluice/kv_tier.h"
 
 typedef struct sl_kv_tier_ops {
-  bool (*contains)(sl_kv_tier_t *t, const sl_kv_block_key *key);
+  /* count: a miss counts in the stats (not for sl_kv_tier_peek) */
+  bool (*contains)(sl_kv_tier_t *t, const sl_kv_block_key *key, bool count);
   sl_status (*get)(sl_kv_tier_t *t, const sl_kv_block_key *key, void *dst,
                    size_t n);
   sl_status (*put)(sl_kv_tier_t *t, const sl_kv_block_key *key, const void *src,

@@ -125,13 +125,14 @@ static bool tokens_match(ram_tier *t, ram_entry *x, const int32_t *tokens) {
                  sizeof(int32_t) * (size_t)t->cfg.block_tokens);
 }
 
-static bool ram_contains(sl_kv_tier_t *bt, const sl_kv_block_key *key) {
+static bool ram_contains(sl_kv_tier_t *bt, const sl_kv_block_key *key,
+                         bool count) {
   ram_tier *t = (ram_tier *)bt;
   pthread_mutex_lock(&t->mu);
   ram_entry *x =
       key->fingerprint == t->cfg.fingerprint ? find(t, key->hash) : NULL;
   bool ok = x && tokens_match(t, x, key->tokens);
-  if (!ok)
+  if (!ok && count)
     t->st.misses++;
   pthread_mutex_unlock(&t->mu);
   return ok;

@@ -357,7 +357,8 @@ static void ssd_close(sl_kv_tier_t *bt) {
 /* ---- lookups, gets and puts ------------------------------------------------
  */
 
-static bool ssd_contains(sl_kv_tier_t *bt, const sl_kv_block_key *key) {
+static bool ssd_contains(sl_kv_tier_t *bt, const sl_kv_block_key *key,
+                         bool count) {
   ssd_tier *t = (ssd_tier *)bt;
   pthread_mutex_lock(&t->mu);
   bool ok = false;
@@ -366,7 +367,7 @@ static bool ssd_contains(sl_kv_tier_t *bt, const sl_kv_block_key *key) {
     ok = t->tab[i].hash == key->hash &&
          t->tab[i].tok_hash == tokens_hash(key->tokens, t->cfg.block_tokens);
   }
-  if (!ok)
+  if (!ok && count)
     t->st.misses++;
   pthread_mutex_unlock(&t->mu);
   return ok;
