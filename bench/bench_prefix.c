@@ -1,14 +1,15 @@
-/* `sluice bench prefix`: what the prefix cache and the SSD tier save on one
+/* `sluice bench prefix`: what the prefix cache and the tiers save on one
  * long prompt (issue 11). First the disk: --disk-mib MiB written in 1 MiB
  * writes and fsynced, dropped with posix_fadvise, read back. Then time to
- * first token (submit -> first token event; max_tokens 1, greedy) in four
+ * first token (submit -> first token event; max_tokens 1, greedy) in five
  * phases: cold (a fresh engine, an empty directory), pool (the same prompt
- * on that engine), ssd (a new engine on the same directory, after
- * posix_fadvise(DONTNEED) on each block file) and ssd_warm (the same
- * restart, the page cache left alone). Each rep runs all four, so that
- * every cold phase is cold; medians are reported. The engine caches in a
- * new subdirectory of --ssd-cache-dir, removed at the end: no file of the
- * user's is touched and no earlier run's blocks warm a cold phase. CPU
+ * on that engine), hot (on that engine, after another prompt pushed ours
+ * out of the pool: from the hot RAM tier), ssd (a new engine on the same
+ * directory, after posix_fadvise(DONTNEED) on each block file) and
+ * ssd_warm (the same restart, the page cache left alone). Each rep runs
+ * all five, so that every cold phase is cold; medians are reported. The engine
+ * caches in a new subdirectory of --ssd-cache-dir, removed at the end: no file
+ * of the user's is touched and no earlier run's blocks warm a cold phase. CPU
  * only, as the SSD tier is for now. JSON on stdout, progress on stderr. */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -30,8 +31,8 @@
 #include "sluice/util.h"
 
 #define MAX_REPS 50
-enum { PH_COLD, PH_POOL, PH_SSD, PH_SSD_WARM, N_PHASES };
-static const char *const PHASE_NAME[N_PHASES] = {"cold", "pool", "ssd",
+enum { PH_COLD, PH_POOL, PH_HOT, PH_SSD, PH_SSD_WARM, N_PHASES };
+static const char *const PHASE_NAME[N_PHASES] = {"cold", "pool", "hot", "ssd",
                                                  "ssd_warm"};
 
 /* One request's events, filled on the executor thread. */
@@ -93,13 +94,13 @@ static sl_status run_one(sl_engine_t *e, const int32_t *prompt, int n,
   return st;
 }
 
-/* The SSD tier's and the store worker's counters; false when the engine
- * has no SSD tier. Found by name: the engine numbers its tiers in lookup
- * order, and a hot RAM tier, when configured, comes first. */
-static bool ssd_stats(sl_engine_t *e, sl_kv_tier_stats *ts,
-                      sl_engine_store_stats *ws) {
+/* The counters of the tier named `name` ("hot", "ssd") and of the store
+ * worker; false when the engine has no such tier (the engine numbers its
+ * tiers in lookup order). */
+static bool tier_stats(sl_engine_t *e, const char *name, sl_kv_tier_stats *ts,
+                       sl_engine_store_stats *ws) {
   for (int i = 0; sl_engine_tier_stats(e, i, ts, ws); i++)
-    if (ts->name && !strcmp(ts->name, "ssd"))
+    if (ts->name && !strcmp(ts->name, name))
       return true;
   return false;
 }
@@ -109,7 +110,7 @@ static bool ssd_stats(sl_engine_t *e, sl_kv_tier_stats *ts,
 static void store_settle(sl_engine_t *e) {
   sl_kv_tier_stats ts;
   sl_engine_store_stats ws;
-  for (int k = 0; k < 6000 && ssd_stats(e, &ts, &ws); k++) {
+  for (int k = 0; k < 6000 && tier_stats(e, "ssd", &ts, &ws); k++) {
     if (ws.written + ws.failed + ws.dropped >= ws.queued)
       return;
     usleep(10000);
@@ -335,7 +336,7 @@ int sl_bench_prefix_main(int argc, char **argv) {
   int rc = 1;
   sl_model_t *m = NULL;
   sl_tokenizer_t *tok = NULL;
-  int32_t *prompt = NULL;
+  int32_t *prompt = NULL, *other = NULL;
   phase_runs *runs = NULL;
   double w_mb_s = 0, r_mb_s = 0;
   fprintf(stderr, "sluice bench prefix: disk: %d MiB in %s\n", disk_mib, dir);
@@ -365,6 +366,20 @@ int sl_bench_prefix_main(int argc, char **argv) {
   c.queue_timeout_ms = 0;
   c.ssd_cache_dir = sub;
   c.ssd_cache_bytes = 64ull << 30;
+  /* The first engine (cold, pool, hot) also has the hot tier, room for
+   * three prompts, and a pool with room for one: another prompt of the
+   * same length (its first token changed, so no block is shared) evicts
+   * the prompt's blocks from the pool, and the hot phase restores them
+   * from the hot tier. The restarts (ssd, ssd_warm) have only SSD. */
+  const sl_model_hparams *hp = sl_model_hparams_of(m);
+  sl_engine_config c1 = c;
+  c1.hot_cache_bytes = 3ull * (uint64_t)c.n_ctx * 4u *
+                       (uint64_t)(hp->n_layer * hp->n_head_kv * hp->head_dim);
+  c1.kv_blocks = (n_prompt + c.kv_block_tokens) / c.kv_block_tokens + 2;
+  if (!(other = sl_malloc(sizeof *other * (size_t)n_prompt)))
+    goto out;
+  memcpy(other, prompt, sizeof *other * (size_t)n_prompt);
+  other[0] = prompt[0] != prompt[1] ? prompt[1] : prompt[0] + 1;
   /* shorter than one block: nothing is published, nothing shared */
   static const int32_t warm[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   int files_dropped = 0;
@@ -374,17 +389,27 @@ int sl_bench_prefix_main(int argc, char **argv) {
     for (int ph = PH_COLD; ph < N_PHASES; ph++) {
       if (ph == PH_SSD)
         files_dropped = each_file(sub, ".slkv", drop_cached);
-      if (ph != PH_POOL) {
-        double wt;
-        int wc;
+      double wt;
+      int wc;
+      if (ph != PH_POOL && ph != PH_HOT) {
         e = NULL; /* sl_engine_create leaves it as it is on failure */
-        if ((st = sl_engine_create(m, tok, &c, &e)) != SL_OK ||
+        if ((st = sl_engine_create(m, tok, ph == PH_COLD ? &c1 : &c, &e)) !=
+                SL_OK ||
             (st = run_one(e, warm, 8, &wt, &wc)) != SL_OK) {
           fprintf(stderr, "sluice bench prefix: engine: %s\n",
                   sl_status_str(st));
           sl_engine_free(e);
           goto out;
         }
+      }
+      if (ph == PH_HOT) { /* the other prompt pushes ours out of the pool */
+        if ((st = run_one(e, other, n_prompt, &wt, &wc)) != SL_OK) {
+          fprintf(stderr, "sluice bench prefix: the other prompt: %s\n",
+                  sl_status_str(st));
+          sl_engine_free(e);
+          goto out;
+        }
+        store_settle(e);
       }
       phase_runs *pr = &runs[ph];
       int cached = 0;
@@ -398,7 +423,8 @@ int sl_bench_prefix_main(int argc, char **argv) {
       pr->cached[r] = cached;
       sl_kv_tier_stats ts;
       sl_engine_store_stats ws;
-      if (ssd_stats(e, &ts, &ws)) {
+      if (ph >= PH_HOT &&
+          tier_stats(e, ph == PH_HOT ? "hot" : "ssd", &ts, &ws)) {
         pr->get_bytes[r] = (double)ts.get_bytes;
         pr->get_ms[r] = ts.get_ms_total;
         pr->restore_mb_s[r] = ts.get_ms_total > 0
@@ -410,7 +436,7 @@ int sl_bench_prefix_main(int argc, char **argv) {
               "tokens cached\n",
               r + 1, reps, PHASE_NAME[ph], pr->ttft_ms[r], cached, n_prompt);
       store_settle(e);
-      if (ph != PH_COLD) { /* freeing writes every queued block first */
+      if (ph != PH_COLD && ph != PH_POOL) { /* writes what is queued first */
         sl_engine_free(e);
         e = NULL;
       }
@@ -443,24 +469,28 @@ int sl_bench_prefix_main(int argc, char **argv) {
     ttft[ph] = median(pr->ttft_ms, reps);
     printf("%s\n  \"%s\": {\"ttft_ms\": %.2f, \"cached_tokens\": %.0f",
            ph ? "," : "", PHASE_NAME[ph], ttft[ph], median(pr->cached, reps));
-    if (ph >= PH_SSD) {
+    if (ph >= PH_HOT) {
       double mb_s = median(pr->restore_mb_s, reps);
       printf(", \"get_bytes\": %.0f, \"get_ms_total\": %.2f, "
-             "\"restore_mb_s\": %.1f, \"restore_vs_disk_read\": %.3f",
-             median(pr->get_bytes, reps), median(pr->get_ms, reps), mb_s,
-             r_mb_s > 0 ? mb_s / r_mb_s : 0.0);
+             "\"restore_mb_s\": %.1f",
+             median(pr->get_bytes, reps), median(pr->get_ms, reps), mb_s);
+      if (ph >= PH_SSD)
+        printf(", \"restore_vs_disk_read\": %.3f",
+               r_mb_s > 0 ? mb_s / r_mb_s : 0.0);
     }
     printf(", \"ttft_ms_reps\": [");
     for (int r = 0; r < reps; r++)
       printf("%s%.2f", r ? ", " : "", pr->ttft_ms[r]);
     printf("]}");
   }
-  printf("},\n \"ratio_cold_pool\": %.2f, \"ratio_cold_ssd\": %.2f, "
+  printf("},\n \"ratio_cold_pool\": %.2f, \"ratio_cold_hot\": %.2f, "
+         "\"ratio_cold_ssd\": %.2f, "
          "\"ratio_cold_ssd_warm\": %.2f,\n"
          " \"note\": \"medians over reps; TTFT = submit to the first token "
          "event; restore_mb_s = the tier's get_bytes / get_ms_total; whether "
          "posix_fadvise(DONTNEED) emptied the page cache is not checked\"}\n",
          ttft[PH_POOL] > 0 ? ttft[PH_COLD] / ttft[PH_POOL] : 0.0,
+         ttft[PH_HOT] > 0 ? ttft[PH_COLD] / ttft[PH_HOT] : 0.0,
          ttft[PH_SSD] > 0 ? ttft[PH_COLD] / ttft[PH_SSD] : 0.0,
          ttft[PH_SSD_WARM] > 0 ? ttft[PH_COLD] / ttft[PH_SSD_WARM] : 0.0);
   fflush(stdout);
@@ -470,6 +500,7 @@ out:
   rmdir(sub);
   sl_free(runs);
   sl_free(prompt);
+  sl_free(other);
   sl_tokenizer_free(tok);
   sl_model_free(m);
   sl_clear_thread_streams();

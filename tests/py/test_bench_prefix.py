@@ -26,12 +26,14 @@ def test_phases_count_what_they_restore():
         ph = j["phases"]
         full = (300 - 1) // 16 * 16  # the last token's block is computed
         assert ph["cold"]["cached_tokens"] == 0
-        for name in ("pool", "ssd", "ssd_warm"):
+        for name in ("pool", "hot", "ssd", "ssd_warm"):
             assert ph[name]["cached_tokens"] == full, name
         # every full block read back from SSD, in both restarts
         got = ph["ssd"]["get_bytes"]
         assert got > 0 and got % (full // 16) == 0
         assert ph["ssd_warm"]["get_bytes"] == got
+        # and from the hot tier, once another prompt pushed it out of the pool
+        assert ph["hot"]["get_bytes"] == got
         assert j["disk"]["write_mb_s"] > 0 and j["disk"]["read_mb_s"] > 0
         assert os.listdir(d) == []  # its subdirectory and disk file are gone
 
