@@ -57,6 +57,20 @@ static void run(sl_model_t *m, sl_tokenizer_t *tok, const char *dir,
       usleep(10000);
     }
   }
+  /* the clears' buffer-access lock: every clear counted (the device's
+   * counters run since it opened, over every engine of this test) */
+  sl_access_lock_stats lk = sl_engine_clear_lock_stats(e);
+  sl_engine_stats es = sl_engine_get_stats(e);
+  uint64_t in_hist = 0;
+  for (int b = 0; b < SL_LOCK_HIST_BUCKETS; b++)
+    in_hist += lk.wait_hist[b];
+  CHECK(es.clears > 0 && lk.clears >= es.clears && in_hist == lk.clears);
+  CHECK(lk.wait_ns_max <= lk.wait_ns_total && lk.hold_ns_max > 0);
+  if (dir)
+    printf("clears: %llu on the device, longest wait for the lock %.3f ms, "
+           "longest hold %.3f ms (the store's longest batch: %.3f ms)\n",
+           (unsigned long long)lk.clears, (double)lk.wait_ns_max / 1e6,
+           (double)lk.hold_ns_max / 1e6, (double)ws->lock_ns_max / 1e6);
   sl_engine_free(e); /* the worker writes what is queued first */
 }
 

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "sluice/kv_tier.h"
+#include "sluice/memsync.h"
 #include "sluice/model.h"
 #include "sluice/reason.h"
 #include "sluice/sampler.h"
@@ -196,7 +197,7 @@ typedef struct sl_engine_stats {
 } sl_engine_stats;
 
 /* The store worker (it copies finished prefix blocks into the tiers). */
-#define SL_STORE_HOLD_BUCKETS 11
+#define SL_STORE_HOLD_BUCKETS SL_LOCK_HIST_BUCKETS
 typedef struct sl_engine_store_stats {
   uint64_t queued;  /* blocks handed to the worker */
   uint64_t written; /* blocks the tier took */
@@ -212,6 +213,10 @@ typedef struct sl_engine_store_stats {
 } sl_engine_store_stats;
 
 uint64_t sl_engine_store_hold_bucket_ns(int bucket);
+
+/* How long the clears of the engine's device waited for the buffer-access
+ * lock and held it (memsync.h): a clear waits at most one store batch. */
+sl_access_lock_stats sl_engine_clear_lock_stats(sl_engine_t *e);
 
 /* The counters of tier i (in lookup order: hot, then SSD, each when
  * configured) and of the store worker; false (and nothing written) when

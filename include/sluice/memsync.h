@@ -34,6 +34,20 @@ void sl_clear_thread_streams(void);
 void sl_buffer_access_lock(sl_device_t *dev);
 void sl_buffer_access_unlock(sl_device_t *dev);
 
+/* How long clears wait for the buffer-access lock (a store batch holding
+ * it) and hold it (their drain and clear), since the device opened. The
+ * histogram counts waits per bucket, with upper bounds
+ * sl_lock_hist_bound_ns(0..SL_LOCK_HIST_BUCKETS-1) (the last is +Inf). */
+#define SL_LOCK_HIST_BUCKETS 11
+uint64_t sl_lock_hist_bound_ns(int bucket); /* 0.1 ms .. 100 ms, +Inf */
+typedef struct sl_access_lock_stats {
+  uint64_t clears;
+  uint64_t wait_ns_total, wait_ns_max;
+  uint64_t hold_ns_total, hold_ns_max;
+  uint64_t wait_hist[SL_LOCK_HIST_BUCKETS];
+} sl_access_lock_stats;
+sl_access_lock_stats sl_buffer_access_stats(sl_device_t *dev);
+
 /* ---- accounting (I7)
  * ---------------------------------------------------------- */
 

@@ -308,10 +308,11 @@ bool sl_engine_tier_stats(sl_engine_t *e, int i, sl_kv_tier_stats *tier,
 }
 
 uint64_t sl_engine_store_hold_bucket_ns(int b) {
-  /* 0.1 ms, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100 ms, +Inf */
-  static const uint64_t us[SL_STORE_HOLD_BUCKETS] = {
-      100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, UINT64_MAX};
-  return us[b] == UINT64_MAX ? UINT64_MAX : us[b] * 1000u;
+  return sl_lock_hist_bound_ns(b); /* the clears' histogram's bounds */
+}
+
+sl_access_lock_stats sl_engine_clear_lock_stats(sl_engine_t *e) {
+  return sl_buffer_access_stats(e->dev);
 }
 
 /* ---- restores ------------------------------------------------------------ */

@@ -11,6 +11,40 @@ void sl_buffer_access_unlock(sl_device_t *dev) {
   pthread_mutex_unlock(&dev->access_mu);
 }
 
+uint64_t sl_lock_hist_bound_ns(int b) {
+  static const uint64_t us[SL_LOCK_HIST_BUCKETS] = {
+      100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 0};
+  return b < 0 || b >= SL_LOCK_HIST_BUCKETS - 1 ? UINT64_MAX : us[b] * 1000u;
+}
+
+/* A clear took the lock at `locked` after asking at `asked`, and gives it
+ * back now. Called holding the lock: the updates are serialized. */
+static void note_clear_hold(sl_device_t *dev, uint64_t asked, uint64_t locked) {
+  uint64_t wait = locked - asked, hold = sl_now_ns() - locked;
+  atomic_fetch_add(&dev->lk_clears, 1);
+  atomic_fetch_add(&dev->lk_wait_total, wait);
+  atomic_fetch_add(&dev->lk_hold_total, hold);
+  if (wait > atomic_load(&dev->lk_wait_max))
+    atomic_store(&dev->lk_wait_max, wait);
+  if (hold > atomic_load(&dev->lk_hold_max))
+    atomic_store(&dev->lk_hold_max, hold);
+  int b = 0;
+  while (wait > sl_lock_hist_bound_ns(b))
+    b++;
+  atomic_fetch_add(&dev->lk_wait_hist[b], 1);
+}
+
+sl_access_lock_stats sl_buffer_access_stats(sl_device_t *dev) {
+  sl_access_lock_stats s = {.clears = atomic_load(&dev->lk_clears),
+                            .wait_ns_total = atomic_load(&dev->lk_wait_total),
+                            .wait_ns_max = atomic_load(&dev->lk_wait_max),
+                            .hold_ns_total = atomic_load(&dev->lk_hold_total),
+                            .hold_ns_max = atomic_load(&dev->lk_hold_max)};
+  for (int b = 0; b < SL_LOCK_HIST_BUCKETS; b++)
+    s.wait_hist[b] = atomic_load(&dev->lk_wait_hist[b]);
+  return s;
+}
+
 /* ---- the evidence of work in flight (I2)
  * --------------------------------------
  *
@@ -116,11 +150,14 @@ sl_status sl_sync_and_clear_cache(sl_stream_t *stream) {
   if (!stream)
     return SL_ERR_INVALID_ARG;
   sl_device_t *dev = stream->dev;
+  uint64_t asked = sl_now_ns();
   sl_buffer_access_lock(dev);
+  uint64_t locked = sl_now_ns();
   sl_status st = drain_for_clear(stream);
   sl_status st2 = drain_for_clear(dev->default_stream);
   sl_stream_t *own[2] = {stream, dev->default_stream};
   clear_locked(dev, "sl_sync_and_clear_cache", stream, own, 2, false);
+  note_clear_hold(dev, asked, locked);
   sl_buffer_access_unlock(dev);
   /* the caller's own error first; a default-stream error is reported too
    * (and stays there for its owner) */
@@ -130,7 +167,9 @@ sl_status sl_sync_and_clear_cache(sl_stream_t *stream) {
 sl_status sl_drain_all_and_clear_cache(sl_device_t *dev) {
   if (!dev)
     return SL_ERR_INVALID_ARG;
+  uint64_t asked = sl_now_ns();
   sl_buffer_access_lock(dev);
+  uint64_t locked = sl_now_ns();
   sl_status st = SL_OK;
   /* Drain under the registry lock: a stream made meanwhile is new and owns
    * no work older than this call. */
@@ -142,6 +181,7 @@ sl_status sl_drain_all_and_clear_cache(sl_device_t *dev) {
   }
   pthread_mutex_unlock(&dev->streams_mu);
   clear_locked(dev, "sl_drain_all_and_clear_cache", NULL, NULL, 0, true);
+  note_clear_hold(dev, asked, locked);
   sl_buffer_access_unlock(dev);
   return st;
 }

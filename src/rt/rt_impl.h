@@ -199,6 +199,11 @@ struct sl_device {
   sl_stream_t *streams; /* registry of every live stream */
   int nstreams;
   pthread_mutex_t access_mu; /* recursive buffer-access lock */
+  /* clears' waits for it and holds of it (written under it, read
+   * lock-free: sl_buffer_access_stats) */
+  _Atomic uint64_t lk_clears, lk_wait_total, lk_wait_max, lk_hold_total,
+      lk_hold_max;
+  _Atomic uint64_t lk_wait_hist[SL_LOCK_HIST_BUCKETS];
   sl__allocator alloc;
   /* in-flight time at clears of their own streams (lock-free: stamped by
    * completion watches) */

@@ -107,6 +107,23 @@ static void prom_hist(sl_sbuf *o, const char *name, const char *help,
                 (unsigned long long)count);
 }
 
+/* A histogram of lock times in seconds from per-bucket counts with the
+ * bounds of sl_lock_hist_bound_ns (the last bucket is +Inf). */
+static void lock_hist(sl_sbuf *o, const char *name, const char *help,
+                      const uint64_t *per_bucket, uint64_t sum_ns,
+                      uint64_t count) {
+  uint64_t cum[SL_LOCK_HIST_BUCKETS];
+  double bounds[SL_LOCK_HIST_BUCKETS];
+  uint64_t c = 0;
+  for (int i = 0; i < SL_LOCK_HIST_BUCKETS; i++) {
+    c += per_bucket[i];
+    cum[i] = c;
+    bounds[i] = (double)sl_lock_hist_bound_ns(i) / 1e9;
+  }
+  prom_hist(o, name, help, cum, bounds, SL_LOCK_HIST_BUCKETS - 1,
+            (double)sum_ns / 1e9, count);
+}
+
 /* A gauge or counter row of a metrics table. */
 typedef struct metric_row {
   const char *name;
@@ -190,19 +207,10 @@ static void tier_metrics(sl_server_t *s, sl_sbuf *o, const snapshot *sn) {
        (double)w.pending},
   };
   prom_rows(o, rows, sizeof rows / sizeof rows[0], NULL);
-  uint64_t cum[SL_STORE_HOLD_BUCKETS];
-  double bounds[SL_STORE_HOLD_BUCKETS];
-  uint64_t c = 0;
-  for (int i = 0; i < SL_STORE_HOLD_BUCKETS; i++) {
-    c += w.lock_hold_hist[i];
-    cum[i] = c;
-    bounds[i] = (double)sl_engine_store_hold_bucket_ns(i) / 1e9;
-  }
-  prom_hist(o, "sluice_kv_store_lock_hold_seconds",
+  lock_hist(o, "sluice_kv_store_lock_hold_seconds",
             "Buffer-access lock holds of the store worker, one per copy "
             "batch.",
-            cum, bounds, SL_STORE_HOLD_BUCKETS - 1,
-            (double)w.lock_ns_total / 1e9, w.lock_holds);
+            w.lock_hold_hist, w.lock_ns_total, w.lock_holds);
 }
 
 void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *o) {
@@ -295,6 +303,17 @@ void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *o) {
   prom(o, "sluice_inflight_at_clear_bytes_max", "gauge",
        "Most bytes with pending uses at a clear.",
        (double)sn.a.inflight_bytes_max);
+  sl_access_lock_stats lk = sl_engine_clear_lock_stats(s->engine);
+  lock_hist(o, "sluice_clear_lock_wait_seconds",
+            "Time each cache clear waited for the buffer-access lock (a store "
+            "batch holding it).",
+            lk.wait_hist, lk.wait_ns_total, lk.clears);
+  prom(o, "sluice_clear_lock_hold_seconds_total", "counter",
+       "Time cache clears held the buffer-access lock (drain and clear).",
+       (double)lk.hold_ns_total / 1e9);
+  prom(o, "sluice_clear_lock_hold_seconds_max", "gauge",
+       "The longest buffer-access lock hold of a cache clear.",
+       (double)lk.hold_ns_max / 1e9);
   prom(o, "sluice_inflight_at_clear_ms", "gauge",
        "Time until the last clear's in-flight work ended.",
        sn.a.inflight_ms_last);
