@@ -28,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "engine/engine_impl.h"
 #include "sluice/alloc.h"
@@ -59,12 +58,6 @@ typedef struct sl__store {
   bool stopping;
   sl_engine_store_stats st;
 } sl__store;
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- the copy tasks ---------------------------------------------------- */
 
@@ -162,11 +155,11 @@ static void *store_main(void *p) {
     }
     if (st == SL_OK) {
       sl_buffer_access_lock(e->dev);
-      uint64_t t0 = now_ns();
+      uint64_t t0 = sl_now_ns();
       st = sl_stream_submit(own, copy_task, &a, sizeof a, &a.pool, 1, NULL);
       if (st == SL_OK)
         st = sl_stream_sync(own);
-      uint64_t held = now_ns() - t0;
+      uint64_t held = sl_now_ns() - t0;
       sl_buffer_access_unlock(e->dev);
       pthread_mutex_lock(&s->mu);
       s->st.lock_holds++;
@@ -369,7 +362,7 @@ int sl__store_restore(sl_engine_t *e, const int32_t *tokens, uint64_t parent,
   if (!e->n_tiers || n <= 0)
     return 0;
   int T = e->cfg.kv_block_tokens;
-  uint64_t t0 = now_ns();
+  uint64_t t0 = sl_now_ns();
   uint64_t h = parent;
   int done = 0;
   while (done < n) {
@@ -383,7 +376,7 @@ int sl__store_restore(sl_engine_t *e, const int32_t *tokens, uint64_t parent,
   if (done) {
     pthread_mutex_lock(&e->mu);
     e->stats.restored_blocks += (uint64_t)done;
-    e->stats.restore_ns += now_ns() - t0;
+    e->stats.restore_ns += sl_now_ns() - t0;
     pthread_mutex_unlock(&e->mu);
   }
   return done;

@@ -15,8 +15,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "sluice/util.h"
 #include "tier_impl.h"
 
 typedef struct ram_entry {
@@ -39,12 +39,6 @@ typedef struct ram_tier {
   ram_entry *head, *tail;
   sl_kv_tier_stats st;
 } ram_tier;
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static int32_t *entry_tokens(ram_entry *x) {
   return (int32_t *)(x + 1);
@@ -141,7 +135,7 @@ static bool ram_contains(sl_kv_tier_t *bt, const sl_kv_block_key *key,
 static sl_status ram_get(sl_kv_tier_t *bt, const sl_kv_block_key *key,
                          void *dst, size_t n) {
   ram_tier *t = (ram_tier *)bt;
-  double t0 = now_ms();
+  double t0 = sl_ns_to_ms(sl_now_ns());
   if (n != t->payload_bytes || key->fingerprint != t->cfg.fingerprint)
     return SL_ERR_INVALID_ARG;
   pthread_mutex_lock(&t->mu);
@@ -167,7 +161,7 @@ static sl_status ram_get(sl_kv_tier_t *bt, const sl_kv_block_key *key,
   list_push_head(t, x);
   t->st.hits++;
   t->st.get_bytes += n;
-  t->st.get_ms_total += now_ms() - t0;
+  t->st.get_ms_total += sl_ns_to_ms(sl_now_ns()) - t0;
   pthread_mutex_unlock(&t->mu);
   return SL_OK;
 }
@@ -175,7 +169,7 @@ static sl_status ram_get(sl_kv_tier_t *bt, const sl_kv_block_key *key,
 static sl_status ram_put(sl_kv_tier_t *bt, const sl_kv_block_key *key,
                          const void *src, size_t n) {
   ram_tier *t = (ram_tier *)bt;
-  double t0 = now_ms();
+  double t0 = sl_ns_to_ms(sl_now_ns());
   if (n != t->payload_bytes || key->fingerprint != t->cfg.fingerprint ||
       !key->hash || n > (size_t)LZ4_MAX_INPUT_SIZE)
     return SL_ERR_INVALID_ARG;
@@ -238,7 +232,7 @@ static sl_status ram_put(sl_kv_tier_t *bt, const sl_kv_block_key *key,
     t->st.evictions++;
   }
   t->st.entries = t->n;
-  t->st.put_ms_total += now_ms() - t0;
+  t->st.put_ms_total += sl_ns_to_ms(sl_now_ns()) - t0;
   pthread_mutex_unlock(&t->mu);
   return SL_OK;
 }

@@ -48,12 +48,6 @@ typedef struct ssd_tier {
   sl_kv_tier_stats st;
 } ssd_tier;
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static uint32_t rd32(const uint8_t *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
          (uint32_t)p[3] << 24;
@@ -300,7 +294,7 @@ sl_status sl_kv_ssd_open(const sl_kv_ssd_config *cfg, sl_kv_tier_t **out,
     ssd_close(&t->base);
     return SL_ERR_IO;
   }
-  double t0 = now_ms(), last = t0;
+  double t0 = sl_ns_to_ms(sl_now_ns()), last = t0;
   uint64_t seen = 0;
   struct dirent *de;
   while ((de = readdir(d))) {
@@ -318,7 +312,7 @@ sl_status sl_kv_ssd_open(const sl_kv_ssd_config *cfg, sl_kv_tier_t **out,
       continue;
     index_file(t, de->d_name, hbuf);
     seen++;
-    double now = now_ms();
+    double now = sl_ns_to_ms(sl_now_ns());
     if (!cfg->quiet && now - last > 1000) {
       fprintf(stderr, "sluice: SSD cache: indexed %llu block files...\n",
               (unsigned long long)seen);
@@ -328,12 +322,12 @@ sl_status sl_kv_ssd_open(const sl_kv_ssd_config *cfg, sl_kv_tier_t **out,
   closedir(d);
   free(hbuf);
   t->st.entries = t->n;
-  if (!cfg->quiet && now_ms() - t0 > 1000)
+  if (!cfg->quiet && sl_ns_to_ms(sl_now_ns()) - t0 > 1000)
     fprintf(stderr,
             "sluice: SSD cache: %llu blocks indexed, %llu files skipped, "
             "in %.1f s\n",
             (unsigned long long)t->n, (unsigned long long)t->st.skipped,
-            (now_ms() - t0) / 1e3);
+            (sl_ns_to_ms(sl_now_ns()) - t0) / 1e3);
   /* stamps from mtimes, then a clock above them all */
   for (size_t i = 0; i < t->cap; i++)
     if (t->tab[i].hash && t->tab[i].stamp > t->clock)
@@ -390,7 +384,7 @@ static void drop(ssd_tier *t, uint64_t h, bool corrupt) {
 static sl_status ssd_get(sl_kv_tier_t *bt, const sl_kv_block_key *key,
                          void *dst, size_t n) {
   ssd_tier *t = (ssd_tier *)bt;
-  double t0 = now_ms();
+  double t0 = sl_ns_to_ms(sl_now_ns());
   if (n != t->payload_bytes || key->fingerprint != t->cfg.fingerprint)
     return SL_ERR_INVALID_ARG;
   pthread_mutex_lock(&t->mu);
@@ -435,7 +429,7 @@ static sl_status ssd_get(sl_kv_tier_t *bt, const sl_kv_block_key *key,
   pthread_mutex_lock(&t->mu);
   t->st.hits++;
   t->st.get_bytes += n;
-  t->st.get_ms_total += now_ms() - t0;
+  t->st.get_ms_total += sl_ns_to_ms(sl_now_ns()) - t0;
   pthread_mutex_unlock(&t->mu);
   return SL_OK;
 }
@@ -473,7 +467,7 @@ static void turn_off(ssd_tier *t, int e) {
 static sl_status ssd_put(sl_kv_tier_t *bt, const sl_kv_block_key *key,
                          const void *src, size_t n) {
   ssd_tier *t = (ssd_tier *)bt;
-  double t0 = now_ms();
+  double t0 = sl_ns_to_ms(sl_now_ns());
   if (n != t->payload_bytes || key->fingerprint != t->cfg.fingerprint ||
       !key->hash)
     return SL_ERR_INVALID_ARG;
@@ -534,7 +528,7 @@ static sl_status ssd_put(sl_kv_tier_t *bt, const sl_kv_block_key *key,
   t->st.put_bytes += n;
   evict_to_budget(t);
   t->st.entries = t->n;
-  t->st.put_ms_total += now_ms() - t0;
+  t->st.put_ms_total += sl_ns_to_ms(sl_now_ns()) - t0;
   pthread_mutex_unlock(&t->mu);
   return SL_OK;
 }
