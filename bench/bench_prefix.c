@@ -264,7 +264,8 @@ static void cpu_model(char *out, size_t cap) {
 static void usage(FILE *f) {
   fprintf(f, "usage: sluice bench prefix --ssd-cache-dir DIR [-m MODEL] "
              "[-t THREADS]\n"
-             "         [--prompt-tokens 4000] [--reps 3] [--disk-mib 256]\n"
+             "         [--device cpu|cuda|auto] [--prompt-tokens 4000] [--reps "
+             "3] [--disk-mib 256]\n"
              "  TTFT of one long prompt: cold, from the prefix cache, from "
              "the SSD tier\n"
              "  after a restart; DIR's disk bandwidth. DIR must be a "
@@ -273,7 +274,7 @@ static void usage(FILE *f) {
 
 int sl_bench_prefix_main(int argc, char **argv) {
   char defbuf[PATH_MAX], sub[PATH_MAX], err[512], cpu[256], date[32];
-  const char *model = NULL, *dir = NULL;
+  const char *model = NULL, *dir = NULL, *device = "cpu";
   int threads = 0, n_prompt = 4000, reps = 3, disk_mib = 256;
   for (int i = 0; i < argc; i += 2) { /* each option but --help takes a value */
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -287,6 +288,8 @@ int sl_bench_prefix_main(int argc, char **argv) {
       iv = &threads, hi = 1024;
     else if (!strcmp(a, "--ssd-cache-dir"))
       dir = v;
+    else if (!strcmp(a, "--device"))
+      device = v;
     else if (!strcmp(a, "--prompt-tokens"))
       iv = &n_prompt, lo = 32, hi = 65536;
     else if (!strcmp(a, "--reps"))
@@ -315,6 +318,17 @@ int sl_bench_prefix_main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  sl_engine_device dev;
+  if (!sl_engine_device_parse(device, &dev)) {
+    fprintf(stderr,
+            "sluice bench prefix: --device '%s': use cpu, cuda or auto\n",
+            device);
+    usage(stderr);
+    return 2;
+  }
+  /* the device the engines will run on (a CUDA request without a GPU
+   * falls back to the CPU, with one line saying so) */
+  const char *dev_name = sl_device_name(sl_engine_resolve_device(dev));
   /* the engine's own directory, made now: as root, access() says yes to
    * a directory where no file can be made (/proc), so making one is the
    * test of "writable" */
@@ -358,7 +372,7 @@ int sl_bench_prefix_main(int argc, char **argv) {
     goto out;
   }
   sl_engine_config c = sl_engine_config_defaults();
-  c.device = SL_ENGINE_DEVICE_CPU;
+  c.device = dev;
   c.n_threads = threads;
   c.n_ctx = (n_prompt + 64 + 255) / 256 * 256;
   c.max_seqs = 2;       /* one request at a time: a small pool, as serve -c */
@@ -449,8 +463,9 @@ int sl_bench_prefix_main(int argc, char **argv) {
   printf("{\"bench\": \"prefix\", \"date\": \"%s\", \"machine\": {\"cpu\": ",
          date);
   json_put_str(cpu);
-  printf(", \"cores\": %d}, \"device\": \"cpu\", \"model\": ",
-         (int)sysconf(_SC_NPROCESSORS_ONLN));
+  printf(", \"cores\": %d}, \"device\": ", (int)sysconf(_SC_NPROCESSORS_ONLN));
+  json_put_str(dev_name);
+  printf(", \"model\": ");
   json_put_str(model);
   printf(",\n \"flags\": {\"threads\": %d, \"prompt_tokens\": %d, "
          "\"reps\": %d, \"disk_mib\": %d, \"ssd_cache_dir\": ",

@@ -14,6 +14,8 @@
  * again. Its blocks have left the pool by then (an engine without the hot
  * tier recomputes them), and the hot tier gives every full block back,
  * with the cold engine's tokens.
+ * Both on the CPU and, where there is a GPU, on CUDA (a pool of device
+ * memory: the copies are cudaMemcpyAsync on the store and engine streams).
  * Threaded: the TSan configuration runs it. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -28,10 +30,13 @@
 
 enum { N = 4, GEN = 16 };
 
+static sl_engine_device g_dev = SL_ENGINE_DEVICE_CPU;
+
 static void run(sl_model_t *m, sl_tokenizer_t *tok, const char *dir,
                 int32_t *const *prompts, const int *np, result *res,
                 sl_engine_store_stats *ws, sl_kv_tier_stats *ts) {
   sl_engine_config c = sl_engine_config_defaults();
+  c.device = g_dev;
   c.n_ctx = 1024;
   c.max_seqs = N;
   c.n_threads = 2;
@@ -80,6 +85,7 @@ static void run_seq(sl_model_t *m, sl_tokenizer_t *tok, uint64_t hot,
                     int kv_blocks, int32_t *const *prompts, const int *np,
                     result *again, sl_kv_tier_stats *ts) {
   sl_engine_config c = sl_engine_config_defaults();
+  c.device = g_dev;
   c.n_ctx = 1024;
   c.max_seqs = 1;
   c.n_threads = 2;
@@ -103,11 +109,7 @@ static void run_seq(sl_model_t *m, sl_tokenizer_t *tok, uint64_t hot,
   sl_engine_free(e);
 }
 
-int main(void) {
-  sl_model_t *m;
-  sl_tokenizer_t *tok;
-  if (load_default_model(&m, &tok) != 0)
-    return 77;
+static void suite(sl_model_t *m, sl_tokenizer_t *tok) {
   char dir[] = "/tmp/sl_engine_store_XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
   int32_t *prompts[N];
@@ -175,6 +177,23 @@ int main(void) {
   char cmd[256];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   CHECK(system(cmd) == 0);
+}
+
+int main(void) {
+  sl_model_t *m;
+  sl_tokenizer_t *tok;
+  if (load_default_model(&m, &tok) != 0)
+    return 77;
+  printf("-- cpu\n");
+  suite(m, tok);
+  sl_device_t *gpu = NULL;
+  if (sl_cuda_available() && sl_device_get(SL_DEVICE_CUDA, 0, &gpu) == SL_OK) {
+    printf("-- cuda\n");
+    g_dev = SL_ENGINE_DEVICE_CUDA;
+    suite(m, tok);
+  } else {
+    printf("-- cuda: no GPU here, skipped\n");
+  }
   sl_tokenizer_free(tok);
   sl_model_free(m);
   return sl_test_finish();

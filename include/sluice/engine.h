@@ -57,15 +57,17 @@ typedef struct sl_engine_config {
    * written by the store worker, restored at admission, kept across
    * restarts. NULL: none. A directory that is missing or not writable
    * fails sl_engine_create (SL_ERR_IO), or with ssd_cache_optional logs a
-   * warning and runs without the tier. CPU engines only for now. */
+   * warning and runs without the tier. On CUDA the store and restore copies
+   * are asynchronous, through page-locked host buffers. */
   const char *ssd_cache_dir;
   uint64_t ssd_cache_bytes;
   bool ssd_cache_optional;
   /* the hot RAM tier (--hot-cache-bytes; 0: none): copies of published
    * prefix blocks in host memory, an LRU within this budget, looked up
    * after the pool and before the SSD tier; lz4-compressed where that saves
-   * an eighth (hot_cache_lz4). Its bytes come on top of max_memory. CPU
-   * engines only for now. */
+   * an eighth (hot_cache_lz4). Its bytes come on top of max_memory. On
+   * CUDA too (ordinary host memory; restores stage through page-locked
+   * buffers). */
   uint64_t hot_cache_bytes;
   bool hot_cache_lz4;
   int queue_timeout_ms; /* --queue-timeout-ms: a request that was never

@@ -64,13 +64,12 @@ static void serve_usage(FILE *f) {
       "  checksummed file per block, at most --ssd-cache-bytes, 10G by\n"
       "  default, least recently used out first) and restored from there,\n"
       "  across restarts. A missing or read-only DIR is an error, or with\n"
-      "  --ssd-cache-optional a warning and no SSD cache. CPU only for now.\n"
+      "  --ssd-cache-optional a warning and no SSD cache.\n"
       "  --hot-cache-bytes (0: none): copies of prefix KV blocks in host\n"
       "  memory, looked up after the pool and before the SSD cache (least\n"
       "  recently used out first; on top of --max-memory), held\n"
       "  lz4-compressed where that saves an eighth with --hot-cache-compress\n"
-      "  lz4 (none by default: lz4 saved 0.1%% of SmolLM2's f16 KV). CPU only\n"
-      "  for now.\n");
+      "  lz4 (none by default: lz4 saved 0.1%% of SmolLM2's f16 KV).\n");
 }
 
 /* "4G", "512M", "123456", "1.5G" -> bytes. */

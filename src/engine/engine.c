@@ -259,12 +259,6 @@ static sl_status executor_init(sl_engine_t *e) {
                            .kv_dim = kc.kv_dim,
                            .block_tokens = kc.block_tokens,
                            .lz4 = e->cfg.hot_cache_lz4};
-    if (gpu) {
-      SL_LOGE("the hot cache serves CPU engines only for now (the model runs "
-              "on %s)",
-              sl_device_name(e->dev));
-      return SL_ERR_UNSUPPORTED;
-    }
     if ((st = sl_kv_ram_open(&rc, &e->tiers[e->n_tiers])) != SL_OK) {
       SL_LOGE("hot cache: %s", sl_status_str(st));
       return st;
@@ -281,15 +275,7 @@ static sl_status executor_init(sl_engine_t *e) {
                            .n_layer = kc.n_layer,
                            .kv_dim = kc.kv_dim,
                            .block_tokens = kc.block_tokens};
-    if (gpu) {
-      st = SL_ERR_UNSUPPORTED;
-      snprintf(err, sizeof err,
-               "the SSD cache serves CPU engines only for now (the model "
-               "runs on %s)",
-               sl_device_name(e->dev));
-    } else {
-      st = sl_kv_ssd_open(&sc, &e->tiers[e->n_tiers], err, sizeof err);
-    }
+    st = sl_kv_ssd_open(&sc, &e->tiers[e->n_tiers], err, sizeof err);
     if (st != SL_OK && !e->cfg.ssd_cache_optional) {
       SL_LOGE("%s", err);
       return st;

@@ -21,8 +21,13 @@
  * request was given, ahead of the request's own prefill in stream order.
  * The copy task frees the host memory, so the executor never waits.
  *
- * CPU pools only for now: a CUDA pool's blocks are device memory, which
- * these memcpy tasks cannot read (the tier is then not opened).
+ * On CUDA the pool is device memory: the same tasks enqueue asynchronous
+ * copies (cudaMemcpyAsync) between it and page-locked host memory, on the
+ * store stream (stores: the worker waits for them under the lock) or the
+ * engine stream (restores). A restore's page-locked staging buffer cannot
+ * be freed by its task, which runs at submission: the executor keeps it
+ * until the engine stream has passed the copy (sl__store_collect), then
+ * reuses it for the next restore or frees it.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -31,6 +36,7 @@
 
 #include "engine/engine_impl.h"
 #include "sluice/alloc.h"
+#include "sluice/kern_cuda.h"
 #include "sluice/kv_tier.h"
 #include "sluice/memsync.h"
 #include "sluice/util.h"
@@ -38,6 +44,7 @@
 #define STORE_QUEUE   1024 /* blocks waiting to be written, at most */
 #define STORE_BATCH   8    /* blocks per copy task (and per lock hold) */
 #define RESTORE_GROUP 64   /* blocks per restore task */
+#define STAGING_KEEP  4    /* idle page-locked restore buffers kept (CUDA) */
 
 typedef struct store_item {
   int block;
@@ -46,8 +53,17 @@ typedef struct store_item {
   int32_t *tokens; /* block_tokens, owned */
 } store_item;
 
+/* A page-locked restore buffer (CUDA): in flight until the engine stream
+ * passes `seq`. Executor only. */
+typedef struct staging {
+  void *p;
+  size_t cap;
+  uint64_t seq;
+} staging;
+
 typedef struct sl__store {
   sl_engine_t *e;
+  bool gpu; /* the pool is CUDA device memory */
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -57,6 +73,10 @@ typedef struct sl__store {
   int n_done, cap_done;
   bool stopping;
   sl_engine_store_stats st;
+  staging *busy; /* restores in flight (executor) */
+  int n_busy, cap_busy;
+  staging idle[STAGING_KEEP]; /* done, kept for reuse (executor) */
+  int n_idle;
 } sl__store;
 
 /* ---- the copy tasks ---------------------------------------------------- */
@@ -99,6 +119,34 @@ static sl_status copy_task(const sl_task_ctx *ctx, void *p) {
   return SL_OK;
 }
 
+/* The same on a CUDA pool: asynchronous copies on the task's stream, which
+ * a sync (stores) or the engine stream's order (restores) waits for. */
+static sl_status copy_task_cuda(const sl_task_ctx *ctx, void *p) {
+  copy_arg *a = p;
+  uint16_t *base = sl_buf_ptr(a->pool);
+  size_t half = sl_kv_view_half_elems(&a->view);
+  size_t span_b =
+      (size_t)a->view.block_tokens * (size_t)a->view.kv_dim * sizeof(uint16_t);
+  uint8_t *h = a->host;
+  sl_status st = SL_OK;
+  for (int i = 0; i < a->n && st == SL_OK; i++)
+    for (int l = 0; l < a->view.n_layer && st == SL_OK; l++) {
+      size_t k = sl_kv_view_k_offset(&a->view, l, a->blocks[i]);
+      uint16_t *kp = base + k, *vp = base + half + k;
+      if (a->out) {
+        st = sl_kcu_copy_d2h(ctx->native, h, kp, span_b);
+        if (st == SL_OK)
+          st = sl_kcu_copy_d2h(ctx->native, h + span_b, vp, span_b);
+      } else {
+        st = sl_kcu_copy_h2d(ctx->native, kp, h, span_b);
+        if (st == SL_OK)
+          st = sl_kcu_copy_h2d(ctx->native, vp, h + span_b, span_b);
+      }
+      h += 2 * span_b;
+    }
+  return st;
+}
+
 /* ---- the worker -------------------------------------------------------- */
 
 static void hand_back(sl__store *s, const store_item *it, int n) {
@@ -123,7 +171,8 @@ static void *store_main(void *p) {
   const sl_kv_config *kc = sl_kv_config_of(e->kv);
   size_t bb =
       (size_t)sl_kv_block_bytes(kc->n_layer, kc->kv_dim, kc->block_tokens);
-  uint8_t *host = malloc(bb * STORE_BATCH);
+  uint8_t *host =
+      s->gpu ? sl_kcu_host_alloc(bb * STORE_BATCH) : malloc(bb * STORE_BATCH);
   sl_stream_t *own = sl_thread_stream(e->dev);
   store_item batch[STORE_BATCH];
   for (;;) {
@@ -156,7 +205,8 @@ static void *store_main(void *p) {
     if (st == SL_OK) {
       sl_buffer_access_lock(e->dev);
       uint64_t t0 = sl_now_ns();
-      st = sl_stream_submit(own, copy_task, &a, sizeof a, &a.pool, 1, NULL);
+      st = sl_stream_submit(own, s->gpu ? copy_task_cuda : copy_task, &a,
+                            sizeof a, &a.pool, 1, NULL);
       if (st == SL_OK)
         st = sl_stream_sync(own);
       uint64_t held = sl_now_ns() - t0;
@@ -194,7 +244,10 @@ static void *store_main(void *p) {
     }
     hand_back(s, batch, n);
   }
-  free(host);
+  if (s->gpu)
+    sl_kcu_host_free(host);
+  else
+    free(host);
   sl_clear_thread_streams(); /* I5 */
   return NULL;
 }
@@ -204,6 +257,7 @@ sl_status sl__store_start(sl_engine_t *e) {
   if (!s)
     return SL_ERR_NOMEM;
   s->e = e;
+  s->gpu = sl_device_kind_of(e->dev) == SL_DEVICE_CUDA;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
   if (pthread_create(&s->thread, NULL, store_main, s) != 0) {
@@ -245,10 +299,66 @@ void sl__store_enqueue(sl_engine_t *e, int block, uint64_t hash,
   pthread_mutex_unlock(&s->mu);
 }
 
+/* ---- page-locked restore buffers (CUDA; executor only) ------------------ */
+
+static void staging_release(sl__store *s, staging g) {
+  if (s->n_idle < STAGING_KEEP)
+    s->idle[s->n_idle++] = g;
+  else
+    sl_kcu_host_free(g.p);
+}
+
+/* Buffers whose copy the engine stream has passed become idle; wait: wait
+ * for every one (at the end). */
+static void staging_reap(sl_engine_t *e, sl__store *s, bool wait) {
+  int k = 0;
+  for (int i = 0; i < s->n_busy; i++) {
+    staging g = s->busy[i];
+    if (wait)
+      (void)sl_stream_wait_seq(e->stream, g.seq);
+    if (wait || sl_stream_done(e->stream, g.seq))
+      staging_release(s, g);
+    else
+      s->busy[k++] = g;
+  }
+  s->n_busy = k;
+}
+
+static void *staging_get(sl__store *s, size_t n, size_t *cap) {
+  for (int i = 0; i < s->n_idle; i++)
+    if (s->idle[i].cap >= n) {
+      void *p = s->idle[i].p;
+      *cap = s->idle[i].cap;
+      s->idle[i] = s->idle[--s->n_idle];
+      return p;
+    }
+  *cap = n;
+  return sl_kcu_host_alloc(n);
+}
+
+/* After its copy was submitted as task `seq` of the engine stream. */
+static void staging_submitted(sl_engine_t *e, sl__store *s, void *p, size_t cap,
+                              uint64_t seq) {
+  if (s->n_busy == s->cap_busy) {
+    int c = s->cap_busy ? 2 * s->cap_busy : 8;
+    staging *b = realloc(s->busy, sizeof *b * (size_t)c);
+    if (!b) { /* cannot keep it: wait for the copy, then keep or free */
+      (void)sl_stream_wait_seq(e->stream, seq);
+      staging_release(s, (staging){p, cap, seq});
+      return;
+    }
+    s->busy = b;
+    s->cap_busy = c;
+  }
+  s->busy[s->n_busy++] = (staging){p, cap, seq};
+}
+
 void sl__store_collect(sl_engine_t *e) {
   sl__store *s = e->store;
   if (!s)
     return;
+  if (s->n_busy)
+    staging_reap(e, s, false);
   int ids[256];
   for (;;) {
     pthread_mutex_lock(&s->mu);
@@ -274,6 +384,10 @@ void sl__store_stop(sl_engine_t *e) {
   pthread_mutex_unlock(&s->mu);
   pthread_join(s->thread, NULL);
   sl__store_collect(e);
+  staging_reap(e, s, true);
+  for (int i = 0; i < s->n_idle; i++)
+    sl_kcu_host_free(s->idle[i].p);
+  free(s->busy);
   free(s->done);
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->mu);
@@ -316,7 +430,10 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
   const sl_kv_config *kc = sl_kv_config_of(e->kv);
   int T = kc->block_tokens;
   size_t bb = (size_t)sl_kv_block_bytes(kc->n_layer, kc->kv_dim, T);
-  uint8_t *host = malloc(bb * (size_t)n);
+  sl__store *s = e->store;
+  size_t cap = 0;
+  uint8_t *host =
+      s->gpu ? staging_get(s, bb * (size_t)n, &cap) : malloc(bb * (size_t)n);
   if (!host)
     return 0;
   uint64_t hashes[RESTORE_GROUP];
@@ -333,22 +450,24 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
       break; /* missing or bad (then dropped): computed instead */
     hashes[got] = hh = nh;
   }
-  if (!got) {
-    free(host);
-    return 0;
-  }
   copy_arg a = {.pool = sl_kv_buffer(e->kv),
                 .view = sl_kv_view_of(e->kv),
                 .n = got,
                 .host = host,
                 .out = false,
-                .free_host = true};
+                .free_host = !s->gpu};
   memcpy(a.blocks, blocks, sizeof *blocks * (size_t)got);
-  if (sl_stream_submit(e->stream, copy_task, &a, sizeof a, &a.pool, 1, NULL) !=
-      SL_OK) {
-    free(host);
+  uint64_t seq = 0;
+  if (!got || sl_stream_submit(e->stream, s->gpu ? copy_task_cuda : copy_task,
+                               &a, sizeof a, &a.pool, 1, &seq) != SL_OK) {
+    if (s->gpu)
+      staging_release(s, (staging){host, cap, 0});
+    else
+      free(host);
     return 0;
   }
+  if (s->gpu)
+    staging_submitted(e, s, host, cap, seq);
   /* found by later lookups at once: their prefill runs after this copy on
    * the same stream */
   for (int i = 0; i < got; i++)

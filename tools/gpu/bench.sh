@@ -4,6 +4,8 @@
 #   gen    8B-shaped random models (tools/make_random_model.py) in /tmp/models
 #   8b     sluice bench model --device cuda on them, and llama-bench beside
 #   serve  sluice bench serve --device cuda, llama-server as the peer
+#   prefix sluice bench prefix --device cuda (issue 11: TTFT cold, from
+#          the pool, the hot tier and SSD; restore vs disk bandwidth)
 # The llama.cpp peer binaries are read from $PEER (default /tmp/peer, where
 # tools/gpu/env.sh unpacks them).
 . tools/gpu/env.sh
@@ -46,6 +48,11 @@ for st in $stages; do
       --device cuda --clients ${CLIENTS:-1,8,32,64} --prompt-tokens 128 \
       --max-tokens 64 --requests-per-client 2 --max-seqs 64 "${peer[@]}" \
       | tee $OUT/bench-serve.json
+    ;;
+  prefix)
+    mkdir -p /tmp/prefix
+    run $S bench prefix -m $M --device cuda --ssd-cache-dir /tmp/prefix \
+      | tee $OUT/bench-prefix.json
     ;;
   esac
 done

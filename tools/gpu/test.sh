@@ -9,7 +9,7 @@ set -o pipefail
 export SLUICE_SOURCE_DIR=$PWD
 rc=0
 M=models/SmolLM2-135M-Instruct.Q4_1.gguf
-for t in ${TESTS:-test_kern_cuda_mm test_kern_cuda_ops test_kern_cuda_sample test_rt_cuda test_engine_cuda test_engine_cuda_sample}; do
+for t in ${TESTS:-test_kern_cuda_mm test_kern_cuda_ops test_kern_cuda_sample test_rt_cuda test_engine_cuda test_engine_cuda_sample test_engine_store}; do
   timeout 300 build-gpu/$t > $OUT/$t.log 2>&1
   r=$?
   echo "$t: rc=$r $(tail -1 $OUT/$t.log)"
