@@ -13,7 +13,9 @@
  * one request serves the four prompts one after another, then the first
  * again. Its blocks have left the pool by then (an engine without the hot
  * tier recomputes them), and the hot tier gives every full block back,
- * with the cold engine's tokens.
+ * with the cold engine's tokens. Last, both tiers on the same sequence:
+ * the blocks restored from SSD are promoted to the hot tier, which serves
+ * the first prompt's second time (SSD serves each block once).
  * Both on the CPU and, where there is a GPU, on CUDA (a pool of device
  * memory: the copies are cudaMemcpyAsync on the store and engine streams).
  * Threaded: the TSan configuration runs it. */
@@ -82,8 +84,9 @@ static void run(sl_model_t *m, sl_tokenizer_t *tok, const char *dir,
 /* The prompts one after another, then the first again (its result in
  * *again); the hot tier's stats in *ts when it has one. */
 static void run_seq(sl_model_t *m, sl_tokenizer_t *tok, uint64_t hot,
-                    int kv_blocks, int32_t *const *prompts, const int *np,
-                    result *again, sl_kv_tier_stats *ts) {
+                    const char *dir, int kv_blocks, int32_t *const *prompts,
+                    const int *np, result *again, sl_kv_tier_stats *ts,
+                    sl_kv_tier_stats *ssd) {
   sl_engine_config c = sl_engine_config_defaults();
   c.device = g_dev;
   c.n_ctx = 1024;
@@ -92,6 +95,8 @@ static void run_seq(sl_model_t *m, sl_tokenizer_t *tok, uint64_t hot,
   c.prefill_chunk = 64;
   c.kv_blocks = kv_blocks;
   c.hot_cache_bytes = hot;
+  c.ssd_cache_dir = dir;
+  c.ssd_cache_bytes = 1ull << 30;
   sl_engine_t *e;
   CHECK(sl_engine_create(m, tok, &c, &e) == SL_OK);
   sl_gen_params g = greedy(GEN);
@@ -103,9 +108,18 @@ static void run_seq(sl_model_t *m, sl_tokenizer_t *tok, uint64_t hot,
     result_wait(&r);
     if (i == N)
       *again = r;
+    sl_engine_store_stats ws;
+    for (int k = 0; k < 6000 && (hot || dir); k++) { /* the worker is done */
+      CHECK(sl_engine_tier_stats(e, 0, NULL, &ws));
+      if (ws.written + ws.failed + ws.dropped == ws.queued)
+        break;
+      usleep(10000);
+    }
   }
   sl_engine_store_stats ws;
-  CHECK(sl_engine_tier_stats(e, 0, ts, &ws) == (hot > 0));
+  CHECK(sl_engine_tier_stats(e, 0, ts, &ws) == (hot || dir));
+  if (ssd)
+    CHECK(sl_engine_tier_stats(e, 1, ssd, &ws));
   sl_engine_free(e);
 }
 
@@ -160,8 +174,8 @@ static void suite(sl_model_t *m, sl_tokenizer_t *tok) {
       need = (np[i] + GEN + 15) / 16;
   result no_hot, hot;
   sl_kv_tier_stats hs;
-  run_seq(m, tok, 0, need + 2, prompts, np, &no_hot, &hs);
-  run_seq(m, tok, 64u << 20, need + 2, prompts, np, &hot, &hs);
+  run_seq(m, tok, 0, NULL, need + 2, prompts, np, &no_hot, &hs, NULL);
+  run_seq(m, tok, 64u << 20, NULL, need + 2, prompts, np, &hot, &hs, NULL);
   printf("hot tier: the first prompt again: %d cached tokens without it, %d "
          "with it (%llu blocks restored, %llu held)\n",
          no_hot.cached, hot.cached, (unsigned long long)hs.hits,
@@ -172,6 +186,27 @@ static void suite(sl_model_t *m, sl_tokenizer_t *tok) {
   CHECK(hot.n == GEN && !memcmp(hot.toks, cold[0].toks, sizeof(int32_t) * GEN));
   CHECK(no_hot.n == GEN &&
         !memcmp(no_hot.toks, cold[0].toks, sizeof(int32_t) * GEN));
+
+  /* promotion: hot and SSD, the SSD tier holding every prompt's blocks
+   * from the runs above. Each prompt is restored from SSD and its blocks
+   * promoted to the hot tier, so the first prompt's second time comes
+   * from the hot tier, and SSD serves each prompt's blocks once. */
+  result promo;
+  sl_kv_tier_stats ss;
+  int full = 0;
+  for (int i = 0; i < N; i++)
+    full += (np[i] - 1) / 16;
+  run_seq(m, tok, 64u << 20, dir, need + 2, prompts, np, &promo, &hs, &ss);
+  printf("promotion: the first prompt again: %d cached tokens, %llu blocks "
+         "from the hot tier, %llu from SSD (each prompt's %d full blocks "
+         "once)\n",
+         promo.cached, (unsigned long long)hs.hits, (unsigned long long)ss.hits,
+         full);
+  CHECK(promo.cached == (np[0] - 1) / 16 * 16);
+  CHECK(ss.hits == (uint64_t)full && ss.corrupt == 0);
+  CHECK(hs.hits >= (uint64_t)((np[0] - 1) / 16 - no_hot.cached / 16));
+  CHECK(promo.n == GEN &&
+        !memcmp(promo.toks, cold[0].toks, sizeof(int32_t) * GEN));
   for (int i = 0; i < N; i++)
     sl_free(prompts[i]);
   char cmd[256];

@@ -16,10 +16,13 @@
  * oldest unwritten blocks are dropped (and counted); decode never waits.
  *
  * Restores run on the executor at admission (sl__store_restore): each
- * block is read from the tier into host memory (its checksum checked), and
- * one task on the engine stream copies them into the pool blocks the
- * request was given, ahead of the request's own prefill in stream order.
- * The copy task frees the host memory, so the executor never waits.
+ * block is read from the first tier that holds it into host memory (its
+ * checksum checked), and one task on the engine stream copies them into
+ * the pool blocks the request was given, ahead of the request's own
+ * prefill in stream order. The copy task frees the host memory, so the
+ * executor never waits. A block read from below the first tier (SSD) is
+ * queued to the store worker as a published block is, which promotes it
+ * to the tiers above (hot).
  *
  * On CUDA the pool is device memory: the same tasks enqueue asynchronous
  * copies (cudaMemcpyAsync) between it and page-locked host memory, on the
@@ -437,6 +440,7 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
   if (!host)
     return 0;
   uint64_t hashes[RESTORE_GROUP];
+  int from[RESTORE_GROUP]; /* the tier each block came from */
   uint64_t hh = *h;
   int got = 0;
   for (; got < n; got++) {
@@ -444,10 +448,14 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
     uint64_t nh = sl_kv_hash_block(e->kv, hh, bt, T);
     sl_kv_block_key k = {kc->fingerprint, nh, bt};
     sl_status gs = SL_ERR_NOT_FOUND;
-    for (int j = 0; j < e->n_tiers && gs != SL_OK; j++)
-      gs = sl_kv_tier_get(e->tiers[j], &k, host + (size_t)got * bb, bb);
+    int j = 0;
+    for (; j < e->n_tiers; j++)
+      if ((gs = sl_kv_tier_get(e->tiers[j], &k, host + (size_t)got * bb, bb)) ==
+          SL_OK)
+        break;
     if (gs != SL_OK)
       break; /* missing or bad (then dropped): computed instead */
+    from[got] = j;
     hashes[got] = hh = nh;
   }
   copy_arg a = {.pool = sl_kv_buffer(e->kv),
@@ -472,6 +480,21 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
    * the same stream */
   for (int i = 0; i < got; i++)
     sl_kv_publish(e->kv, blocks[i], hashes[i], tokens + (size_t)i * (size_t)T);
+  /* promotion: a block read from a lower tier (SSD) goes to the tiers
+   * above it (hot) as a published block does, through the store worker,
+   * which copies it out of the pool once this copy has run (the tiers
+   * that hold it already only count a use) */
+  sl_event ev;
+  bool have_ev = false;
+  for (int i = 0; i < got; i++) {
+    if (!from[i])
+      continue;
+    if (!have_ev && sl_event_record(e->stream, &ev) != SL_OK)
+      break;
+    have_ev = true;
+    sl__store_enqueue(e, blocks[i], hashes[i], tokens + (size_t)i * (size_t)T,
+                      ev);
+  }
   *h = hh;
   return got;
 }
