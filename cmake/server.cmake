@@ -22,7 +22,8 @@ target_link_libraries(sluice_server_parse PUBLIC sluice_core
 
 add_library(sluice_server STATIC src/server/http.c src/server/openai.c
                                  src/server/anthropic.c src/server/admin.c
-                                 src/server/sockwatch.c src/server/door.c)
+                                 src/server/sockwatch.c src/server/door.c
+                                 src/server/routes.c)
 target_include_directories(sluice_server PUBLIC ${SL_MHD_INCLUDE_DIRS})
 target_link_libraries(sluice_server PUBLIC sluice_server_parse sluice_core
                       ${SL_MHD_LINK_LIBRARIES})
@@ -54,6 +55,8 @@ function(sl_server_pytest name file timeout)
 endfunction()
 if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
   sl_server_pytest(test_server test_server.py 900)
+  # what agents send beyond plain chat (issue 12)
+  sl_server_pytest(test_api_agent test_api_agent.py 900)
   # the soak test, 60 s (tests/soak/soak.py; 10 minutes by hand): errors
   # of well-behaved clients, fd and thread leaks (RSS is recorded; its
   # flatness is judged on the long run, after warm-up)

@@ -192,6 +192,40 @@ static void test_cuts_match_reference(void) {
 
 /* Penalties: a repeated token's logit is lowered so that greedy moves off
  * it. */
+/* logit_bias: added before anything else; -100 bans the best token, +100
+ * all but forces a poor one; a bias makes the sampler no plain argmax (so
+ * no device stands in for it); bad ids are refused. */
+static void test_logit_bias(void) {
+  float l[1000], c[1000];
+  fill_logits(l, 1000, 20);
+  l[517] = 100;
+  sl_sampler_params p = plain(0);
+  sl_sampler_t *s = sl_sampler_create(&p, 1000);
+  CHECK(s != NULL && sl_sampler_is_argmax(s) && !sl_sampler_has_bias(s));
+  sl_logit_bias ban[] = {{517, -100.0f}, {3, 0.0f}};
+  CHECK_OK(sl_sampler_set_bias(s, ban, 2));
+  CHECK(sl_sampler_has_bias(s) && !sl_sampler_is_argmax(s));
+  memcpy(c, l, sizeof l);
+  int32_t t = sl_sampler_sample(s, c);
+  int32_t best = -1; /* the argmax without 517 */
+  for (int i = 0; i < 1000; i++)
+    if (i != 517 && (best < 0 || l[i] > l[best]))
+      best = i;
+  CHECK_EQ_INT(t, best);
+  sl_logit_bias force[] = {{42, 100.0f}};
+  CHECK_OK(sl_sampler_set_bias(s, force, 1));
+  l[517] = 20;
+  memcpy(c, l, sizeof l);
+  CHECK_EQ_INT(sl_sampler_sample(s, c), 42);
+  sl_logit_bias bad_id[] = {{1000, 1.0f}};
+  CHECK(sl_sampler_set_bias(s, bad_id, 1) == SL_ERR_INVALID_ARG);
+  sl_logit_bias bad_v[] = {{1, NAN}};
+  CHECK(sl_sampler_set_bias(s, bad_v, 1) == SL_ERR_INVALID_ARG);
+  CHECK_OK(sl_sampler_set_bias(s, NULL, 0));
+  CHECK(sl_sampler_is_argmax(s));
+  sl_sampler_free(s);
+}
+
 static void test_penalties(void) {
   float l[4] = {1.0f, 3.0f, 2.9f, 0.0f};
   sl_sampler_params p = plain(0);
@@ -211,5 +245,6 @@ int main(void) {
   RUN(test_frequencies);
   RUN(test_cuts_match_reference);
   RUN(test_penalties);
+  RUN(test_logit_bias);
   return sl_test_finish();
 }

@@ -185,10 +185,27 @@ static const bad_case bad[] = {
      "invalid_value", "max_tokens"},
     {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"max_tokens\":-5}", 400,
      "invalid_value", "max_tokens"},
-    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"max_tokens\":2049}", 400,
-     "invalid_value", "max_tokens"},
-    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"max_tokens\":99999999999999}", 400,
-     "invalid_value", "max_tokens"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"top_k\":-2}", 400, "invalid_value",
+     "top_k"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"min_p\":1.5}", 400, "invalid_value",
+     "min_p"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"repetition_penalty\":0}", 400,
+     "invalid_value", "repetition_penalty"},
+    {SL_SRV_CHAT,
+     "{" M "," CHAT_MSGS ",\"repetition_penalty\":1.1,\"repeat_penalty\":1.1}",
+     400, "invalid_value", "repetition_penalty"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"logit_bias\":[1]}", 400,
+     "invalid_type", "logit_bias"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"logit_bias\":{\"x\":1}}", 400,
+     "invalid_value", "logit_bias"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"logit_bias\":{\"-3\":1}}", 400,
+     "invalid_value", "logit_bias"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"logit_bias\":{\"3\":101}}", 400,
+     "invalid_value", "logit_bias"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"logit_bias\":{\"3\":\"1\"}}", 400,
+     "invalid_value", "logit_bias"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"continue_final_message\":true}", 400,
+     "invalid_value", "continue_final_message"},
     {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"max_tokens\":\"10\"}", 400,
      "invalid_type", "max_tokens"},
     {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"max_completion_tokens\":1.5}", 400,
@@ -279,7 +296,84 @@ static const bad_case bad[] = {
      400, "unsupported_parameter", "thinking"},
     {SL_SRV_MESSAGES, "{\"model\":\"claude-3\",\"max_tokens\":5," CHAT_MSGS "}",
      404, "model_not_found", "model"},
+    {SL_SRV_MESSAGES,
+     "{" M ",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":"
+     "\"q\"},{\"role\":\"assistant\",\"content\":\"a \"}]}",
+     400, "invalid_value", "messages.1.content"},
+    {SL_SRV_MESSAGES,
+     "{" M ",\"max_tokens\":5," CHAT_MSGS ",\"output_config\":{\"format\":"
+     "{\"type\":\"json_schema\",\"schema\":{}}}}",
+     400, "unsupported_parameter", "output_config"},
+    {SL_SRV_COUNT_TOKENS, "{" M ",\"max_tokens\":0," CHAT_MSGS "}", 400,
+     "invalid_value", "max_tokens"},
+    {SL_SRV_COUNT_TOKENS, "{" M "}", 400, "missing_required_parameter",
+     "messages"},
 };
+
+/* Beyond the APIs' own fields (issue 12): llama.cpp's and vLLM's sampling
+ * fields, logit_bias, max_tokens clamped rather than refused, prefills and
+ * count_tokens without max_tokens. */
+static void test_agent_fields(void) {
+  sl_srv_request r;
+  sl_srv_error e;
+  CHECK_OK(parse(SL_SRV_CHAT,
+                 "{\"model\":\"default\",\"messages\":[{\"role\":\"user\","
+                 "\"content\":\"q\"}],\"top_k\":1,\"min_p\":0.1,"
+                 "\"repetition_penalty\":1.3,\"max_tokens\":32000,"
+                 "\"logit_bias\":{\"17\":-100,\"4\":2.5}}",
+                 &r, &e));
+  CHECK_EQ_INT(r.gen.sampling.top_k, 1);
+  CHECK(r.gen.sampling.min_p == 0.1f && r.gen.sampling.repeat_penalty == 1.3f);
+  CHECK(r.max_tokens_set && r.gen.max_tokens == 32000); /* clamped later */
+  CHECK_EQ_INT(r.gen.n_logit_bias, 2);
+  CHECK(r.gen.logit_bias == r.bias);
+  int seen = 0;
+  for (int i = 0; i < r.gen.n_logit_bias; i++)
+    seen |= (r.bias[i].id == 17 && r.bias[i].bias == -100.0f) ? 1
+            : (r.bias[i].id == 4 && r.bias[i].bias == 2.5f)   ? 2
+                                                              : 4;
+  CHECK_EQ_INT(seen, 3);
+  CHECK(!r.continue_final);
+  sl__srv_request_free(&r);
+
+  CHECK_OK(parse(SL_SRV_CHAT,
+                 "{\"model\":\"default\",\"messages\":[{\"role\":\"user\","
+                 "\"content\":\"q\"}],\"repeat_penalty\":1.1,"
+                 "\"max_tokens\":99999999999999}",
+                 &r, &e));
+  CHECK(r.gen.sampling.repeat_penalty == 1.1f);
+  CHECK_EQ_INT(r.gen.max_tokens, INT32_MAX);
+  sl__srv_request_free(&r);
+
+  /* a last assistant message: continued on /v1/messages, and on chat when
+   * continue_final_message says so */
+  CHECK_OK(parse(SL_SRV_MESSAGES,
+                 "{\"model\":\"default\",\"max_tokens\":5,\"messages\":"
+                 "[{\"role\":\"user\",\"content\":\"q\"},{\"role\":"
+                 "\"assistant\",\"content\":\"1, 2,\"}]}",
+                 &r, &e));
+  CHECK(r.continue_final);
+  sl__srv_request_free(&r);
+  CHECK_OK(parse(SL_SRV_CHAT,
+                 "{\"model\":\"default\",\"messages\":[{\"role\":\"user\","
+                 "\"content\":\"q\"},{\"role\":\"assistant\",\"content\":"
+                 "\"1,\"}],\"continue_final_message\":true}",
+                 &r, &e));
+  CHECK(r.continue_final);
+  sl__srv_request_free(&r);
+  CHECK_OK(parse(SL_SRV_MESSAGES,
+                 "{\"model\":\"default\",\"max_tokens\":5,\"messages\":"
+                 "[{\"role\":\"user\",\"content\":\"q\"}]}",
+                 &r, &e));
+  CHECK(!r.continue_final);
+  sl__srv_request_free(&r);
+  CHECK_OK(parse(SL_SRV_COUNT_TOKENS,
+                 "{\"model\":\"default\",\"messages\":[{\"role\":\"user\","
+                 "\"content\":\"q\"}]}",
+                 &r, &e));
+  CHECK(!r.max_tokens_set);
+  sl__srv_request_free(&r);
+}
 
 static void test_bad_inputs(void) {
   size_t live = sl_malloc_live_bytes();
@@ -429,6 +523,7 @@ int main(void) {
   RUN(test_chat_ok);
   RUN(test_completions_ok);
   RUN(test_messages_ok);
+  RUN(test_agent_fields);
   RUN(test_bad_inputs);
   RUN(test_error_shapes);
   RUN(test_utf8);

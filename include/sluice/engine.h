@@ -82,6 +82,7 @@ sl_engine_config sl_engine_config_defaults(void);
 #define SL_MAX_STOP         8
 #define SL_MAX_STOP_BYTES   256
 #define SL_MAX_TOP_LOGPROBS 20
+#define SL_MAX_LOGIT_BIAS   1024 /* logit_bias entries per request */
 
 typedef struct sl_gen_params {
   int max_tokens;
@@ -91,6 +92,10 @@ typedef struct sl_gen_params {
   int n_stop;
   int top_logprobs; /* 0..SL_MAX_TOP_LOGPROBS; < 0: no logprobs */
   bool ignore_eos;
+  /* added to the logits before sampling (copied at submit; ids in the
+   * vocabulary, at most SL_MAX_LOGIT_BIAS) */
+  const sl_logit_bias *logit_bias;
+  int n_logit_bias;
 } sl_gen_params;
 
 typedef enum sl_finish {

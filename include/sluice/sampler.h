@@ -27,10 +27,22 @@ sl_sampler_params sl_sampler_defaults(void);
 
 typedef struct sl_sampler sl_sampler_t;
 
+/* A value added to one token's logit before sampling (OpenAI's
+ * logit_bias: -100 bans a token, +100 all but forces it). */
+typedef struct sl_logit_bias {
+  int32_t id;
+  float bias;
+} sl_logit_bias;
+
 /* Returns NULL on allocation failure or n_vocab <= 0. Free with
  * sl_sampler_free. */
 sl_sampler_t *sl_sampler_create(const sl_sampler_params *p, int n_vocab);
 void sl_sampler_free(sl_sampler_t *s);
+
+/* Sets the logit biases (copied; replaces any before). SL_ERR_INVALID_ARG
+ * for an id outside the vocabulary or a bias that is not finite. */
+sl_status sl_sampler_set_bias(sl_sampler_t *s, const sl_logit_bias *b, int n);
+bool sl_sampler_has_bias(const sl_sampler_t *s);
 
 /* Records a token (prompt or generated) in the penalty history. */
 void sl_sampler_accept(sl_sampler_t *s, int32_t token);
@@ -57,8 +69,8 @@ bool sl_sampler_penalties(const sl_sampler_t *s, int max_pen, int32_t *ids,
                           int32_t *counts, int *n);
 
 /* True when sl_sampler_sample returns the argmax of the logits as given
- * (lowest id on a tie): greedy, with no penalty that changes them. Then a
- * device's argmax may stand in for the sampler. */
+ * (lowest id on a tie): greedy, with no penalty or bias that changes them. Then
+ * a device's argmax may stand in for the sampler. */
 bool sl_sampler_is_argmax(const sl_sampler_t *s);
 
 #endif

@@ -48,6 +48,11 @@ typedef struct sl_server_config {
                                     message text too, as llama.cpp does
                                     (false: only in the chat template's own
                                     text, so a client cannot forge turns) */
+  int max_tokens_default;        /* a chat request without max_tokens generates
+                                    at most this many (4096; 0: the room left in
+                                    the context) */
+  const char *cors_origin; /* NULL or "": no CORS headers; "*": any origin;
+                              else a comma-separated list of origins */
 } sl_server_config;
 
 /* Defaults as documented above; model_name NULL, n_ctx 0. */

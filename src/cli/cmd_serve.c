@@ -40,9 +40,16 @@ static void serve_usage(FILE *f) {
       "                    [--ssd-cache-dir DIR] [--ssd-cache-bytes BYTES]\n"
       "                    [--ssd-cache-optional] [--hot-cache-bytes BYTES]\n"
       "                    [--hot-cache-compress lz4|none]\n"
+      "                    [--max-tokens-default N] [--cors-origin ORIGINS]\n"
       "  serves the OpenAI (/v1/chat/completions, /v1/completions,\n"
-      "  /v1/models) and Anthropic (/v1/messages) APIs, /health, /metrics\n"
-      "  and /admin/api/stats; binds 127.0.0.1:8080 unless told otherwise.\n"
+      "  /v1/models) and Anthropic (/v1/messages, count_tokens) APIs,\n"
+      "  /tokenize and /detokenize, /health, /metrics and\n"
+      "  /admin/api/stats; binds 127.0.0.1:8080 unless told otherwise.\n"
+      "  --max-tokens-default (4096; 0: the room left in the context) caps a\n"
+      "  chat request that gives no max_tokens; a max_tokens above the room\n"
+      "  left in the context is clamped to it.\n"
+      "  --cors-origin: '*' or a comma-separated list of origins allowed to\n"
+      "  call from a browser (off by default: no CORS headers).\n"
       "  BYTES accept K, M, G suffixes (powers of 1024).\n"
       "  --max-batched-tokens defaults to 512, or to --max-seqs when that is\n"
       "  larger (each running sequence needs a token of every step).\n"
@@ -211,6 +218,11 @@ int sl_cli_serve_main(int argc, char **argv) {
     } else if (!strcmp(a, "--grace-ms")) {
       NEED_VALUE if (!sl_parse_long(v, 0, 3600000, &lv))
           BAD_VALUE scfg.grace_ms = (unsigned)lv;
+    } else if (!strcmp(a, "--max-tokens-default")) {
+      NEED_VALUE if (!sl_parse_long(v, 0, 1 << 30, &lv))
+          BAD_VALUE scfg.max_tokens_default = (int)lv;
+    } else if (!strcmp(a, "--cors-origin")) {
+      NEED_VALUE scfg.cors_origin = v;
     } else if (!strcmp(a, "--parse-special-in-content")) {
       scfg.parse_special_in_content = true;
     } else if (!strcmp(a, "--ssd-cache-dir")) {

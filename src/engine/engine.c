@@ -59,6 +59,9 @@ sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
     if (params->stop[i] &&
         strnlen(params->stop[i], SL_MAX_STOP_BYTES + 1) > SL_MAX_STOP_BYTES)
       return SL_ERR_INVALID_ARG;
+  if (params->n_logit_bias < 0 || params->n_logit_bias > SL_MAX_LOGIT_BIAS ||
+      (params->n_logit_bias && !params->logit_bias))
+    return SL_ERR_INVALID_ARG;
   if (n >= e->cfg.n_ctx)
     return SL_ERR_RANGE;
   const sl_model_hparams *hp = sl_model_hparams_of(e->model);
@@ -73,11 +76,21 @@ sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
   r->sampler = sl_sampler_create(&params->sampling, (int)hp->n_vocab);
   if (!r->tokens || !r->sampler)
     goto fail;
+  if (params->n_logit_bias) { /* ids checked against the vocabulary */
+    sl_status bs = sl_sampler_set_bias(r->sampler, params->logit_bias,
+                                       params->n_logit_bias);
+    if (bs != SL_OK) {
+      sl__req_free(r);
+      return bs;
+    }
+  }
   memcpy(r->tokens, prompt, sizeof(int32_t) * (size_t)n);
   r->n_prompt = n;
   r->n_tokens = n;
   r->n_target = n;
   r->params = *params;
+  r->params.logit_bias = NULL; /* the sampler holds its copy */
+  r->params.n_logit_bias = 0;
   r->params.n_stop = 0;
   for (int i = 0; i < params->n_stop; i++) {
     if (!params->stop[i] || !params->stop[i][0])

@@ -17,7 +17,9 @@ struct sl_sampler {
     int32_t id;
     float logit;
   } * cands;
-  float *probs; /* per candidate */
+  float *probs;        /* per candidate */
+  sl_logit_bias *bias; /* added to the logits before anything else */
+  int n_bias;
 };
 
 sl_sampler_params sl_sampler_defaults(void) {
@@ -72,7 +74,29 @@ void sl_sampler_free(sl_sampler_t *s) {
   sl_free(s->counts);
   sl_free(s->cands);
   sl_free(s->probs);
+  sl_free(s->bias);
   sl_free(s);
+}
+
+sl_status sl_sampler_set_bias(sl_sampler_t *s, const sl_logit_bias *b, int n) {
+  if (n < 0 || (n && !b))
+    return SL_ERR_INVALID_ARG;
+  for (int i = 0; i < n; i++)
+    if (b[i].id < 0 || b[i].id >= s->n_vocab || !isfinite(b[i].bias))
+      return SL_ERR_INVALID_ARG;
+  sl_logit_bias *c = NULL;
+  if (n && !(c = sl_malloc(sizeof *c * (size_t)n)))
+    return SL_ERR_NOMEM;
+  if (n)
+    memcpy(c, b, sizeof *c * (size_t)n);
+  sl_free(s->bias);
+  s->bias = c;
+  s->n_bias = n;
+  return SL_OK;
+}
+
+bool sl_sampler_has_bias(const sl_sampler_t *s) {
+  return s->n_bias > 0;
 }
 
 void sl_sampler_accept(sl_sampler_t *s, int32_t tok) {
@@ -174,7 +198,8 @@ static void sort_best(struct cand *c, int n, int k) {
 bool sl_sampler_is_argmax(const sl_sampler_t *s) {
   const sl_sampler_params *p = &s->p;
   return p->temperature <= 0.0f && p->repeat_penalty == 1.0f &&
-         p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f;
+         p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f &&
+         !s->n_bias;
 }
 
 const sl_sampler_params *sl_sampler_params_of(const sl_sampler_t *s) {
@@ -218,6 +243,8 @@ int32_t sl_sampler_sample(sl_sampler_t *s, float *logits) {
 int32_t sl_sampler_sample_with(sl_sampler_t *s, float *logits, double u) {
   const sl_sampler_params *p = &s->p;
   int n = s->n_vocab;
+  for (int i = 0; i < s->n_bias; i++) /* OpenAI's logit_bias: first */
+    logits[s->bias[i].id] += s->bias[i].bias;
   apply_penalties(s, logits);
   if (p->temperature <= 0.0f) {
     int32_t best = 0;

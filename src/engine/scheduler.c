@@ -730,7 +730,8 @@ static void plan_device_sample(sl_engine_t *e, sl__req *r, int s) {
   sl_batch_seq *q = &e->batch_seqs[s];
   q->sample = NULL;
   if (!e->dev_sampling || !q->want_logits || q->all_logits || q->argmax_only ||
-      r->params.top_logprobs > SL_KCU_SAMPLE_MAX_TOP)
+      r->params.top_logprobs > SL_KCU_SAMPLE_MAX_TOP ||
+      sl_sampler_has_bias(r->sampler)) /* the device sampler has no bias */
     return;
   sl_kcu_sample_params *p = &e->batch_samp[s];
   int n_pen = 0;

@@ -400,13 +400,3 @@ json_t *sl__srv_stats_json(sl_server_t *s) {
                 (double)sn.e.step_ns / 1e6));
   return o;
 }
-
-json_t *sl__srv_models_json(sl_server_t *s) {
-  json_t *data = json_array();
-  long long created = (long long)time(NULL);
-  json_array_append_new(data,
-                        json_pack("{s:s,s:s,s:I,s:s}", "id", s->model_name,
-                                  "object", "model", "created",
-                                  (json_int_t)created, "owned_by", "sluice"));
-  return json_pack("{s:s,s:o}", "object", "list", "data", data);
-}

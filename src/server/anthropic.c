@@ -47,6 +47,12 @@ const char *sl__srv_finish_anthropic(const sl_srv_job *j,
   return "end_turn";
 }
 
+/* Anthropic's input_tokens leaves out the cache reads, which
+ * cache_read_input_tokens counts (their sum is the prompt). */
+static int uncached(int prompt, int cached) {
+  return prompt > cached ? prompt - cached : 0;
+}
+
 json_t *sl__ant_body(sl_srv_job *j, const char *model,
                      const sl_tokenizer_t *tok) {
   const char *stop_seq;
@@ -57,8 +63,8 @@ json_t *sl__ant_body(sl_srv_job *j, const char *model,
       j->id, "type", "message", "role", "assistant", "model", model, "content",
       "type", "text", "text", text, "stop_reason", reason, "stop_sequence",
       stop_seq ? json_string(stop_seq) : json_null(), "usage", "input_tokens",
-      j->prompt_tokens, "output_tokens", j->completion_tokens,
-      "cache_read_input_tokens", j->cached_tokens,
+      uncached(j->prompt_tokens, j->cached_tokens), "output_tokens",
+      j->completion_tokens, "cache_read_input_tokens", j->cached_tokens,
       "cache_creation_input_tokens", 0);
 }
 
@@ -81,8 +87,9 @@ bool sl__ant_stream(sl_srv_job *j, const char *model,
                      "type", "message_start", "message", "id", j->id, "type",
                      "message", "role", "assistant", "model", model, "content",
                      "stop_reason", "stop_sequence", "usage", "input_tokens",
-                     j->n_ids, "output_tokens", 0, "cache_read_input_tokens",
-                     j->cached_tokens, "cache_creation_input_tokens", 0));
+                     uncached(j->n_ids, j->cached_tokens), "output_tokens", 0,
+                     "cache_read_input_tokens", j->cached_tokens,
+                     "cache_creation_input_tokens", 0));
       emit(j, "content_block_start",
            json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start",
                      "index", 0, "content_block", "type", "text", "text", ""));

@@ -45,6 +45,10 @@ enum route {
   ROUTE_CHAT,
   ROUTE_COMPLETIONS,
   ROUTE_MESSAGES,
+  ROUTE_MODEL,        /* GET /v1/models/{id} */
+  ROUTE_COUNT_TOKENS, /* POST /v1/messages/count_tokens */
+  ROUTE_TOKENIZE,     /* POST /tokenize */
+  ROUTE_DETOKENIZE,   /* POST /detokenize */
 };
 
 /* Per-request state of one connection (MHD's con_cls). */
@@ -55,9 +59,34 @@ typedef struct conn {
   bool too_large;
   sl_sbuf body;
   sl_srv_job *job;
-  bool open;    /* counted in the server's n_open until on_completed */
-  bool waiting; /* submitted; the answer is not yet queued */
+  bool open;      /* counted in the server's n_open until on_completed */
+  bool waiting;   /* submitted; the answer is not yet queued */
+  char rid[136];  /* x-request-id: the client's, or made here */
+  char acao[264]; /* Access-Control-Allow-Origin ("" : none) */
 } conn;
+
+/* The request a pool thread is answering (set around on_access): every
+ * response it queues carries that request's id and CORS headers. */
+static _Thread_local conn *tl_conn;
+static _Thread_local bool tl_anthropic;
+
+static void add_std_headers(struct MHD_Response *r) {
+  conn *cn = tl_conn;
+  if (!cn)
+    return;
+  if (cn->rid[0]) {
+    MHD_add_response_header(r, "x-request-id", cn->rid);
+    if (tl_anthropic) /* the Anthropic SDK reads this one */
+      MHD_add_response_header(r, "request-id", cn->rid);
+  }
+  if (cn->acao[0]) {
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", cn->acao);
+    MHD_add_response_header(r, "Access-Control-Expose-Headers",
+                            "x-request-id, request-id, retry-after");
+    if (strcmp(cn->acao, "*") != 0)
+      MHD_add_response_header(r, "Vary", "Origin");
+  }
+}
 
 /* ---- jobs -------------------------------------------------------------------
  */
@@ -288,6 +317,7 @@ static enum MHD_Result send_bytes_retry(struct MHD_Connection *c,
   if (!r)
     return MHD_NO;
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+  add_std_headers(r);
   if (close)
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
   if (retry_after_s) {
@@ -447,6 +477,7 @@ static enum MHD_Result generate_next(sl_server_t *s, struct MHD_Connection *c,
   }
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
   MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+  add_std_headers(r);
   enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
   MHD_destroy_response(r);
   return ret;
@@ -487,9 +518,21 @@ static enum MHD_Result handle_generate(sl_server_t *s, struct MHD_Connection *c,
                       s->cfg.n_ctx, j->n_ids);
     goto fail_respond;
   }
+  size_t nv = sl_tokenizer_vocab_size(s->tok);
+  for (int i = 0; i < j->req.gen.n_logit_bias; i++)
+    if ((size_t)j->req.gen.logit_bias[i].id >= nv) {
+      sl__srv_error_set(&err, 400, "invalid_value", "logit_bias",
+                        "logit_bias: token id %d is outside the vocabulary "
+                        "(%zu)",
+                        j->req.gen.logit_bias[i].id, nv);
+      goto fail_respond;
+    }
+  /* no max_tokens: --max-tokens-default (0: the room left); above the
+   * room left in the context: clamped to it */
   int room = s->cfg.n_ctx - j->n_ids;
   if (!j->req.max_tokens_set && api == SL_SRV_CHAT)
-    j->req.gen.max_tokens = room;
+    j->req.gen.max_tokens =
+        s->cfg.max_tokens_default > 0 ? s->cfg.max_tokens_default : room;
   if (j->req.gen.max_tokens > room)
     j->req.gen.max_tokens = room;
   j->prompt_tokens = j->n_ids;
@@ -565,7 +608,7 @@ fail_respond:
  * ------------------------------------------------------------------ */
 
 static enum route route_of(const char *url, const char *method, bool *post,
-                           bool *bad_method) {
+                           bool *bad_method, bool *preflight) {
   static const struct {
     const char *path;
     bool post;
@@ -578,17 +621,27 @@ static enum route route_of(const char *url, const char *method, bool *post,
       {"/v1/chat/completions", true, ROUTE_CHAT},
       {"/v1/completions", true, ROUTE_COMPLETIONS},
       {"/v1/messages", true, ROUTE_MESSAGES},
+      {"/v1/messages/count_tokens", true, ROUTE_COUNT_TOKENS},
+      {"/tokenize", true, ROUTE_TOKENIZE},
+      {"/detokenize", true, ROUTE_DETOKENIZE},
+      {"/v1/models/", false, ROUTE_MODEL}, /* a prefix: /v1/models/{id} */
   };
-  *bad_method = false;
-  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-    if (strcmp(url, table[i].path) == 0) {
-      bool is_post = strcmp(method, "POST") == 0;
-      bool is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
-      *post = table[i].post;
-      if (table[i].post ? !is_post : !is_get)
-        *bad_method = true;
-      return table[i].r;
-    }
+  *bad_method = *preflight = false;
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+    size_t pl = strlen(table[i].path);
+    bool hit = table[i].r == ROUTE_MODEL
+                   ? strncmp(url, table[i].path, pl) == 0 && url[pl]
+                   : strcmp(url, table[i].path) == 0;
+    if (!hit)
+      continue;
+    bool is_post = strcmp(method, "POST") == 0;
+    bool is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+    *post = table[i].post;
+    *preflight = strcmp(method, "OPTIONS") == 0;
+    if (!*preflight && (table[i].post ? !is_post : !is_get))
+      *bad_method = true;
+    return table[i].r;
+  }
   return ROUTE_NONE;
 }
 
@@ -676,6 +729,106 @@ static bool framing_bad(struct MHD_Connection *c, const char *version,
   return true;
 }
 
+/* A client's x-request-id is echoed when it is 1 to 128 characters of
+ * [A-Za-z0-9._:/=+-]; otherwise (or without one) a new id is made. */
+static void request_id(struct MHD_Connection *c, char *out, size_t cap) {
+  const char *h =
+      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-request-id");
+  size_t n = h ? strlen(h) : 0;
+  bool ok = n >= 1 && n <= 128 && n < cap;
+  for (size_t i = 0; ok && i < n; i++) {
+    unsigned char ch = (unsigned char)h[i];
+    ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+         (ch >= '0' && ch <= '9') || strchr("._:/=+-", ch);
+  }
+  if (ok)
+    memcpy(out, h, n + 1);
+  else
+    make_id(out, cap, "req_");
+}
+
+/* Access-Control-Allow-Origin for this request under --cors-origin: "*",
+ * or the request's Origin when it is one of the listed origins; "" when
+ * CORS is off or the origin is not listed. */
+static void cors_origin(sl_server_t *s, struct MHD_Connection *c, char *out,
+                        size_t cap) {
+  out[0] = 0;
+  const char *list = s->cfg.cors_origin;
+  if (!list || !list[0])
+    return;
+  if (!strcmp(list, "*")) {
+    snprintf(out, cap, "*");
+    return;
+  }
+  const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+  size_t on = o ? strlen(o) : 0;
+  if (!on || on >= cap)
+    return;
+  for (const char *p = list; *p;) {
+    while (*p == ' ' || *p == ',')
+      p++;
+    size_t n = strcspn(p, ", ");
+    if (n == on && !strncmp(p, o, n)) {
+      memcpy(out, o, on + 1);
+      return;
+    }
+    p += n;
+  }
+}
+
+/* A CORS preflight (OPTIONS on a known route): 204, no key needed (a
+ * browser sends none there). The origin is allowed only when add_std_headers
+ * adds Access-Control-Allow-Origin. */
+static enum MHD_Result send_preflight(struct MHD_Connection *c) {
+  struct MHD_Response *r =
+      MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+  if (!r)
+    return MHD_NO;
+  const char *want = MHD_lookup_connection_value(
+      c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+  bool ok = want && strlen(want) <= 1024;
+  for (const char *p = want; ok && *p; p++)
+    ok = *p == ',' || *p == ' ' || *p == '-' || *p == '_' ||
+         (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+         (*p >= '0' && *p <= '9');
+  MHD_add_response_header(r, "Allow", "GET, HEAD, POST, OPTIONS");
+  MHD_add_response_header(r, "Access-Control-Allow-Methods",
+                          "GET, HEAD, POST, OPTIONS");
+  MHD_add_response_header(
+      r, "Access-Control-Allow-Headers",
+      ok ? want
+         : "authorization, content-type, x-api-key, anthropic-version, "
+           "anthropic-beta, x-request-id");
+  MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+  add_std_headers(r);
+  enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+/* A route that generates nothing, from its body: its JSON or its error. */
+typedef sl_status (*body_route)(sl_server_t *s, const char *body, size_t len,
+                                json_t **out, sl_srv_error *err);
+
+static enum MHD_Result answer_body_route(sl_server_t *s,
+                                         struct MHD_Connection *c, conn *cn,
+                                         body_route fn) {
+  json_t *out = NULL;
+  sl_srv_error err;
+  memset(&err, 0, sizeof err);
+  if (fn(s, cn->body.p ? cn->body.p : "", cn->body.len, &out, &err) != SL_OK) {
+    if (!err.http)
+      sl__srv_error_set(&err, 500, NULL, NULL, "internal error");
+    return send_error(c, cn->fam, &err, false);
+  }
+  return send_json(c, 200, out, false);
+}
+
+static enum MHD_Result on_access_req(sl_server_t *s, conn *cn,
+                                     struct MHD_Connection *c, const char *url,
+                                     const char *upload_data,
+                                     size_t *upload_data_size);
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
                                  const char *url, const char *method,
                                  const char *version, const char *upload_data,
@@ -683,41 +836,52 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
   sl_server_t *s = cls;
   conn *cn = *con_cls;
   sl_srv_error err;
-  if (!cn) {
-    if (!(cn = sl_calloc(1, sizeof *cn)))
-      return MHD_NO;
-    *con_cls = cn;
-    pthread_mutex_lock(&s->m.mu);
-    s->m.http_requests++;
-    pthread_mutex_unlock(&s->m.mu);
-    bool post = false, bad_method;
-    cn->route = route_of(url, method, &post, &bad_method);
-    cn->fam = sl__srv_anthropic_target(url, strlen(url))
-                  ? SL_SRV_FAMILY_ANTHROPIC
-                  : SL_SRV_FAMILY_OPENAI;
-    if (framing_bad(c, version, &err)) {
-      cn->responded = true;
-      sl__srv_metrics_failed(s);
-      return send_error(c, cn->fam, &err, true);
-    }
-    if (cn->route != ROUTE_HEALTH && !authorized(s, c)) {
-      sl__srv_error_set(&err, 401, "invalid_api_key", NULL,
-                        "invalid or missing API key");
-      cn->responded = true;
-      return send_error(c, cn->fam, &err, true);
-    }
-    if (cn->route == ROUTE_NONE) {
-      sl__srv_error_set(&err, 404, "not_found", NULL, "no route for %s %s",
-                        method, url);
-      cn->responded = true;
-      return send_error(c, cn->fam, &err, true);
-    }
-    if (bad_method) {
-      sl__srv_error_set(&err, 405, "method_not_allowed", NULL,
-                        "%s is not allowed on %s", method, url);
-      cn->responded = true;
-      return send_error(c, cn->fam, &err, true);
-    }
+  enum MHD_Result ret;
+  if (cn) {
+    tl_conn = cn;
+    tl_anthropic = cn->fam == SL_SRV_FAMILY_ANTHROPIC;
+    ret = on_access_req(s, cn, c, url, upload_data, upload_data_size);
+    tl_conn = NULL;
+    return ret;
+  }
+  if (!(cn = sl_calloc(1, sizeof *cn)))
+    return MHD_NO;
+  *con_cls = cn;
+  pthread_mutex_lock(&s->m.mu);
+  s->m.http_requests++;
+  pthread_mutex_unlock(&s->m.mu);
+  bool post = false, bad_method, preflight;
+  cn->route = route_of(url, method, &post, &bad_method, &preflight);
+  cn->fam = sl__srv_anthropic_target(url, strlen(url)) ? SL_SRV_FAMILY_ANTHROPIC
+                                                       : SL_SRV_FAMILY_OPENAI;
+  request_id(c, cn->rid, sizeof cn->rid);
+  cors_origin(s, c, cn->acao, sizeof cn->acao);
+  tl_conn = cn;
+  tl_anthropic = cn->fam == SL_SRV_FAMILY_ANTHROPIC;
+  ret = MHD_YES;
+  if (framing_bad(c, version, &err)) {
+    cn->responded = true;
+    sl__srv_metrics_failed(s);
+    ret = send_error(c, cn->fam, &err, true);
+  } else if (preflight) {
+    cn->responded = true;
+    ret = send_preflight(c);
+  } else if (cn->route != ROUTE_HEALTH && !authorized(s, c)) {
+    sl__srv_error_set(&err, 401, "invalid_api_key", NULL,
+                      "invalid or missing API key");
+    cn->responded = true;
+    ret = send_error(c, cn->fam, &err, true);
+  } else if (cn->route == ROUTE_NONE) {
+    sl__srv_error_set(&err, 404, "not_found", NULL, "no route for %s %s",
+                      method, url);
+    cn->responded = true;
+    ret = send_error(c, cn->fam, &err, true);
+  } else if (bad_method) {
+    sl__srv_error_set(&err, 405, "method_not_allowed", NULL,
+                      "%s is not allowed on %s", method, url);
+    cn->responded = true;
+    ret = send_error(c, cn->fam, &err, true);
+  } else {
     const char *cl = MHD_lookup_connection_value(
         c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body_bytes) {
@@ -726,10 +890,20 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
                         s->cfg.max_body_bytes);
       cn->responded = true;
       sl__srv_metrics_failed(s);
-      return send_error(c, cn->fam, &err, true);
+      ret = send_error(c, cn->fam, &err, true);
     }
-    return MHD_YES;
   }
+  tl_conn = NULL;
+  return ret;
+}
+
+/* The calls after the first: the body's bytes, then its end, then (for a
+ * submitted request) each resume. */
+static enum MHD_Result on_access_req(sl_server_t *s, conn *cn,
+                                     struct MHD_Connection *c, const char *url,
+                                     const char *upload_data,
+                                     size_t *upload_data_size) {
+  sl_srv_error err;
   if (*upload_data_size) {
     if (!cn->too_large &&
         cn->body.len + *upload_data_size > s->cfg.max_body_bytes) {
@@ -769,6 +943,17 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
         json_pack("{s:s}", "status", stopping ? "shutting_down" : "ok"), false);
   case ROUTE_MODELS:
     return send_json(c, 200, sl__srv_models_json(s), false);
+  case ROUTE_MODEL: {
+    json_t *m = sl__srv_model_json(s, url + strlen("/v1/models/"), &err);
+    return m ? send_json(c, 200, m, false)
+             : send_error(c, cn->fam, &err, false);
+  }
+  case ROUTE_COUNT_TOKENS:
+    return answer_body_route(s, c, cn, sl__srv_count_tokens);
+  case ROUTE_TOKENIZE:
+    return answer_body_route(s, c, cn, sl__srv_tokenize);
+  case ROUTE_DETOKENIZE:
+    return answer_body_route(s, c, cn, sl__srv_detokenize);
   case ROUTE_STATS:
     return send_json(c, 200, sl__srv_stats_json(s), false);
   case ROUTE_METRICS: {
@@ -879,7 +1064,8 @@ sl_server_config sl_server_config_defaults(void) {
                             .http_threads = 4,
                             .head_timeout_ms = 10000,
                             .request_timeout_ms = 60000,
-                            .grace_ms = 10000};
+                            .grace_ms = 10000,
+                            .max_tokens_default = 4096};
 }
 
 static char *dup_or_null(const char *s) {
@@ -920,12 +1106,15 @@ sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
     s->cfg.request_timeout_ms = 60000;
   s->host = sl_strdup(cfg->host ? cfg->host : "127.0.0.1");
   s->api_key = dup_or_null(cfg->api_key);
+  s->cors = dup_or_null(cfg->cors_origin);
   s->model_name = sl_strdup(cfg->model_name);
   s->model_alias = dup_or_null(cfg->model_alias);
   if (!s->host || !s->model_name ||
       (cfg->api_key && cfg->api_key[0] && !s->api_key) ||
-      (cfg->model_alias && cfg->model_alias[0] && !s->model_alias))
+      (cfg->model_alias && cfg->model_alias[0] && !s->model_alias) ||
+      (cfg->cors_origin && cfg->cors_origin[0] && !s->cors))
     goto fail_strings;
+  s->cfg.cors_origin = s->cors;
   s->cfg.host = s->host;
   s->cfg.api_key = s->api_key;
   s->cfg.model_name = s->model_name;
@@ -945,6 +1134,7 @@ sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
   pthread_cond_init(&s->jobs_cv, NULL);
   sl__srv_metrics_init(&s->m);
   s->t_start_ns = sl_now_ns();
+  s->started_at = (long long)time(NULL);
 
   struct addrinfo hints = {.ai_family = AF_UNSPEC,
                            .ai_socktype = SOCK_STREAM,
@@ -1021,6 +1211,7 @@ fail_strings:
   sl_free(s->api_key);
   sl_free(s->model_name);
   sl_free(s->model_alias);
+  sl_free(s->cors);
   sl_free(s);
   if (st != SL_ERR_NOMEM)
     return st; /* err already says why */
@@ -1136,5 +1327,6 @@ void sl_server_stop(sl_server_t *s) {
   sl_free(s->api_key);
   sl_free(s->model_name);
   sl_free(s->model_alias);
+  sl_free(s->cors);
   sl_free(s);
 }

@@ -1,9 +1,11 @@
 /* sluice — server: request bodies of the OpenAI and Anthropic APIs ->
  * validated sl_srv_request. Nothing here touches the engine or a model;
  * the fuzz harness and tests/test_server_parse.c drive it directly. */
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -259,6 +261,62 @@ static bool reject_nonempty(json_t *root, const char *key, sl_srv_error *err) {
   return false;
 }
 
+/* OpenAI's logit_bias: {"<token id>": bias in [-100, 100], ...}. The ids
+ * are checked against the vocabulary where the tokenizer is known (the
+ * engine refuses one outside it too). */
+static sl_status parse_logit_bias(json_t *v, sl_srv_request *r,
+                                  sl_srv_error *err) {
+  if (!v)
+    return SL_OK;
+  if (!json_is_object(v)) {
+    sl__srv_error_set(err, 400, "invalid_type", "logit_bias",
+                      "'logit_bias' must be an object of token ids to "
+                      "numbers");
+    return SL_ERR_FORMAT;
+  }
+  size_t n = json_object_size(v);
+  if (n > SL_MAX_LOGIT_BIAS) {
+    sl__srv_error_set(err, 400, "invalid_value", "logit_bias",
+                      "'logit_bias' may hold at most %d entries",
+                      SL_MAX_LOGIT_BIAS);
+    return SL_ERR_FORMAT;
+  }
+  if (!n)
+    return SL_OK;
+  if (!(r->bias = sl_malloc(sizeof *r->bias * n))) {
+    sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
+    return SL_ERR_NOMEM;
+  }
+  const char *key;
+  json_t *b;
+  int i = 0;
+  json_object_foreach(v, key, b) {
+    char *end = NULL;
+    errno = 0;
+    long id = strtol(key, &end, 10);
+    if (!key[0] || *end || errno || id < 0 || id > INT32_MAX ||
+        (key[0] < '0' || key[0] > '9')) {
+      sl__srv_error_set(err, 400, "invalid_value", "logit_bias",
+                        "'logit_bias' keys must be token ids (decimal), got "
+                        "'%.32s'",
+                        key);
+      return SL_ERR_FORMAT;
+    }
+    double d = json_is_number(b) ? json_number_value(b) : NAN;
+    if (!(d >= -100 && d <= 100)) {
+      sl__srv_error_set(err, 400, "invalid_value", "logit_bias",
+                        "'logit_bias[%ld]' must be a number between -100 and "
+                        "100",
+                        id);
+      return SL_ERR_FORMAT;
+    }
+    r->bias[i++] = (sl_logit_bias){(int32_t)id, (float)d};
+  }
+  r->gen.logit_bias = r->bias;
+  r->gen.n_logit_bias = i;
+  return SL_OK;
+}
+
 static sl_status parse_openai_common(json_t *root, const sl_srv_limits *lim,
                                      sl_srv_request *r, sl_srv_error *err) {
   sl_status st = SL_OK;
@@ -285,6 +343,34 @@ static sl_status parse_openai_common(json_t *root, const sl_srv_limits *lim,
     goto fail_value;
   if (k)
     r->gen.sampling.seed = (uint64_t)ll;
+  /* beyond OpenAI's API, as llama.cpp and vLLM take them */
+  if ((k = opt_int(root, "top_k", -1, INT32_MAX, &ll, err)) < 0)
+    goto fail_value;
+  if (k)
+    r->gen.sampling.top_k = (int)ll; /* <= 0: off */
+  if ((k = opt_num(root, "min_p", 0, 1, &d, err)) < 0)
+    goto fail_value;
+  if (k)
+    r->gen.sampling.min_p = (float)d;
+  if (member(root, "repetition_penalty") && member(root, "repeat_penalty")) {
+    sl__srv_error_set(err, 400, "invalid_value", "repetition_penalty",
+                      "give one of 'repetition_penalty' (vLLM's name) and "
+                      "'repeat_penalty' (llama.cpp's), not both");
+    goto fail_value;
+  }
+  const char *rp_key =
+      member(root, "repeat_penalty") ? "repeat_penalty" : "repetition_penalty";
+  if ((k = opt_num(root, rp_key, 0, 10, &d, err)) < 0)
+    goto fail_value;
+  if (k && d <= 0) {
+    sl__srv_error_set(err, 400, "invalid_value", rp_key,
+                      "'%s' must be above 0 (1: off)", rp_key);
+    goto fail_value;
+  }
+  if (k)
+    r->gen.sampling.repeat_penalty = (float)d;
+  if ((st = parse_logit_bias(member(root, "logit_bias"), r, err)) != SL_OK)
+    return st;
   if ((k = opt_int(root, "n", 1, 1, &ll, err)) < 0) {
     err->http = 400;
     snprintf(err->code, sizeof err->code, "unsupported_parameter");
@@ -309,8 +395,7 @@ static sl_status parse_openai_common(json_t *root, const sl_srv_limits *lim,
       goto fail_value;
   }
   if (!reject_nonempty(root, "tools", err) ||
-      !reject_nonempty(root, "functions", err) ||
-      !reject_nonempty(root, "logit_bias", err))
+      !reject_nonempty(root, "functions", err))
     return SL_ERR_UNSUPPORTED;
   json_t *rf = member(root, "response_format");
   if (rf) {
@@ -348,13 +433,15 @@ static sl_status parse_max_tokens(json_t *root, const char *key,
     return SL_ERR_FORMAT;
   if (!k)
     return SL_OK;
-  if (ll <= 0 || (lim->n_ctx > 0 && ll > lim->n_ctx)) {
+  if (ll <= 0) {
     sl__srv_error_set(err, 400, "invalid_value", key,
-                      "'%s' must be between 1 and %d (the context), got %lld",
-                      key, lim->n_ctx, ll);
+                      "'%s' must be at least 1, got %lld", key, ll);
     return SL_ERR_FORMAT;
   }
-  r->gen.max_tokens = (int)ll;
+  /* above the context it is clamped (to the room the prompt leaves, at
+   * submission), not refused: agents send 32000 and more */
+  (void)lim;
+  r->gen.max_tokens = ll > INT32_MAX ? INT32_MAX : (int)ll;
   r->max_tokens_set = true;
   return SL_OK;
 }
@@ -385,6 +472,11 @@ static sl_status parse_chat(json_t *root, const sl_srv_limits *lim,
   r->logprobs = lp;
   r->top_logprobs = (int)top;
   r->gen.top_logprobs = lp ? (int)top : -1;
+  /* vLLM's: the last (assistant) message is continued, not answered */
+  if (opt_bool(root, "continue_final_message", &r->continue_final, err) < 0) {
+    st = SL_ERR_FORMAT;
+    goto fail;
+  }
 
   json_t *msgs = json_object_get(root, "messages");
   if (!msgs)
@@ -425,6 +517,11 @@ static sl_status parse_chat(json_t *root, const sl_srv_limits *lim,
     }
     if (text.oom || !push_msg(r->messages, rs, &text))
       NOMEM();
+    if (r->continue_final && i + 1 == json_array_size(msgs) &&
+        (strcmp(rs, "assistant") || !text.len))
+      BAD(400, "invalid_value", "continue_final_message",
+          "'continue_final_message' needs a last message from the assistant "
+          "with some content");
   }
   sl__sbuf_free(&text);
   return SL_OK;
@@ -549,13 +646,18 @@ static sl_status parse_messages(json_t *root, const sl_srv_limits *lim,
     r->gen.sampling.top_k = (int)ll;
   if (opt_bool(root, "stream", &r->stream, err) < 0)
     goto fail_format;
-  if (!json_object_get(root, "max_tokens"))
+  bool count = r->api == SL_SRV_COUNT_TOKENS; /* no max_tokens there */
+  if (!count && !json_object_get(root, "max_tokens"))
     BAD(400, "missing_required_parameter", "max_tokens",
         "max_tokens: Field required");
   if ((st = parse_max_tokens(root, "max_tokens", lim, r, err)) != SL_OK)
     goto fail;
-  if (!r->max_tokens_set)
+  if (!count && !r->max_tokens_set)
     BAD(400, "invalid_type", "max_tokens", "max_tokens: must be an integer");
+  json_t *oc = member(root, "output_config");
+  if (oc && member(oc, "format"))
+    UNSUPPORTED("output_config", "output_config.format (structured output) "
+                                 "is not supported yet");
   if (!reject_nonempty(root, "tools", err)) {
     st = SL_ERR_UNSUPPORTED;
     goto fail;
@@ -616,6 +718,15 @@ static sl_status parse_messages(json_t *root, const sl_srv_limits *lim,
       goto fail_format;
     if (text.oom || !push_msg(r->messages, json_string_value(role), &text))
       NOMEM();
+    /* a last assistant message is a prefill: the answer continues it */
+    if (i + 1 == json_array_size(msgs) &&
+        !strcmp(json_string_value(role), "assistant") && text.len) {
+      char last = text.p[text.len - 1];
+      if (last == ' ' || last == '\t' || last == '\n' || last == '\r')
+        BAD(400, "invalid_value", param,
+            "final assistant content cannot end with trailing whitespace");
+      r->continue_final = true;
+    }
   }
   sl__sbuf_free(&text);
   return SL_OK;
@@ -675,6 +786,7 @@ sl_status sl__srv_parse(sl_srv_api api, const char *body, size_t len,
       out->gen.max_tokens = 16; /* the API's documented default */
     break;
   case SL_SRV_MESSAGES:
+  case SL_SRV_COUNT_TOKENS:
     st = parse_messages(root, lim, out, err);
     break;
   default:
@@ -699,6 +811,7 @@ void sl__srv_request_free(sl_srv_request *r) {
   sl_jv_free(r->messages);
   sl_free(r->prompt);
   sl_free(r->prompt_ids);
+  sl_free(r->bias);
   for (int i = 0; i < SL_MAX_STOP; i++)
     sl_free(r->stops[i]);
   sl_srv_api api = r->api;

@@ -62,9 +62,11 @@ sl_status sl__srv_prompt_ids(const sl_srv_request *r, const sl_tokenizer_t *tok,
       return SL_ERR_UNSUPPORTED;
     }
     char terr[256] = "";
+    bool cont = r->continue_final;
     sl_status st = sl_chat_template_render_marked(
-        chat_template, r->messages, true, bos, eos, NULL, &rendered, &text_len,
-        parse_special_in_content ? NULL : &untrusted, terr, sizeof terr);
+        chat_template, r->messages, !cont, bos, eos, NULL, &rendered, &text_len,
+        parse_special_in_content && !cont ? NULL : &untrusted, terr,
+        sizeof terr);
     if (st == SL_ERR_NOMEM)
       goto fail_nomem;
     if (st != SL_OK) {
@@ -73,6 +75,28 @@ sl_status sl__srv_prompt_ids(const sl_srv_request *r, const sl_tokenizer_t *tok,
       sl__srv_error_set(err, 400, "invalid_messages", "messages",
                         "the chat template rejected the messages: %s", terr);
       return SL_ERR_FORMAT;
+    }
+    if (st == SL_OK && cont) {
+      /* a prefill: the prompt ends where the last message's own text ends
+       * (the last bytes that came from the request), before the template
+       * closes the turn (HF's continue_final_message cuts at the content
+       * the same way) */
+      size_t end = text_len;
+      while (end > 0 && !(untrusted && untrusted[end - 1]))
+        end--;
+      if (!end) {
+        sl_free(untrusted);
+        sl_free(rendered);
+        sl__srv_error_set(err, 400, "invalid_messages", "messages",
+                          "the chat template does not write the last "
+                          "assistant message: it cannot be continued");
+        return SL_ERR_FORMAT;
+      }
+      text_len = end;
+      if (parse_special_in_content) { /* the mask only found the end */
+        sl_free(untrusted);
+        untrusted = NULL;
+      }
     }
     text = rendered;
     /* the template wrote BOS itself: do not add a second one */

@@ -6,7 +6,8 @@
  *   prompt.c    sl_srv_request -> prompt token ids (chat template, tokenizer)
  *   openai.c    OpenAI response bodies and SSE chunks
  *   anthropic.c Anthropic response bodies and SSE events
- *   admin.c     /health, /v1/models, /metrics, /admin/api/stats
+ *   admin.c     /health, /metrics, /admin/api/stats
+ *   routes.c    /v1/models, count_tokens, /tokenize, /detokenize
  *   http.c      libmicrohttpd plumbing, routing, auth, the request lifecycle
  *   head.c      the request head check, raw (pre-libmicrohttpd) error answers
  *   door.c      the front door: accept, connection limits, the first head
@@ -106,9 +107,11 @@ void sl__srv_malloc_init(void);
 /* ---- parse.c: request bodies --------------------------------------------- */
 
 typedef enum sl_srv_api {
-  SL_SRV_CHAT = 0,        /* POST /v1/chat/completions */
-  SL_SRV_COMPLETIONS = 1, /* POST /v1/completions */
-  SL_SRV_MESSAGES = 2,    /* POST /v1/messages */
+  SL_SRV_CHAT = 0,         /* POST /v1/chat/completions */
+  SL_SRV_COMPLETIONS = 1,  /* POST /v1/completions */
+  SL_SRV_MESSAGES = 2,     /* POST /v1/messages */
+  SL_SRV_COUNT_TOKENS = 3, /* POST /v1/messages/count_tokens: as messages,
+                              without max_tokens; nothing is generated */
 } sl_srv_api;
 
 /* What the parser checks against. */
@@ -138,7 +141,11 @@ typedef struct sl_srv_request {
   bool logprobs;      /* chat: logprobs; completions: logprobs != null */
   int top_logprobs;   /* number of alternatives per token */
   bool max_tokens_set;
-  sl_gen_params gen; /* gen.stop points into stops[] */
+  /* the last message (the assistant's) is continued rather than answered:
+   * an Anthropic prefill, or chat's continue_final_message */
+  bool continue_final;
+  sl_logit_bias *bias; /* gen.logit_bias points here */
+  sl_gen_params gen;   /* gen.stop points into stops[] */
   char *stops[SL_MAX_STOP];
 } sl_srv_request;
 
@@ -391,7 +398,7 @@ struct sl_server {
   const sl_model_t *model;
   const sl_tokenizer_t *tok;
   sl_server_config cfg; /* strings below are owned copies */
-  char *host, *api_key, *model_name, *model_alias;
+  char *host, *api_key, *model_name, *model_alias, *cors;
   const char *names[3]; /* accepted model ids */
   int n_names;
   char *chat_template; /* NULL: the model has none */
@@ -401,6 +408,7 @@ struct sl_server {
   atomic_int n_parked; /* connections suspended, not yet back in a handler */
   int port;
   uint64_t t_start_ns;
+  long long started_at; /* wall clock, seconds (the models' "created") */
 
   pthread_mutex_t jobs_mu;
   pthread_cond_t jobs_cv;
@@ -423,6 +431,17 @@ void sl__srv_metrics_failed(sl_server_t *s);
 /* Prometheus text (new sl_sbuf contents) / stats JSON / models JSON. */
 void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *out);
 json_t *sl__srv_stats_json(sl_server_t *s);
+
+/* routes.c: the routes that generate nothing. On failure each fills *err
+ * (the status and body to answer with) and returns NULL / not SL_OK. */
 json_t *sl__srv_models_json(sl_server_t *s);
+/* One model by id (any accepted name), or NULL with a 404 in *err. */
+json_t *sl__srv_model_json(sl_server_t *s, const char *id, sl_srv_error *err);
+sl_status sl__srv_count_tokens(sl_server_t *s, const char *body, size_t len,
+                               json_t **out, sl_srv_error *err);
+sl_status sl__srv_tokenize(sl_server_t *s, const char *body, size_t len,
+                           json_t **out, sl_srv_error *err);
+sl_status sl__srv_detokenize(sl_server_t *s, const char *body, size_t len,
+                             json_t **out, sl_srv_error *err);
 
 #endif

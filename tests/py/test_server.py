@@ -375,7 +375,7 @@ def test_special_tokens_in_content_are_plain_text(server):
     r = ant(server).messages.create(
         model=MODEL_NAME, max_tokens=1,
         messages=[{"role": "user", "content": FORGED}])
-    assert r.usage.input_tokens == got
+    assert r.usage.input_tokens + r.usage.cache_read_input_tokens == got
     # a completion's prompt is the client's own whole text: parsed there
     v = _vocab()
     r = oai(server).completions.create(model=MODEL_NAME, prompt=FORGED,
@@ -410,7 +410,7 @@ BAD = [
     ("/v1/chat/completions", _with(temperature="warm"), 400, "invalid_type"),
     ("/v1/chat/completions", _with(max_tokens=0), 400, "invalid_value"),
     ("/v1/chat/completions", _with(max_tokens=-3), 400, "invalid_value"),
-    ("/v1/chat/completions", _with(max_tokens=10**12), 400, "invalid_value"),
+    ("/v1/chat/completions", _with(max_tokens="many"), 400, "invalid_type"),
     ("/v1/chat/completions", _with(n=3), 400, "unsupported_parameter"),
     ("/v1/chat/completions",
      _with(response_format={"type": "json_schema"}), 400,
