@@ -65,6 +65,18 @@ static const char STORY[] =
     "his coat, took the brass telescope from its hook, and went down the "
     "spiral stairs to the door that faced the water. ";
 
+/* --response-format: a JSON object; or a schema of strings (inside one the
+ * mask is at its widest: nearly the whole vocabulary is allowed, and the
+ * walk visits the whole trie unless the matcher's cache has the state). */
+static const char RF_JSON_OBJECT[] = "{\"type\": \"json_object\"}";
+static const char RF_JSON_SCHEMA[] =
+    "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"story\", "
+    "\"schema\": {\"type\": \"object\", \"properties\": {\"title\": "
+    "{\"type\": \"string\"}, \"story\": {\"type\": \"string\"}, "
+    "\"words\": {\"type\": \"array\", \"items\": {\"type\": "
+    "\"string\"}}}, \"required\": [\"title\", \"story\", \"words\"], "
+    "\"additionalProperties\": false}}}";
+
 typedef struct bench_cfg {
   const char *model;
   char model_name[256]; /* the file's name without ".gguf": the API's id */
@@ -81,6 +93,9 @@ typedef struct bench_cfg {
   const char *peer_server; /* llama-server binary (--peer llama-server=PATH) */
   const char *device;      /* --device, passed to sluice serve */
   size_t story_bytes;      /* bytes of the repeated STORY after the header */
+  /* --response-format: NULL (none), or the JSON of a response_format
+   * that constrains every request */
+  const char *json_schema;
 } bench_cfg;
 
 typedef struct req_result {
@@ -525,12 +540,14 @@ static size_t put_json_str(char *buf, size_t at, const char *s) {
 /* Sends one streaming POST /v1/completions and reads it to the end, filling
  * *res. Never blocks longer than the socket timeouts. */
 static void do_request(int port, int timeout_s, const char *model_name,
-                       const char *prompt, int max_tokens, req_result *res) {
+                       const char *prompt, int max_tokens,
+                       const char *json_schema, req_result *res) {
   memset(res, 0, sizeof *res);
   res->prompt_tokens = -1;
   res->tpot_ms = -1;
   size_t plen = strlen(prompt), mlen = strlen(model_name);
-  size_t cap = 6 * (plen + mlen) + 512;
+  size_t cap =
+      6 * (plen + mlen) + 512 + (json_schema ? strlen(json_schema) : 0);
   char *body = sl_malloc(cap), *head = sl_malloc(512);
   reader *r = sl_malloc(sizeof *r);
   sse_state s = {0};
@@ -546,8 +563,9 @@ static void do_request(int port, int timeout_s, const char *model_name,
   n += (size_t)sprintf(body + n,
                        ", \"max_tokens\": %d, \"temperature\": 0, "
                        "\"stream\": true, "
-                       "\"stream_options\": {\"include_usage\": true}}",
-                       max_tokens);
+                       "\"stream_options\": {\"include_usage\": true}%s%s}",
+                       max_tokens, json_schema ? ", \"response_format\": " : "",
+                       json_schema ? json_schema : "");
   int hn = snprintf(head, 512,
                     "POST /v1/completions HTTP/1.1\r\n"
                     "Host: 127.0.0.1:%d\r\n"
@@ -658,7 +676,7 @@ static void *client_main(void *p) {
       continue;
     }
     do_request(j->port, j->cfg->timeout_s, j->cfg->model_name, prompt,
-               j->cfg->max_tokens, &j->res[r]);
+               j->cfg->max_tokens, j->cfg->json_schema, &j->res[r]);
     sl_free(prompt);
   }
   return NULL;
@@ -916,7 +934,8 @@ static void warm_up(const bench_cfg *cfg, const server_proc *p) {
   if (!prompt)
     return;
   req_result w;
-  do_request(p->port, cfg->timeout_s, cfg->model_name, prompt, 4, &w);
+  do_request(p->port, cfg->timeout_s, cfg->model_name, prompt, 4,
+             cfg->json_schema, &w);
   sl_free(prompt);
   if (!w.ok)
     fprintf(stderr, "sluice bench serve: %s: warm-up request failed: %s\n",
@@ -973,6 +992,11 @@ static void usage(FILE *f) {
              "[--peer llama-cpp]\n"
              "                          [--peer llama-server=PATH] "
              "[--device auto|cpu|cuda]\n"
+             "                          [--response-format "
+             "none|json_object|json_schema]\n"
+             "  --response-format: every request constrained (constrained "
+             "decoding) to a\n"
+             "  JSON object, or to a schema of strings; compare with none\n"
              "  llama-server runs with one slot per client of the largest "
              "phase\n"
              "  (-np), its context that many times 2048, all layers on the "
@@ -1021,7 +1045,13 @@ int sl_bench_serve_main(int argc, char **argv) {
     else if (!strcmp(a, "--device"))
       ok = !strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "cuda"),
       cfg.device = v;
-    else if (!strcmp(a, "--peer")) {
+    else if (!strcmp(a, "--response-format")) {
+      ok = !strcmp(v, "none") || !strcmp(v, "json_object") ||
+           !strcmp(v, "json_schema");
+      cfg.json_schema = !strcmp(v, "json_object")   ? RF_JSON_OBJECT
+                        : !strcmp(v, "json_schema") ? RF_JSON_SCHEMA
+                                                    : NULL;
+    } else if (!strcmp(a, "--peer")) {
       ok = !strcmp(v, "llama-cpp") || !strncmp(v, "llama-server=", 13);
       cfg.peer = ok;
       if (!strncmp(v, "llama-server=", 13))
@@ -1148,7 +1178,8 @@ int sl_bench_serve_main(int argc, char **argv) {
   json_put_str(stdout, cfg.model);
   printf(", \"threads\": %d, \"max_seqs\": %d, \"prompt_tokens\": %d, "
          "\"prompt_tokens_actual\": %d, \"max_tokens\": %d, "
-         "\"requests_per_client\": %d, \"temperature\": 0,\n"
+         "\"requests_per_client\": %d, \"temperature\": 0, "
+         "\"response_format\": \"%s\",\n"
          " \"prefix_cache_note\": \"every request's prompt starts with its "
          "own 'client-request. ' header, then the same story text, so no "
          "prefix cache can serve one request from another's prompt; the "
@@ -1156,7 +1187,10 @@ int sl_bench_serve_main(int argc, char **argv) {
          " \"runs\": ",
          cfg.threads, cfg.max_seqs, cfg.prompt_tokens,
          actual_prompt >= 0 ? actual_prompt : measured_prompt, cfg.max_tokens,
-         cfg.requests_per_client);
+         cfg.requests_per_client,
+         cfg.json_schema == RF_JSON_OBJECT   ? "json_object"
+         : cfg.json_schema == RF_JSON_SCHEMA ? "json_schema"
+                                             : "none");
   print_runs(ours, cfg.n_phases);
   int failed = 0;
   for (int i = 0; i < cfg.n_phases; i++)

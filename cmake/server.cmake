@@ -14,7 +14,8 @@ endif()
 add_library(sluice_server_parse STATIC src/server/json.c src/server/json_scan.c
                                        src/server/head.c
                                        src/server/parse.c
-                                       src/server/prompt.c)
+                                       src/server/prompt.c
+                                       src/server/schema.c)
 target_include_directories(sluice_server_parse PUBLIC src
                            ${SL_JANSSON_INCLUDE_DIRS})
 target_link_libraries(sluice_server_parse PUBLIC sluice_core

@@ -213,8 +213,33 @@ static const bad_case bad[] = {
     {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"n\":2}", 400, "unsupported_parameter",
      "n"},
     {SL_SRV_CHAT,
-     "{" M "," CHAT_MSGS ",\"response_format\":{\"type\":\"json_object\"}}",
-     400, "unsupported_parameter", "response_format"},
+     "{" M "," CHAT_MSGS ",\"response_format\":{\"type\":\"xml\"}}", 400,
+     "invalid_value", "response_format"},
+    {SL_SRV_CHAT,
+     "{" M "," CHAT_MSGS ",\"response_format\":{\"type\":\"json_schema\"}}",
+     400, "missing_required_parameter", "response_format"},
+    {SL_SRV_CHAT,
+     "{" M "," CHAT_MSGS ",\"response_format\":{\"type\":\"json_schema\","
+     "\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"string\","
+     "\"pattern\":\"^a\"}}}}",
+     400, "invalid_value", "response_format"},
+    {SL_SRV_CHAT,
+     "{" M "," CHAT_MSGS ",\"response_format\":{\"type\":\"json_schema\","
+     "\"json_schema\":{\"name\":\"x\",\"schema\":{\"$ref\":\"#/x\"}}}}",
+     400, "invalid_value", "response_format"},
+    {SL_SRV_CHAT,
+     "{" M "," CHAT_MSGS ",\"response_format\":{\"type\":\"json_schema\","
+     "\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"object\","
+     "\"properties\":{\"a\":{}},\"required\":[\"b\"]}}}}",
+     400, "invalid_value", "response_format"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"grammar\":\"root ::= foo\"}", 400,
+     "invalid_value", "grammar"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"grammar\":5}", 400, "invalid_type",
+     "grammar"},
+    {SL_SRV_CHAT,
+     "{" M "," CHAT_MSGS ",\"grammar\":\"root ::= \\\"a\\\"\","
+     "\"response_format\":{\"type\":\"json_object\"}}",
+     400, "invalid_value", "response_format"},
     {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"response_format\":\"json\"}", 400,
      "invalid_type", "response_format"},
     {SL_SRV_CHAT,
@@ -302,8 +327,13 @@ static const bad_case bad[] = {
      400, "invalid_value", "messages.1.content"},
     {SL_SRV_MESSAGES,
      "{" M ",\"max_tokens\":5," CHAT_MSGS ",\"output_config\":{\"format\":"
-     "{\"type\":\"json_schema\",\"schema\":{}}}}",
-     400, "unsupported_parameter", "output_config"},
+     "{\"type\":\"json_schema\",\"schema\":{\"type\":\"number\","
+     "\"minimum\":3}}}}",
+     400, "invalid_value", "output_config"},
+    {SL_SRV_MESSAGES,
+     "{" M ",\"max_tokens\":5," CHAT_MSGS ",\"output_config\":{\"format\":"
+     "{\"type\":\"text\"}}}",
+     400, "invalid_value", "output_config"},
     {SL_SRV_COUNT_TOKENS, "{" M ",\"max_tokens\":0," CHAT_MSGS "}", 400,
      "invalid_value", "max_tokens"},
     {SL_SRV_COUNT_TOKENS, "{" M "}", 400, "missing_required_parameter",
@@ -373,6 +403,45 @@ static void test_agent_fields(void) {
                  &r, &e));
   CHECK(!r.max_tokens_set);
   sl__srv_request_free(&r);
+}
+
+/* Structured output: each way in gives the request a grammar. */
+static void test_structured(void) {
+  static const char *ok[][2] = {
+      {"chat", ",\"response_format\":{\"type\":\"json_object\"}"},
+      {"chat", ",\"response_format\":{\"type\":\"json_schema\","
+               "\"json_schema\":{\"name\":\"p\",\"strict\":true,\"schema\":"
+               "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":"
+               "\"string\",\"maxLength\":20},\"tags\":{\"type\":\"array\","
+               "\"items\":{\"enum\":[\"a\",\"b\"]},\"maxItems\":3},\"n\":"
+               "{\"type\":[\"integer\",\"null\"]},\"kid\":{\"$ref\":"
+               "\"#/$defs/K\"}},\"required\":[\"name\"],"
+               "\"additionalProperties\":false,\"$defs\":{\"K\":{\"anyOf\":"
+               "[{\"const\":1},{\"type\":\"array\",\"items\":{\"$ref\":"
+               "\"#/$defs/K\"}},{\"type\":\"boolean\"}]}}}}}"},
+      {"chat", ",\"grammar\":\"root ::= [a-z]+\""},
+      {"chat", ",\"json_schema\":{\"type\":\"array\"}"},
+      {"messages", ",\"max_tokens\":5,\"output_config\":{\"format\":{"
+                   "\"type\":\"json_schema\",\"schema\":{\"type\":"
+                   "\"object\",\"properties\":{\"x\":{\"type\":"
+                   "\"number\"}}}}}"},
+  };
+  for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+    char body[2048];
+    snprintf(body, sizeof body,
+             "{\"model\":\"default\",\"messages\":[{\"role\":\"user\","
+             "\"content\":\"q\"}]%s}",
+             ok[i][1]);
+    sl_srv_request r;
+    sl_srv_error e;
+    sl_status st =
+        parse(ok[i][0][0] == 'c' ? SL_SRV_CHAT : SL_SRV_MESSAGES, body, &r, &e);
+    if (st != SL_OK)
+      fprintf(stderr, "case %zu: %s\n", i, e.message);
+    CHECK_OK(st);
+    CHECK(r.grammar != NULL && r.gen.grammar == r.grammar);
+    sl__srv_request_free(&r);
+  }
 }
 
 static void test_bad_inputs(void) {
@@ -524,6 +593,7 @@ int main(void) {
   RUN(test_completions_ok);
   RUN(test_messages_ok);
   RUN(test_agent_fields);
+  RUN(test_structured);
   RUN(test_bad_inputs);
   RUN(test_error_shapes);
   RUN(test_utf8);

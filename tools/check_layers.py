@@ -29,8 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The layers, bottom first. A file may include files of its own layer and of
 # any layer below it.
-LAYERS = ["util", "rt", "kern", "gguf", "jinja", "tokenizer", "kv", "model",
-          "engine", "server", "bench", "cli"]
+LAYERS = ["util", "rt", "kern", "gguf", "jinja", "tokenizer", "grammar", "kv",
+          "model", "engine", "server", "bench", "cli"]
 
 # The public headers: include/sluice/<name>.h -> layer.
 HEADER_LAYER = {
@@ -41,6 +41,7 @@ HEADER_LAYER = {
     "gguf": "gguf",
     "jinja": "jinja",
     "tokenizer": "tokenizer",
+    "grammar": "grammar",
     "kv": "kv", "kv_tier": "kv",
     "model": "model",
     "engine": "engine", "sampler": "engine",

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sluice/grammar.h"
 #include "sluice/kv_tier.h"
 #include "sluice/memsync.h"
 #include "sluice/model.h"
@@ -96,6 +97,10 @@ typedef struct sl_gen_params {
    * vocabulary, at most SL_MAX_LOGIT_BIAS) */
   const sl_logit_bias *logit_bias;
   int n_logit_bias;
+  /* constrained decoding: every token is one the grammar allows, and the
+   * end of generation only where its text is whole (the engine takes a
+   * reference at submit). NULL: none. */
+  sl_grammar_t *grammar;
 } sl_gen_params;
 
 typedef enum sl_finish {

@@ -76,6 +76,9 @@ sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
   r->sampler = sl_sampler_create(&params->sampling, (int)hp->n_vocab);
   if (!r->tokens || !r->sampler)
     goto fail;
+  if (params->grammar &&
+      !(r->matcher = sl_grammar_matcher_create(params->grammar)))
+    goto fail;
   if (params->n_logit_bias) { /* ids checked against the vocabulary */
     sl_status bs = sl_sampler_set_bias(r->sampler, params->logit_bias,
                                        params->n_logit_bias);
@@ -89,6 +92,7 @@ sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
   r->n_tokens = n;
   r->n_target = n;
   r->params = *params;
+  r->params.grammar = NULL;    /* the matcher holds a reference */
   r->params.logit_bias = NULL; /* the sampler holds its copy */
   r->params.n_logit_bias = 0;
   r->params.n_stop = 0;
@@ -370,6 +374,8 @@ static void executor_fini(sl_engine_t *e) {
   sl_free(e->active);
   sl_free(e->logits);
   sl_free(e->logits_tmp);
+  sl_grammar_vocab_free(e->gvocab);
+  sl_free(e->gmask);
   sl_free(e->argmax);
   sl_free(e->batch_samp);
   sl_free(e->sampled);

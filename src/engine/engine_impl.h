@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "sluice/engine.h"
+#include "sluice/grammar.h"
 #include "sluice/kv.h"
 #include "sluice/model.h"
 #include "sluice/rt.h"
@@ -117,6 +118,7 @@ typedef struct sl__req {
   sl_gen_params params;
   sl__stops stops; /* over params.stop */
   sl_sampler_t *sampler;
+  sl_grammar_matcher_t *matcher; /* constrained decoding, or NULL */
   /* the uniform draw of the next token, made when its step was built for
    * the device sampler; kept (not drawn again) if that step fails, so the
    * seeded stream of tokens is the host's */
@@ -158,7 +160,11 @@ struct sl_engine {
   int n_active;
   float *logits;     /* (max_seqs, n_vocab) */
   float *logits_tmp; /* (n_vocab) */
-  int32_t *argmax;   /* (max_seqs) the device's argmax per logits row */
+  /* constrained decoding: the vocabulary's trie (made at the first request
+   * with a grammar) and the mask of the token being picked */
+  sl_grammar_vocab_t *gvocab;
+  uint8_t *gmask;  /* (n_vocab) */
+  int32_t *argmax; /* (max_seqs) the device's argmax per logits row */
   /* sampling on the device (sl_batch_ctx_samples_on_device, and not turned
    * off by SLUICE_DEVICE_SAMPLING=0): per batch sequence, its params and
    * the device's result */

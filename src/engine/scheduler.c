@@ -26,6 +26,7 @@ void sl__req_free(sl__req *r) {
   for (int i = 0; i < r->params.n_stop; i++)
     sl_free((char *)r->params.stop[i]);
   sl_sampler_free(r->sampler);
+  sl_grammar_matcher_free(r->matcher);
   sl_free(r);
 }
 
@@ -206,6 +207,20 @@ static int32_t pick_token(sl_engine_t *e, sl__req *r, int s, int row, float *lp,
     if ((*st = sl_batch_ctx_fetch_row(e->bctx, row, lg)) != SL_OK)
       return -1;
   }
+  if (r->matcher) { /* constrained: what the grammar cannot take is out */
+    if (!e->gvocab && !e->gmask) {
+      e->gvocab = sl_grammar_vocab_create(e->tok);
+      e->gmask = sl_malloc((size_t)nv);
+    }
+    if (!e->gvocab || !e->gmask ||
+        !sl_grammar_matcher_mask(r->matcher, e->gvocab, e->tok, e->gmask)) {
+      *st = SL_ERR_NOMEM;
+      return -1;
+    }
+    for (int i = 0; i < nv; i++)
+      if (!e->gmask[i])
+        lg[i] = -INFINITY;
+  }
   if (n_top >= 0)
     memcpy(e->logits_tmp, lg, sizeof(float) * (size_t)nv);
   /* the draw made for the device, if any, else a fresh one */
@@ -239,6 +254,19 @@ static bool sample_and_emit(sl_engine_t *e, sl__req *r, int s, int row) {
     sl__detok_flush(r);
     sl__finish(e, r, SL_FINISH_STOP, SL_OK, SL_REASON_NONE, NULL);
     return true;
+  }
+  if (r->matcher) { /* the mask allowed it: the matcher takes it */
+    char piece[256];
+    size_t len = 0;
+    if (sl_tokenizer_token_to_piece(e->tok, tok, false, piece, sizeof piece,
+                                    &len) != SL_OK ||
+        !sl_grammar_matcher_accept(r->matcher, piece, len)) {
+      sl__detok_flush(r);
+      sl__finish(e, r, SL_FINISH_ERROR, SL_ERR_STATE, SL_REASON_NONE,
+                 "constrained decoding: the grammar refused a token its "
+                 "mask allowed");
+      return true;
+    }
   }
   r->n_generated++;
   sl_sampler_accept(r->sampler, tok);
@@ -731,7 +759,8 @@ static void plan_device_sample(sl_engine_t *e, sl__req *r, int s) {
   q->sample = NULL;
   if (!e->dev_sampling || !q->want_logits || q->all_logits || q->argmax_only ||
       r->params.top_logprobs > SL_KCU_SAMPLE_MAX_TOP ||
-      sl_sampler_has_bias(r->sampler)) /* the device sampler has no bias */
+      sl_sampler_has_bias(r->sampler) || /* the device sampler has no bias */
+      r->matcher)                        /* nor a grammar's mask */
     return;
   sl_kcu_sample_params *p = &e->batch_samp[s];
   int n_pen = 0;
@@ -774,17 +803,18 @@ bool sl__step(sl_engine_t *e) {
     if (r->state != SL__REQ_RUNNING)
       continue;
     e->batch_tokens[nt] = r->tokens[r->n_tokens - 1];
-    e->batch_seqs[nb] = (sl_batch_seq){r->blocks,
-                                       r->n_blocks,
-                                       r->n_computed,
-                                       nt,
-                                       1,
-                                       true,
-                                       false,
-                                       r->params.top_logprobs < 0 &&
-                                           sl_sampler_is_argmax(r->sampler),
-                                       true,
-                                       NULL};
+    e->batch_seqs[nb] =
+        (sl_batch_seq){r->blocks,
+                       r->n_blocks,
+                       r->n_computed,
+                       nt,
+                       1,
+                       true,
+                       false,
+                       r->params.top_logprobs < 0 && !r->matcher &&
+                           sl_sampler_is_argmax(r->sampler),
+                       true,
+                       NULL};
     plan_device_sample(e, r, nb);
     e->batch_reqs[nb++] = r;
     nt++;
@@ -837,17 +867,18 @@ bool sl__step(sl_engine_t *e) {
     memcpy(e->batch_tokens + nt, r->tokens + r->n_computed,
            sizeof(int32_t) * (size_t)chunk);
     bool last = r->n_computed + chunk == r->n_target;
-    e->batch_seqs[nb] = (sl_batch_seq){
-        r->blocks,
-        r->n_blocks,
-        r->n_computed,
-        nt,
-        chunk,
-        last,
-        false,
-        r->params.top_logprobs < 0 && sl_sampler_is_argmax(r->sampler),
-        false,
-        NULL};
+    e->batch_seqs[nb] =
+        (sl_batch_seq){r->blocks,
+                       r->n_blocks,
+                       r->n_computed,
+                       nt,
+                       chunk,
+                       last,
+                       false,
+                       r->params.top_logprobs < 0 && !r->matcher &&
+                           sl_sampler_is_argmax(r->sampler),
+                       false,
+                       NULL};
     plan_device_sample(e, r, nb);
     e->batch_reqs[nb++] = r;
     nt += chunk;

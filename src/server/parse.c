@@ -317,6 +317,122 @@ static sl_status parse_logit_bias(json_t *v, sl_srv_request *r,
   return SL_OK;
 }
 
+/* Compiles GBNF text into r->grammar (constrained decoding); a 400 naming
+ * `param` when it does not compile. */
+static sl_status set_grammar(sl_srv_request *r, const char *gbnf, size_t len,
+                             const char *param, sl_srv_error *err) {
+  char gerr[256] = "";
+  sl_grammar_t *g = NULL;
+  sl_status st = sl_grammar_compile(gbnf, len, NULL, &g, gerr, sizeof gerr);
+  if (st == SL_ERR_NOMEM) {
+    sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
+    return st;
+  }
+  if (st != SL_OK) {
+    sl__srv_error_set(err, 400, "invalid_value", param, "'%s': %s", param,
+                      gerr);
+    return SL_ERR_FORMAT;
+  }
+  /* a grammar so ambiguous that its start state alone passes the
+   * matcher's budget is refused here, not in the engine */
+  sl_grammar_matcher_t *m = sl_grammar_matcher_create(g);
+  if (!m) {
+    sl_grammar_unref(g);
+    sl__srv_error_set(err, 400, "invalid_value", param,
+                      "'%s': the grammar is too ambiguous to follow", param);
+    return SL_ERR_FORMAT;
+  }
+  sl_grammar_matcher_free(m);
+  r->grammar = g;
+  r->gen.grammar = g;
+  return SL_OK;
+}
+
+/* A JSON Schema (borrowed) as r's grammar; `param` names it in errors. */
+static sl_status set_schema(sl_srv_request *r, json_t *schema,
+                            const char *param, sl_srv_error *err) {
+  sl_sbuf g = {0};
+  char serr[256] = "";
+  sl_status st = sl__srv_schema_gbnf(schema, &g, serr, sizeof serr);
+  if (st == SL_OK)
+    st = set_grammar(r, g.p, g.len, param, err);
+  else if (st == SL_ERR_NOMEM)
+    sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
+  else
+    sl__srv_error_set(err, 400, "invalid_value", param,
+                      "'%s': the JSON schema cannot be used: %s", param, serr);
+  sl__sbuf_free(&g);
+  return st;
+}
+
+/* response_format (OpenAI), and llama.cpp's grammar and json_schema. */
+static sl_status parse_structured(json_t *root, sl_srv_request *r,
+                                  sl_srv_error *err) {
+  json_t *rf = member(root, "response_format");
+  json_t *gr = member(root, "grammar");
+  json_t *js = member(root, "json_schema");
+  const char *rft = NULL;
+  if (rf) {
+    json_t *t = json_object_get(rf, "type");
+    if (!json_is_object(rf) || !json_is_string(t)) {
+      sl__srv_error_set(err, 400, "invalid_type", "response_format",
+                        "'response_format' must be an object with a 'type'");
+      return SL_ERR_FORMAT;
+    }
+    rft = json_string_value(t);
+    if (strcmp(rft, "text") && strcmp(rft, "json_object") &&
+        strcmp(rft, "json_schema")) {
+      sl__srv_error_set(err, 400, "invalid_value", "response_format",
+                        "response_format type '%s' is not one of text, "
+                        "json_object, json_schema",
+                        rft);
+      return SL_ERR_FORMAT;
+    }
+    if (!strcmp(rft, "text"))
+      rft = NULL;
+  }
+  if ((rft != NULL) + (gr != NULL) + (js != NULL) > 1) {
+    sl__srv_error_set(err, 400, "invalid_value", "response_format",
+                      "give one of response_format (json), grammar and "
+                      "json_schema");
+    return SL_ERR_FORMAT;
+  }
+  if (gr) {
+    if (!json_is_string(gr)) {
+      sl__srv_error_set(err, 400, "invalid_type", "grammar",
+                        "'grammar' must be a string (GBNF)");
+      return SL_ERR_FORMAT;
+    }
+    return set_grammar(r, json_string_value(gr), json_string_length(gr),
+                       "grammar", err);
+  }
+  if (js)
+    return set_schema(r, js, "json_schema", err);
+  if (rft && !strcmp(rft, "json_object")) {
+    sl_sbuf g = {0};
+    sl__srv_json_object_gbnf(&g);
+    sl_status st = g.oom ? SL_ERR_NOMEM
+                         : set_grammar(r, g.p, g.len, "response_format", err);
+    sl__sbuf_free(&g);
+    if (st == SL_ERR_NOMEM)
+      sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
+    return st;
+  }
+  if (rft) { /* json_schema */
+    json_t *o = json_object_get(rf, "json_schema");
+    json_t *sc = json_is_object(o) ? json_object_get(o, "schema") : NULL;
+    if (!sc) {
+      sl__srv_error_set(err, 400, "missing_required_parameter",
+                        "response_format",
+                        "response_format json_schema needs "
+                        "'json_schema': {'name', 'schema'}");
+      return SL_ERR_FORMAT;
+    }
+    return set_schema(r, sc, "response_format", err);
+  }
+  return SL_OK;
+}
+
 static sl_status parse_openai_common(json_t *root, const sl_srv_limits *lim,
                                      sl_srv_request *r, sl_srv_error *err) {
   sl_status st = SL_OK;
@@ -397,21 +513,8 @@ static sl_status parse_openai_common(json_t *root, const sl_srv_limits *lim,
   if (!reject_nonempty(root, "tools", err) ||
       !reject_nonempty(root, "functions", err))
     return SL_ERR_UNSUPPORTED;
-  json_t *rf = member(root, "response_format");
-  if (rf) {
-    json_t *t = json_object_get(rf, "type");
-    if (!json_is_object(rf) || !json_is_string(t)) {
-      sl__srv_error_set(err, 400, "invalid_type", "response_format",
-                        "'response_format' must be an object with a 'type'");
-      goto fail_value;
-    }
-    if (strcmp(json_string_value(t), "text") != 0) {
-      sl__srv_error_set(err, 400, "unsupported_parameter", "response_format",
-                        "response_format type '%s' is not supported",
-                        json_string_value(t));
-      return SL_ERR_UNSUPPORTED;
-    }
-  }
+  if ((st = parse_structured(root, r, err)) != SL_OK)
+    return st;
   int sr = parse_stop(member(root, "stop"), "stop", false,
                       SL_SRV_MAX_STOP_OPENAI, r, err);
   if (sr == -2)
@@ -655,9 +758,18 @@ static sl_status parse_messages(json_t *root, const sl_srv_limits *lim,
   if (!count && !r->max_tokens_set)
     BAD(400, "invalid_type", "max_tokens", "max_tokens: must be an integer");
   json_t *oc = member(root, "output_config");
-  if (oc && member(oc, "format"))
-    UNSUPPORTED("output_config", "output_config.format (structured output) "
-                                 "is not supported yet");
+  json_t *fmt = oc ? member(oc, "format") : NULL;
+  if (fmt) { /* structured output: {"type": "json_schema", "schema": ...} */
+    json_t *t = json_object_get(fmt, "type");
+    json_t *sc = json_object_get(fmt, "schema");
+    if (!json_is_string(t) || strcmp(json_string_value(t), "json_schema") ||
+        !sc)
+      BAD(400, "invalid_value", "output_config",
+          "output_config.format must be {\"type\": \"json_schema\", "
+          "\"schema\": {...}}");
+    if ((st = set_schema(r, sc, "output_config", err)) != SL_OK)
+      goto fail;
+  }
   if (!reject_nonempty(root, "tools", err)) {
     st = SL_ERR_UNSUPPORTED;
     goto fail;
@@ -812,6 +924,7 @@ void sl__srv_request_free(sl_srv_request *r) {
   sl_free(r->prompt);
   sl_free(r->prompt_ids);
   sl_free(r->bias);
+  sl_grammar_unref(r->grammar);
   for (int i = 0; i < SL_MAX_STOP; i++)
     sl_free(r->stops[i]);
   sl_srv_api api = r->api;

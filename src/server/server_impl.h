@@ -144,7 +144,8 @@ typedef struct sl_srv_request {
   /* the last message (the assistant's) is continued rather than answered:
    * an Anthropic prefill, or chat's continue_final_message */
   bool continue_final;
-  sl_logit_bias *bias; /* gen.logit_bias points here */
+  sl_logit_bias *bias;   /* gen.logit_bias points here */
+  sl_grammar_t *grammar; /* constrained decoding (gen.grammar), or NULL */
   sl_gen_params gen;   /* gen.stop points into stops[] */
   char *stops[SL_MAX_STOP];
 } sl_srv_request;
@@ -160,6 +161,17 @@ sl_status sl__srv_parse(sl_srv_api api, const char *body, size_t len,
                         sl_srv_error *err);
 
 void sl__srv_request_free(sl_srv_request *r);
+
+/* ---- schema.c: JSON Schema -> GBNF (constrained decoding) ---------------- */
+
+/* Appends to *out a GBNF grammar (start rule "root") of the JSON texts that
+ * `schema` (borrowed) describes. SL_ERR_FORMAT with a message in err for
+ * what a grammar here cannot say (pattern, numeric bounds, ...) or a
+ * malformed schema; SL_ERR_NOMEM. */
+sl_status sl__srv_schema_gbnf(json_t *schema, sl_sbuf *out, char *err,
+                              size_t errcap);
+/* Appends the grammar of any JSON object (response_format json_object). */
+void sl__srv_json_object_gbnf(sl_sbuf *out);
 
 /* ---- prompt.c: the prompt's token ids ------------------------------------ */
 

@@ -15,7 +15,7 @@ static const char *names[] = {"smollm2", "default"};
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1 || size > 1 << 16)
     return 0;
-  sl_srv_api api = (sl_srv_api)(data[0] % 3);
+  sl_srv_api api = (sl_srv_api)(data[0] % 4); /* count_tokens too */
   const sl_srv_limits lim = {names, 2, 2048};
   size_t live = sl_malloc_live_bytes();
   sl_srv_request r;
@@ -28,9 +28,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (api == SL_SRV_COMPLETIONS ? !(r.prompt || r.n_prompt_ids > 0)
                                   : sl_jv_len(r.messages) == 0)
       abort();
-    int max_stop =
-        api == SL_SRV_MESSAGES ? SL_MAX_STOP : SL_SRV_MAX_STOP_OPENAI;
-    if (r.gen.max_tokens < 0 || r.gen.max_tokens > lim.n_ctx ||
+    int max_stop = api == SL_SRV_MESSAGES || api == SL_SRV_COUNT_TOKENS
+                       ? SL_MAX_STOP
+                       : SL_SRV_MAX_STOP_OPENAI;
+    /* a grammar (response_format, grammar, json_schema, output_config)
+     * compiled: a matcher starts on it */
+    if ((r.grammar != NULL) != (r.gen.grammar != NULL))
+      abort();
+    if (r.grammar) {
+      sl_grammar_matcher_t *m = sl_grammar_matcher_create(r.grammar);
+      if (!m)
+        abort();
+      (void)sl_grammar_matcher_accept(m, "{\"a\": [1, true]}", 16);
+      sl_grammar_matcher_free(m);
+    }
+    /* max_tokens above the context is kept (clamped at submission) */
+    if (r.gen.max_tokens < 0 ||
         r.gen.n_stop > max_stop || r.gen.top_logprobs > SL_MAX_TOP_LOGPROBS)
       abort();
     for (int i = 0; i < r.gen.n_stop; i++)

@@ -329,3 +329,117 @@ def test_cors(server, sluice_server):
     star = sluice_server(["-c", "2048", "--cors-origin", "*"])
     st, h, _ = raw(star, "GET", "/v1/models", headers={"Origin": "http://a"})
     assert h["access-control-allow-origin"] == "*" and "vary" not in h
+
+
+# ---- structured output (constrained decoding) ------------------------------
+
+jsonschema = pytest.importorskip("jsonschema")
+pydantic = pytest.importorskip("pydantic")
+
+
+class City(pydantic.BaseModel):
+    name: str
+    country: str
+    population: int
+    coastal: bool
+    kind: str = pydantic.Field(json_schema_extra={"enum": ["capital", "town"]})
+
+
+PERSON = {"type": "object",
+          "properties": {"name": {"type": "string", "maxLength": 24},
+                         "age": {"type": "integer"},
+                         "tags": {"type": "array", "maxItems": 3,
+                                  "items": {"enum": ["a", "b", "c"]}},
+                         "nick": {"type": ["string", "null"]}},
+          "required": ["name", "age"], "additionalProperties": False}
+
+
+def test_structured_output_openai(server):
+    o = oai(server)
+    # the SDK's own parse(), with a Pydantic model: greedy and sampled
+    for kw in ({"temperature": 0}, {"seed": 11}, {"seed": 12}):
+        r = o.chat.completions.parse(
+            model=MODEL_NAME, response_format=City, max_tokens=200,
+            messages=[{"role": "user", "content": "Describe Paris."}], **kw)
+        ch = r.choices[0]
+        assert ch.finish_reason == "stop", ch
+        assert isinstance(ch.message.parsed, City)
+        jsonschema.validate(json.loads(ch.message.content),
+                            City.model_json_schema())
+    # a json_schema given by hand, streamed: the deltas make valid JSON
+    for seed in (1, 2, 3):
+        st = o.chat.completions.create(
+            model=MODEL_NAME, max_tokens=200, seed=seed, stream=True,
+            messages=[{"role": "user", "content": "A person, please."}],
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "person",
+                                             "schema": PERSON,
+                                             "strict": True}})
+        text = "".join(c.choices[0].delta.content or "" for c in st
+                       if c.choices)
+        jsonschema.validate(json.loads(text), PERSON)
+    # json_object: some JSON object
+    r = o.chat.completions.create(
+        model=MODEL_NAME, max_tokens=300, seed=5,
+        response_format={"type": "json_object"},
+        messages=[{"role": "user", "content": "Facts about cats as JSON."}])
+    if r.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(r.choices[0].message.content), dict)
+    else:  # cut at max_tokens: still a prefix of a JSON object
+        assert r.choices[0].message.content.lstrip().startswith("{")
+    # llama.cpp's grammar (GBNF) and json_schema fields, on completions too
+    r = o.chat.completions.create(
+        model=MODEL_NAME, max_tokens=8, seed=3,
+        messages=[{"role": "user", "content": "Yes or no?"}],
+        extra_body={"grammar": 'root ::= "yes" | "no"'})
+    assert r.choices[0].message.content in ("yes", "no")
+    assert r.choices[0].finish_reason == "stop"
+    c = o.completions.create(model=MODEL_NAME, prompt="Numbers:",
+                             max_tokens=40, seed=4,
+                             extra_body={"json_schema": {
+                                 "type": "array", "minItems": 2,
+                                 "maxItems": 4,
+                                 "items": {"type": "integer"}}})
+    v = json.loads(c.choices[0].text)
+    assert isinstance(v, list) and 2 <= len(v) <= 4
+    assert all(isinstance(x, int) for x in v)
+
+
+def test_structured_output_anthropic(server):
+    a = ant(server)
+    for seed_text in ("A person, please.", "Invent someone."):
+        m = a.messages.create(
+            model=MODEL_NAME, max_tokens=200,
+            messages=[{"role": "user", "content": seed_text}],
+            extra_body={"output_config": {"format": {
+                "type": "json_schema", "schema": PERSON}}})
+        assert m.stop_reason == "end_turn", m
+        jsonschema.validate(json.loads(m.content[0].text), PERSON)
+
+
+def test_structured_output_refusals(server):
+    o = oai(server)
+    bad = [
+        ({"response_format": {"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"type": "string", "pattern": "^a"}}}},
+         "response_format", "pattern"),
+        ({"response_format": {"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"$ref": "#/nowhere"}}}},
+         "response_format", "$ref"),
+        ({"grammar": "root ::= missing"}, "grammar", "missing"),
+        ({"grammar": "root ::= root \"a\" | \"b\""}, "grammar", "left"),
+        ({"response_format": {"type": "xml"}}, "response_format", "xml"),
+    ]
+    for body, param, word in bad:
+        with pytest.raises(openai.BadRequestError) as ei:
+            o.chat.completions.create(model=MODEL_NAME, messages=POEM,
+                                      max_tokens=4, extra_body=body)
+        e = ei.value.body
+        assert e["param"] == param and word in e["message"], e
+    with pytest.raises(anthropic.BadRequestError) as ei:
+        ant(server).messages.create(
+            model=MODEL_NAME, max_tokens=4, messages=POEM,
+            extra_body={"output_config": {"format": {
+                "type": "json_schema",
+                "schema": {"type": "number", "minimum": 2}}}})
+    assert "minimum" in str(ei.value)

@@ -1,0 +1,512 @@
+/* sluice — grammar: GBNF compiled to rules of elements, a pushdown matcher
+ * over code points (a set of stacks, one per live parse), and the token mask
+ * by a walk of the vocabulary's byte trie (include/sluice/grammar.h).
+ *
+ * A rule is an array of elements: its alternatives one after another,
+ * separated by E_ALT, the last followed by E_END. A character class is a
+ * run: E_CHAR (or E_NOT, negated) with a code point, each range's upper end
+ * as an E_UPPER after its lower end, more members as E_CALT (+ E_UPPER).
+ * E_ANY is '.', E_REF a rule. A stack holds element positions: its top is
+ * a character element to match next; below it, where each enclosing rule
+ * goes on. An empty stack is a finished parse. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar_impl.h"
+#include "sluice/util.h"
+
+/* ---- stacks -------------------------------------------------------------- */
+
+typedef struct gstack {
+  const gel **p;
+  int n;
+} gstack;
+
+typedef struct stackset {
+  gstack *s;
+  int n, cap;
+  bool oom;
+} stackset;
+
+static void ss_clear(stackset *ss) {
+  for (int i = 0; i < ss->n; i++)
+    free(ss->s[i].p);
+  ss->n = 0;
+  ss->oom = false;
+}
+
+static void ss_free(stackset *ss) {
+  ss_clear(ss);
+  free(ss->s);
+  memset(ss, 0, sizeof *ss);
+}
+
+/* Adds a copy of p[0..n) unless the set holds it already. */
+static void ss_add(stackset *ss, const gel **p, int n) {
+  for (int i = 0; i < ss->n; i++)
+    if (ss->s[i].n == n && !memcmp(ss->s[i].p, p, sizeof *p * (size_t)n))
+      return;
+  if (ss->n >= MAX_STACKS)
+    return; /* too ambiguous: later parses are dropped */
+  if (ss->n == ss->cap) {
+    int cap = ss->cap ? ss->cap * 2 : 8;
+    gstack *s = realloc(ss->s, sizeof *s * (size_t)cap);
+    if (!s) {
+      ss->oom = true;
+      return;
+    }
+    ss->s = s;
+    ss->cap = cap;
+  }
+  const gel **c = malloc(sizeof *c * (size_t)(n ? n : 1));
+  if (!c) {
+    ss->oom = true;
+    return;
+  }
+  if (n)
+    memcpy(c, p, sizeof *p * (size_t)n);
+  ss->s[ss->n++] = (gstack){c, n};
+}
+
+/* Adds to out every stack that p[0..n) becomes once its top is a character
+ * element (or it is empty): references are replaced by each alternative of
+ * their rule. buf has room for MAX_STACK + 1 positions past p[n]. */
+static void expand(const sl_grammar_t *g, stackset *out, const gel **p, int n,
+                   long *budget) {
+  if (--*budget < 0) { /* an explosive grammar: the parses stop here */
+    out->oom = true;
+    return;
+  }
+  if (n == 0) {
+    ss_add(out, p, 0);
+    return;
+  }
+  const gel *top = p[n - 1];
+  if (top->type != E_REF) {
+    ss_add(out, p, n);
+    return;
+  }
+  if (n >= MAX_STACK)
+    return; /* nested too deep: this parse ends */
+  const gel **q = malloc(sizeof *q * (size_t)(n + 1));
+  if (!q) {
+    out->oom = true;
+    return;
+  }
+  memcpy(q, p, sizeof *q * (size_t)(n - 1));
+  int base = n - 1;
+  if (top[1].type != E_END && top[1].type != E_ALT)
+    q[base++] = top + 1; /* where this rule goes on after the reference */
+  for (const gel *a = g->rules[top->value]; a; a = next_alt(a)) {
+    if (a->type == E_END || a->type == E_ALT) {
+      expand(g, out, q, base, budget); /* an empty alternative */
+    } else {
+      q[base] = a;
+      expand(g, out, q, base + 1, budget);
+    }
+  }
+  free(q);
+}
+
+/* Whether the class at p admits some code point in [lo, hi]; *next: the
+ * element after the class. */
+static bool class_admits(const gel *p, uint32_t lo, uint32_t hi,
+                         const gel **next) {
+  if (p->type == E_ANY) {
+    *next = p + 1;
+    return true;
+  }
+  bool neg = p->type == E_NOT, hit = false, covers = false;
+  do {
+    uint32_t a = p->value, b = a;
+    if (p[1].type == E_UPPER) {
+      b = p[1].value;
+      p++;
+    }
+    if (a <= hi && b >= lo)
+      hit = true;
+    if (a <= lo && b >= hi)
+      covers = true;
+    p++;
+  } while (p->type == E_CALT);
+  *next = p;
+  return neg ? !covers : hit;
+}
+
+/* The stacks after the code point cp (out is cleared first). */
+static void advance(const sl_grammar_t *g, const stackset *in, uint32_t cp,
+                    stackset *out) {
+  ss_clear(out);
+  long budget = EXPAND_BUDGET;
+  const gel *buf[MAX_STACK + 1];
+  for (int i = 0; i < in->n; i++) {
+    const gstack *s = &in->s[i];
+    if (!s->n)
+      continue; /* a finished parse takes nothing more */
+    const gel *next;
+    if (!class_admits(s->p[s->n - 1], cp, cp, &next))
+      continue;
+    memcpy(buf, s->p, sizeof *buf * (size_t)(s->n - 1));
+    int n = s->n - 1;
+    if (next->type != E_END && next->type != E_ALT)
+      buf[n++] = next;
+    expand(g, out, buf, n, &budget);
+  }
+}
+
+/* Whether some stack admits a code point in [lo, hi] (a partial UTF-8
+ * sequence's possible completions). */
+static bool admits_range(const stackset *ss, uint32_t lo, uint32_t hi) {
+  for (int i = 0; i < ss->n; i++) {
+    const gel *next;
+    if (ss->s[i].n && class_admits(ss->s[i].p[ss->s[i].n - 1], lo, hi, &next))
+      return true;
+  }
+  return false;
+}
+
+static bool ss_copy(stackset *dst, const stackset *src) {
+  ss_clear(dst);
+  for (int i = 0; i < src->n; i++)
+    ss_add(dst, src->s[i].p, src->s[i].n);
+  return !dst->oom;
+}
+
+/* ---- the matcher ----------------------------------------------------------
+ */
+
+/* A partial UTF-8 sequence: the bits so far and how many bytes are left. */
+typedef struct utf8_part {
+  uint32_t v;
+  int left;
+  uint32_t min; /* the least code point of this length (no overlongs) */
+} utf8_part;
+
+/* The code points a partial sequence can still become, as [*lo, *hi]:
+ * false when none is valid (overlong, above U+10FFFF). */
+static bool part_range(const utf8_part *p, uint32_t *lo, uint32_t *hi) {
+  *lo = p->v << (6 * p->left);
+  *hi = *lo | ((1u << (6 * p->left)) - 1);
+  if (*lo < p->min)
+    *lo = p->min;
+  if (*hi > 0x10FFFF)
+    *hi = 0x10FFFF;
+  return *lo <= *hi;
+}
+
+/* A mask computed before, by the state it was computed in: a state comes
+ * back again and again (every character of a long string leaves the same
+ * stacks), and its mask is then a copy, not a walk of the trie. */
+#define MASK_CACHE 16
+
+typedef struct mask_ent {
+  stackset key;
+  utf8_part part;
+  uint8_t *bits; /* one per token */
+  size_t n_vocab, n_allowed;
+  uint64_t used; /* 0: empty */
+} mask_ent;
+
+struct sl_grammar_matcher {
+  sl_grammar_t *g;
+  stackset cur, tmp;
+  utf8_part part;
+  mask_ent cache[MASK_CACHE];
+  uint64_t clock;
+};
+
+sl_grammar_matcher_t *sl_grammar_matcher_create(sl_grammar_t *g) {
+  sl_grammar_matcher_t *m = calloc(1, sizeof *m);
+  if (!m)
+    return NULL;
+  atomic_fetch_add(&g->refs, 1);
+  m->g = g;
+  gel start = {E_REF, (uint32_t)g->root};
+  gel seq[2] = {start, {E_END, 0}};
+  const gel *p = seq;
+  /* the root reference alone: expand drops it, keeping its alternatives
+   * (seq[1] is E_END, so nothing goes on after it) */
+  long budget = EXPAND_BUDGET;
+  expand(g, &m->cur, &p, 1, &budget);
+  if (m->cur.oom) {
+    sl_grammar_matcher_free(m);
+    return NULL;
+  }
+  return m;
+}
+
+void sl_grammar_matcher_free(sl_grammar_matcher_t *m) {
+  if (!m)
+    return;
+  ss_free(&m->cur);
+  ss_free(&m->tmp);
+  for (int i = 0; i < MASK_CACHE; i++) {
+    ss_free(&m->cache[i].key);
+    free(m->cache[i].bits);
+  }
+  sl_grammar_unref(m->g);
+  free(m);
+}
+
+/* One byte on (ss, part): false when the grammar cannot take it. Uses tmp
+ * as scratch; the result is in ss. */
+static bool step_byte(const sl_grammar_t *g, stackset *ss, stackset *tmp,
+                      utf8_part *part, unsigned char b) {
+  uint32_t cp;
+  if (part->left) {
+    if ((b & 0xC0) != 0x80)
+      return false;
+    part->v = (part->v << 6) | (b & 0x3F);
+    uint32_t lo, hi;
+    if (--part->left) /* still partial: can any completion match? */
+      return part_range(part, &lo, &hi) && admits_range(ss, lo, hi);
+    cp = part->v;
+    /* overlong, a surrogate or past U+10FFFF: not UTF-8 */
+    if (cp < part->min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+  } else if (b < 0x80) {
+    cp = b;
+  } else {
+    int n = b >= 0xF5 ? -1 : b >= 0xF0 ? 3 : b >= 0xE0 ? 2 : b >= 0xC2 ? 1 : -1;
+    if (n < 0)
+      return false;
+    part->v = b & (0x3Fu >> n);
+    part->left = n;
+    part->min = n == 1 ? 0x80 : n == 2 ? 0x800 : 0x10000;
+    uint32_t lo, hi;
+    return part_range(part, &lo, &hi) && admits_range(ss, lo, hi);
+  }
+  advance(g, ss, cp, tmp);
+  stackset t = *ss;
+  *ss = *tmp;
+  *tmp = t;
+  return ss->n > 0 && !ss->oom;
+}
+
+bool sl_grammar_matcher_accept(sl_grammar_matcher_t *m, const char *bytes,
+                               size_t n) {
+  stackset work = {0}, tmp = {0};
+  utf8_part part = m->part;
+  bool ok = ss_copy(&work, &m->cur);
+  for (size_t i = 0; ok && i < n; i++)
+    ok = step_byte(m->g, &work, &tmp, &part, (unsigned char)bytes[i]);
+  ss_free(&tmp);
+  if (!ok) {
+    ss_free(&work);
+    return false;
+  }
+  ss_free(&m->cur);
+  m->cur = work;
+  m->part = part;
+  return true;
+}
+
+bool sl_grammar_matcher_done(const sl_grammar_matcher_t *m) {
+  if (m->part.left)
+    return false;
+  for (int i = 0; i < m->cur.n; i++)
+    if (m->cur.s[i].n == 0)
+      return true;
+  return false;
+}
+
+bool sl_grammar_matcher_complete(const sl_grammar_matcher_t *m) {
+  if (m->part.left)
+    return false;
+  for (int i = 0; i < m->cur.n; i++)
+    if (m->cur.s[i].n != 0)
+      return false;
+  return m->cur.n > 0;
+}
+
+/* ---- the vocabulary trie and the mask ------------------------------------ */
+
+typedef struct tnode {
+  int32_t child, sibling; /* first child, next sibling (-1: none) */
+  int32_t token;          /* the first token whose bytes end here, or -1 */
+  uint8_t byte;
+} tnode;
+
+struct sl_grammar_vocab {
+  tnode *n;
+  int32_t n_nodes, cap;
+  int32_t *next_tok; /* tokens of equal bytes: a list per node */
+  size_t n_vocab;
+};
+
+static int32_t trie_child(sl_grammar_vocab_t *v, int32_t at, uint8_t b) {
+  for (int32_t c = v->n[at].child; c >= 0; c = v->n[c].sibling)
+    if (v->n[c].byte == b)
+      return c;
+  if (v->n_nodes == v->cap) {
+    int32_t cap = v->cap * 2;
+    tnode *n = realloc(v->n, sizeof *n * (size_t)cap);
+    if (!n)
+      return -1;
+    v->n = n;
+    v->cap = cap;
+  }
+  int32_t c = v->n_nodes++;
+  v->n[c] = (tnode){-1, v->n[at].child, -1, b};
+  v->n[at].child = c;
+  return c;
+}
+
+sl_grammar_vocab_t *sl_grammar_vocab_create(const sl_tokenizer_t *tok) {
+  sl_grammar_vocab_t *v = calloc(1, sizeof *v);
+  if (!v)
+    return NULL;
+  v->n_vocab = sl_tokenizer_vocab_size(tok);
+  v->cap = 1 << 16;
+  v->n = malloc(sizeof *v->n * (size_t)v->cap);
+  v->next_tok = malloc(sizeof *v->next_tok * (v->n_vocab ? v->n_vocab : 1));
+  if (!v->n || !v->next_tok) {
+    sl_grammar_vocab_free(v);
+    return NULL;
+  }
+  v->n[0] = (tnode){-1, -1, -1, 0};
+  v->n_nodes = 1;
+  char buf[512];
+  for (size_t id = 0; id < v->n_vocab; id++) {
+    v->next_tok[id] = -1;
+    size_t len = 0;
+    /* as generated text: control tokens are empty, and never allowed */
+    if (sl_tokenizer_token_to_piece(tok, (int32_t)id, false, buf, sizeof buf,
+                                    &len) != SL_OK ||
+        len == 0)
+      continue;
+    int32_t at = 0;
+    for (size_t i = 0; i < len && at >= 0; i++)
+      at = trie_child(v, at, (uint8_t)buf[i]);
+    if (at < 0) {
+      sl_grammar_vocab_free(v);
+      return NULL;
+    }
+    v->next_tok[id] = v->n[at].token;
+    v->n[at].token = (int32_t)id;
+  }
+  return v;
+}
+
+void sl_grammar_vocab_free(sl_grammar_vocab_t *v) {
+  if (!v)
+    return;
+  free(v->n);
+  free(v->next_tok);
+  free(v);
+}
+
+typedef struct mask_walk {
+  const sl_grammar_t *g;
+  const sl_grammar_vocab_t *v;
+  uint8_t *allowed;
+  size_t n_allowed;
+  long steps;
+  bool oom;
+} mask_walk;
+
+/* Every child of node `at`, from the state (ss, part): a token whose bytes
+ * end at a child that the grammar can take is allowed; its subtree is walked
+ * only while a parse survives. */
+static void walk(mask_walk *w, int32_t at, const stackset *ss, utf8_part part) {
+  stackset cur = {0}, tmp = {0};
+  for (int32_t c = w->v->n[at].child; c >= 0 && !w->oom;
+       c = w->v->n[c].sibling) {
+    utf8_part p = part;
+    if (++w->steps > MASK_BUDGET || !ss_copy(&cur, ss)) {
+      w->oom = true;
+      break;
+    }
+    if (!step_byte(w->g, &cur, &tmp, &p, w->v->n[c].byte)) {
+      if (cur.oom || tmp.oom)
+        w->oom = true;
+      continue;
+    }
+    for (int32_t t = w->v->n[c].token; t >= 0; t = w->v->next_tok[t]) {
+      w->allowed[t] = 1;
+      w->n_allowed++;
+    }
+    if (w->v->n[c].child >= 0)
+      walk(w, c, &cur, p);
+  }
+  ss_free(&cur);
+  ss_free(&tmp);
+}
+
+static size_t mask_walk_all(const sl_grammar_matcher_t *m,
+                            const sl_grammar_vocab_t *v,
+                            const sl_tokenizer_t *tok, uint8_t *allowed);
+
+static bool ss_equal(const stackset *a, const stackset *b) {
+  if (a->n != b->n)
+    return false;
+  for (int i = 0; i < a->n; i++)
+    if (a->s[i].n != b->s[i].n ||
+        memcmp(a->s[i].p, b->s[i].p, sizeof *a->s[i].p * (size_t)a->s[i].n))
+      return false;
+  return true;
+}
+
+size_t sl_grammar_matcher_mask(sl_grammar_matcher_t *m,
+                               const sl_grammar_vocab_t *v,
+                               const sl_tokenizer_t *tok, uint8_t *allowed) {
+  m->clock++;
+  mask_ent *lru = &m->cache[0];
+  for (int i = 0; i < MASK_CACHE; i++) {
+    mask_ent *c = &m->cache[i];
+    if (c->used && c->n_vocab == v->n_vocab && c->part.left == m->part.left &&
+        c->part.v == m->part.v && c->part.min == m->part.min &&
+        ss_equal(&c->key, &m->cur)) {
+      c->used = m->clock;
+      for (size_t id = 0; id < v->n_vocab; id++)
+        allowed[id] = (c->bits[id >> 3] >> (id & 7)) & 1;
+      return c->n_allowed;
+    }
+    if (c->used < lru->used)
+      lru = c;
+  }
+  size_t n = mask_walk_all(m, v, tok, allowed);
+  if (!n)
+    return 0;
+  /* kept for the next time this state comes back (a failed copy only
+   * costs that) */
+  size_t nb = (v->n_vocab + 7) / 8;
+  if (lru->n_vocab != v->n_vocab) {
+    free(lru->bits);
+    lru->bits = NULL;
+    lru->used = 0;
+  }
+  if (!lru->bits && !(lru->bits = malloc(nb ? nb : 1)))
+    return n;
+  lru->n_vocab = v->n_vocab;
+  if (!ss_copy(&lru->key, &m->cur)) {
+    lru->used = 0;
+    return n;
+  }
+  memset(lru->bits, 0, nb);
+  for (size_t id = 0; id < v->n_vocab; id++)
+    if (allowed[id])
+      lru->bits[id >> 3] |= (uint8_t)(1u << (id & 7));
+  lru->part = m->part;
+  lru->n_allowed = n;
+  lru->used = m->clock;
+  return n;
+}
+
+static size_t mask_walk_all(const sl_grammar_matcher_t *m,
+                            const sl_grammar_vocab_t *v,
+                            const sl_tokenizer_t *tok, uint8_t *allowed) {
+  memset(allowed, 0, v->n_vocab);
+  mask_walk w = {m->g, v, allowed, 0, 0, false};
+  walk(&w, 0, &m->cur, m->part);
+  if (w.oom)
+    return 0;
+  if (sl_grammar_matcher_done(m))
+    for (size_t id = 0; id < v->n_vocab; id++)
+      if (sl_tokenizer_is_eog(tok, (int32_t)id) && !allowed[id]) {
+        allowed[id] = 1;
+        w.n_allowed++;
+      }
+  return w.n_allowed;
+}

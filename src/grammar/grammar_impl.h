@@ -1,0 +1,40 @@
+/* sluice — grammar: what the compiler (compile.c) and the matcher
+ * (grammar.c) share: a rule's elements and the compiled grammar. */
+#ifndef SLUICE_GRAMMAR_IMPL_H
+#define SLUICE_GRAMMAR_IMPL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "sluice/grammar.h"
+
+enum { E_END = 0, E_ALT, E_REF, E_CHAR, E_NOT, E_UPPER, E_CALT, E_ANY };
+
+typedef struct gel {
+  uint32_t type, value;
+} gel;
+
+struct sl_grammar {
+  atomic_int refs;
+  int n_rules, root;
+  gel **rules;
+};
+
+/* The start of the alternative after the one p is in, or NULL after the
+ * last. */
+static inline const gel *next_alt(const gel *p) {
+  while (p->type != E_END && p->type != E_ALT)
+    p++;
+  return p->type == E_END ? NULL : p + 1;
+}
+
+#define MAX_STACK    1024      /* elements of one stack (nesting) */
+#define MAX_ELEMENTS (1 << 20) /* of a compiled grammar, all rules */
+#define MAX_STACKS   512       /* live parses at once */
+/* steps of expansion per code point: past it the grammar is too ambiguous
+ * to follow (a matcher fails rather than stall its engine) */
+#define EXPAND_BUDGET 50000
+/* trie nodes one mask may visit (a whole vocabulary is ~10^5 to 10^6) */
+#define MASK_BUDGET 8000000L
+
+#endif

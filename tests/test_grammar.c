@@ -1,0 +1,261 @@
+/* The grammar engine (constrained decoding): GBNF compiled or refused with a
+ * message; sentences accepted and others refused, repetitions, classes,
+ * UTF-8 split across calls; and the token mask checked against brute force
+ * (every token of the default model's vocabulary fed to a matcher at the
+ * same point) at several points of a JSON grammar. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "default_model.h"
+#include "harness.h"
+#include "sluice/grammar.h"
+#include "sluice/util.h"
+
+static sl_grammar_t *compile(const char *src) {
+  sl_grammar_t *g = NULL;
+  char err[256];
+  sl_status st =
+      sl_grammar_compile(src, strlen(src), NULL, &g, err, sizeof err);
+  if (st != SL_OK)
+    fprintf(stderr, "compile: %s\n", err);
+  return g;
+}
+
+/* Whether the whole of text is a sentence of g (fed in one call, or a byte
+ * at a time). */
+static bool matches(sl_grammar_t *g, const char *text, bool bytewise) {
+  sl_grammar_matcher_t *m = sl_grammar_matcher_create(g);
+  bool ok = true;
+  size_t n = strlen(text);
+  if (bytewise)
+    for (size_t i = 0; ok && i < n; i++)
+      ok = sl_grammar_matcher_accept(m, text + i, 1);
+  else
+    ok = sl_grammar_matcher_accept(m, text, n);
+  ok = ok && sl_grammar_matcher_done(m);
+  sl_grammar_matcher_free(m);
+  return ok;
+}
+
+static void test_errors(void) {
+  static const char *bad[] = {
+      "root ::= foo",                              /* undefined */
+      "root ::= root \"a\" | \"b\"",               /* left recursion */
+      "root ::= a\na ::= b? a \"x\"\nb ::= \"y\"", /* left, through b? */
+      "root ::= \"abc",                            /* unterminated */
+      "root ::= [abc",
+      "root ::= []",
+      "root ::= (\"a\"",
+      "root ::= \"a\")",
+      "root ::= [z-a]",
+      "root ::= \"a\"{3,1}",
+      "root ::= \"\\q\"",
+      "other ::= \"a\"", /* no root */
+      "root ::= \"a\"\nroot ::= \"b\"",
+      "::= \"a\"",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    sl_grammar_t *g = NULL;
+    char err[256] = "";
+    CHECK(sl_grammar_compile(bad[i], strlen(bad[i]), NULL, &g, err,
+                             sizeof err) == SL_ERR_FORMAT);
+    CHECK(g == NULL && strncmp(err, "grammar: ", 9) == 0);
+  }
+}
+
+static void test_sentences(void) {
+  sl_grammar_t *g = compile("root ::= \"a\" [b-d]+ (\"x\" | \"yz\")? tail\n"
+                            "tail ::= [^\\n]{0,2} # a comment\n");
+  CHECK(g != NULL);
+  static const char *yes[] = {"ab",   "abcd",   "abx",       "abyz",
+                              "abbq", "abyz!!", "ad\xc3\xa9"};
+  static const char *no[] = {"a", "b", "abyz!!!", "ab\n", "ae", ""};
+  for (int bw = 0; bw < 2; bw++) {
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
+      CHECK(matches(g, yes[i], bw));
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++)
+      CHECK(!matches(g, no[i], bw));
+  }
+  sl_grammar_unref(g);
+
+  g = compile("root ::= \"a\"{2,3} \"b\"{2} \"c\"{1,} [\\u00e9\\x41]*");
+  CHECK(g && matches(g, "aabbc", false) && matches(g, "aaabbccc", false));
+  CHECK(matches(g,
+                "aabbc\xc3\xa9"
+                "A",
+                true));
+  CHECK(!matches(g, "abbc", false) && !matches(g, "aaaabbc", false) &&
+        !matches(g, "aabc", false) && !matches(g, "aabb", false));
+  sl_grammar_unref(g);
+
+  /* done and complete */
+  g = compile("root ::= \"ab\" \"c\"?");
+  sl_grammar_matcher_t *m = sl_grammar_matcher_create(g);
+  CHECK(!sl_grammar_matcher_done(m));
+  CHECK(sl_grammar_matcher_accept(m, "ab", 2));
+  CHECK(sl_grammar_matcher_done(m) && !sl_grammar_matcher_complete(m));
+  CHECK(!sl_grammar_matcher_accept(m, "x", 1)); /* refused: state kept */
+  CHECK(sl_grammar_matcher_accept(m, "c", 1));
+  CHECK(sl_grammar_matcher_complete(m));
+  /* a code point split over two calls */
+  sl_grammar_matcher_free(m);
+  sl_grammar_unref(g);
+  g = compile("root ::= [\\u00e0-\\u00ff]+");
+  m = sl_grammar_matcher_create(g);
+  CHECK(sl_grammar_matcher_accept(m, "\xc3", 1));
+  CHECK(!sl_grammar_matcher_done(m));
+  CHECK(sl_grammar_matcher_accept(m, "\xa9", 1) && sl_grammar_matcher_done(m));
+  CHECK(!sl_grammar_matcher_accept(m, "\xc2", 1)); /* U+0080..00BF: out */
+  CHECK(!sl_grammar_matcher_accept(m, "\xff", 1)); /* not UTF-8 */
+  sl_grammar_matcher_free(m);
+  sl_grammar_unref(g);
+  /* overlong encodings of ASCII never pass as the character: "s" is
+   * E0 81 B3 or C1 B3 spelled long, which a model can emit byte by byte */
+  g = compile("root ::= \"s\" [\\x00-\\U0010FFFF]*");
+  m = sl_grammar_matcher_create(g);
+  CHECK(!sl_grammar_matcher_accept(m, "\xe0\x81\xb3", 3));
+  CHECK(!sl_grammar_matcher_accept(m, "\xe0", 1));
+  CHECK(!sl_grammar_matcher_accept(m, "\xc1\xb3", 2));
+  CHECK(sl_grammar_matcher_accept(m, "s", 1));
+  /* where any code point may come: still no overlong spelling */
+  CHECK(!sl_grammar_matcher_accept(m, "\xe0\x81\xb3", 3));
+  CHECK(!sl_grammar_matcher_accept(m, "\xf0\x80\x81\xb3", 4));
+  CHECK(sl_grammar_matcher_accept(m, "\xe0\xa0\x80", 3));  /* U+0800 */
+  CHECK(!sl_grammar_matcher_accept(m, "\xed\xa0\x80", 3)); /* U+D800 */
+  CHECK(!sl_grammar_matcher_accept(m, "\xf4\x90\x80\x80", 4));
+  CHECK(sl_grammar_matcher_accept(m, "\xf4\x8f\xbf\xbf", 4)); /* 10FFFF */
+  CHECK(sl_grammar_matcher_accept(m, "\xe2\x82", 2));
+  CHECK(!sl_grammar_matcher_done(m));
+  CHECK(sl_grammar_matcher_accept(m, "\xac", 1) && sl_grammar_matcher_done(m));
+  sl_grammar_matcher_free(m);
+  sl_grammar_unref(g);
+}
+
+/* A JSON grammar as constrained decoding uses it. */
+static const char *JSON_G =
+    "root ::= ws value ws\n"
+    "value ::= object | array | string | number | \"true\" | \"false\" | "
+    "\"null\"\n"
+    "object ::= \"{\" ws ( member ( ws \",\" ws member )* )? ws \"}\"\n"
+    "member ::= string ws \":\" ws value\n"
+    "array ::= \"[\" ws ( value ( ws \",\" ws value )* )? ws \"]\"\n"
+    "string ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | "
+    "\"u\" [0-9a-fA-F]{4} ) )* \"\\\"\"\n"
+    "number ::= \"-\"? ( \"0\" | [1-9] [0-9]* ) ( \".\" [0-9]+ )? ( [eE] "
+    "[-+]? [0-9]+ )?\n"
+    "ws ::= [ \\t\\n]{0,8}\n";
+
+static void test_json(void) {
+  sl_grammar_t *g = compile(JSON_G);
+  CHECK(g != NULL);
+  static const char *yes[] = {"{}",
+                              "[]",
+                              "{\"a\": [1, 2.5, -3e+2, true, null]}",
+                              " \"x\\u00e9\\n\" ",
+                              "{\"k\":{\"n\":{\"m\":[[[]]]}}}",
+                              "0",
+                              "\"caf\xc3\xa9\""};
+  static const char *no[] = {"{",          "{\"a\" 1}", "[1,]",     "01", "\"a",
+                             "{\"a\":1}}", "tru",       "\"\x01\"", "1.", "-"};
+  for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
+    CHECK(matches(g, yes[i], i % 2));
+  for (size_t i = 0; i < sizeof no / sizeof *no; i++)
+    CHECK(!matches(g, no[i], i % 2));
+  sl_grammar_unref(g);
+}
+
+/* The mask against brute force: at each point of `prefix`, a token is
+ * allowed exactly when a matcher at that point accepts its bytes (EOG
+ * tokens exactly when the text so far is done). */
+static void test_mask(void) {
+  sl_model_t *model;
+  sl_tokenizer_t *tok;
+  if (load_default_model(&model, &tok) != 0) {
+    printf("   (no model: mask test skipped)\n");
+    return;
+  }
+  sl_grammar_vocab_t *v = sl_grammar_vocab_create(tok);
+  CHECK(v != NULL);
+  size_t nv = sl_tokenizer_vocab_size(tok);
+  uint8_t *allowed = malloc(nv);
+  sl_grammar_t *g = compile(JSON_G);
+  static const char *points[] = {"",
+                                 "{",
+                                 "{\"na",
+                                 "{\"name\": ",
+                                 "{\"name\": \"caf\xc3",
+                                 "{\"name\": \"x\", \"n\": [1, 2",
+                                 "[true",
+                                 "{\"a\": {}}"};
+  char piece[512];
+  for (size_t k = 0; k < sizeof points / sizeof *points; k++) {
+    sl_grammar_matcher_t *m = sl_grammar_matcher_create(g);
+    CHECK(sl_grammar_matcher_accept(m, points[k], strlen(points[k])));
+    uint64_t t0 = sl_now_ns();
+    size_t n = sl_grammar_matcher_mask(m, v, tok, allowed);
+    double ms = (double)(sl_now_ns() - t0) / 1e6;
+    size_t want = 0, diff = 0;
+    for (size_t id = 0; id < nv; id++) {
+      size_t len = 0;
+      bool ok;
+      if (sl_tokenizer_is_eog(tok, (int32_t)id)) {
+        ok = sl_grammar_matcher_done(m);
+      } else if (sl_tokenizer_token_to_piece(tok, (int32_t)id, false, piece,
+                                             sizeof piece, &len) != SL_OK ||
+                 len == 0) {
+        ok = false;
+      } else {
+        sl_grammar_matcher_t *b = sl_grammar_matcher_create(g);
+        ok = sl_grammar_matcher_accept(b, points[k], strlen(points[k])) &&
+             sl_grammar_matcher_accept(b, piece, len);
+        sl_grammar_matcher_free(b);
+      }
+      want += ok;
+      diff += ok != (allowed[id] != 0);
+    }
+    printf("   after %-32.32s %6zu allowed (brute force %6zu, %zu differ), "
+           "mask %.2f ms\n",
+           points[k], n, want, diff, ms);
+    CHECK(n == want && diff == 0 && n > 0);
+    sl_grammar_matcher_free(m);
+  }
+  /* the matcher's cache of masks by state: along a text, each mask of one
+   * matcher (cached where the state came back) equals a fresh matcher's
+   * (no cache) at the same point; inside the string most are copies */
+  const char *text = "{\"name\": \"hello there world\", \"n\": [1, 22]}";
+  uint8_t *fresh = malloc(nv);
+  sl_grammar_matcher_t *m = sl_grammar_matcher_create(g);
+  double t_cached = 0, t_fresh = 0;
+  for (size_t i = 0; i <= strlen(text); i++) {
+    if (i)
+      CHECK(sl_grammar_matcher_accept(m, text + i - 1, 1));
+    uint64_t t0 = sl_now_ns();
+    size_t n1 = sl_grammar_matcher_mask(m, v, tok, allowed);
+    t_cached += (double)(sl_now_ns() - t0) / 1e6;
+    sl_grammar_matcher_t *f = sl_grammar_matcher_create(g);
+    CHECK(sl_grammar_matcher_accept(f, text, i));
+    t0 = sl_now_ns();
+    size_t n2 = sl_grammar_matcher_mask(f, v, tok, fresh);
+    t_fresh += (double)(sl_now_ns() - t0) / 1e6;
+    sl_grammar_matcher_free(f);
+    CHECK(n1 == n2 && !memcmp(allowed, fresh, nv));
+  }
+  printf("   along %zu bytes: masks %.1f ms with the cache, %.1f ms without\n",
+         strlen(text), t_cached, t_fresh);
+  sl_grammar_matcher_free(m);
+  free(fresh);
+  sl_grammar_unref(g);
+  free(allowed);
+  sl_grammar_vocab_free(v);
+  sl_tokenizer_free(tok);
+  sl_model_free(model);
+}
+
+int main(void) {
+  RUN(test_errors);
+  RUN(test_sentences);
+  RUN(test_json);
+  RUN(test_mask);
+  return sl_test_finish();
+}
