@@ -146,7 +146,7 @@ typedef struct sl_srv_request {
   bool continue_final;
   sl_logit_bias *bias;   /* gen.logit_bias points here */
   sl_grammar_t *grammar; /* constrained decoding (gen.grammar), or NULL */
-  sl_gen_params gen;   /* gen.stop points into stops[] */
+  sl_gen_params gen;     /* gen.stop points into stops[] */
   char *stops[SL_MAX_STOP];
 } sl_srv_request;
 

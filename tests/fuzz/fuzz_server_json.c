@@ -43,8 +43,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       sl_grammar_matcher_free(m);
     }
     /* max_tokens above the context is kept (clamped at submission) */
-    if (r.gen.max_tokens < 0 ||
-        r.gen.n_stop > max_stop || r.gen.top_logprobs > SL_MAX_TOP_LOGPROBS)
+    if (r.gen.max_tokens < 0 || r.gen.n_stop > max_stop ||
+        r.gen.top_logprobs > SL_MAX_TOP_LOGPROBS)
       abort();
     for (int i = 0; i < r.gen.n_stop; i++)
       if (!r.gen.stop[i] || !r.gen.stop[i][0] ||
