@@ -15,7 +15,8 @@ add_library(sluice_server_parse STATIC src/server/json.c src/server/json_scan.c
                                        src/server/head.c
                                        src/server/parse.c
                                        src/server/prompt.c
-                                       src/server/schema.c)
+                                       src/server/schema.c
+                                       src/server/toolcall.c)
 target_include_directories(sluice_server_parse PUBLIC src
                            ${SL_JANSSON_INCLUDE_DIRS})
 target_link_libraries(sluice_server_parse PUBLIC sluice_core
@@ -33,14 +34,17 @@ target_compile_definitions(sluice PRIVATE SLUICE_HAVE_SERVER=1)
 target_link_libraries(sluice PRIVATE sluice_server)
 
 foreach(t test_server_parse test_server_prompt test_server_json_scan
+          test_server_toolcall
           test_server_head)
   if(TARGET ${t})
     target_link_libraries(${t} PRIVATE sluice_server_parse)
   endif()
 endforeach()
-if(TARGET fuzz_server_json)
-  target_link_libraries(fuzz_server_json PRIVATE sluice_server_parse)
-endif()
+foreach(t fuzz_server_json fuzz_toolcall)
+  if(TARGET ${t})
+    target_link_libraries(${t} PRIVATE sluice_server_parse)
+  endif()
+endforeach()
 
 find_package(Python3 COMPONENTS Interpreter)
 # One pytest file against the real `sluice serve` binary, as a ctest entry

@@ -414,7 +414,7 @@ BAD = [
     ("/v1/chat/completions", _with(n=3), 400, "unsupported_parameter"),
     ("/v1/chat/completions",
      _with(response_format={"type": "json_schema"}), 400,
-     "unsupported_parameter"),
+     "missing_required_parameter"),
     ("/v1/chat/completions", _with(stop=[str(i) for i in range(20)]), 400,
      "invalid_value"),
     # stop strings: at most 4 (OpenAI) / 8 (Anthropic), 256 bytes each
