@@ -749,6 +749,14 @@ static void decode_clear_sites(sl_engine_t *e) {
   }
 }
 
+/* Whether the device's argmax of r's row is r's next token: no logprobs
+ * asked, no grammar to mask the row, and a sampler that picks the argmax
+ * (greedy, no penalty, no bias). */
+static bool argmax_only(const sl__req *r) {
+  return r->params.top_logprobs < 0 && !r->matcher &&
+         sl_sampler_is_argmax(r->sampler);
+}
+
 /* Batch sequence s (r's) is sampled on the device when the engine samples
  * there, it wants a token this step and is not a plain argmax: its
  * sampler's params, penalty window and draw (one per token, made here and
@@ -804,17 +812,8 @@ bool sl__step(sl_engine_t *e) {
       continue;
     e->batch_tokens[nt] = r->tokens[r->n_tokens - 1];
     e->batch_seqs[nb] =
-        (sl_batch_seq){r->blocks,
-                       r->n_blocks,
-                       r->n_computed,
-                       nt,
-                       1,
-                       true,
-                       false,
-                       r->params.top_logprobs < 0 && !r->matcher &&
-                           sl_sampler_is_argmax(r->sampler),
-                       true,
-                       NULL};
+        (sl_batch_seq){r->blocks, r->n_blocks, r->n_computed,  nt,   1,
+                       true,      false,       argmax_only(r), true, NULL};
     plan_device_sample(e, r, nb);
     e->batch_reqs[nb++] = r;
     nt++;
@@ -868,17 +867,8 @@ bool sl__step(sl_engine_t *e) {
            sizeof(int32_t) * (size_t)chunk);
     bool last = r->n_computed + chunk == r->n_target;
     e->batch_seqs[nb] =
-        (sl_batch_seq){r->blocks,
-                       r->n_blocks,
-                       r->n_computed,
-                       nt,
-                       chunk,
-                       last,
-                       false,
-                       r->params.top_logprobs < 0 && !r->matcher &&
-                           sl_sampler_is_argmax(r->sampler),
-                       false,
-                       NULL};
+        (sl_batch_seq){r->blocks, r->n_blocks, r->n_computed,  nt,    chunk,
+                       last,      false,       argmax_only(r), false, NULL};
     plan_device_sample(e, r, nb);
     e->batch_reqs[nb++] = r;
     nt += chunk;

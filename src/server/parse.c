@@ -849,6 +849,38 @@ fail:
   return st;
 }
 
+json_t *sl__srv_body_object(const char *body, size_t len, sl_srv_error *err) {
+  if (!sl__utf8_valid(body, len)) {
+    sl__srv_error_set(err, 400, "invalid_utf8", NULL,
+                      "the request body is not valid UTF-8");
+    return NULL;
+  }
+  if (sl__srv_json_scan(body, len, err) != SL_OK)
+    return NULL;
+  json_error_t je;
+  json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+  if (!root && json_error_code(&je) == json_error_out_of_memory) {
+    sl__srv_error_set(err, 503, "out_of_memory", NULL,
+                      "the server ran out of memory reading the request; "
+                      "retry later");
+    return NULL;
+  }
+  if (!root) {
+    sl__srv_error_set(err, 400, "invalid_json", NULL,
+                      "the request body is not valid JSON: %s (line %d, "
+                      "column %d)",
+                      je.text, je.line, je.column);
+    return NULL;
+  }
+  if (!json_is_object(root)) {
+    json_decref(root);
+    sl__srv_error_set(err, 400, "invalid_json", NULL,
+                      "the request body must be a JSON object");
+    return NULL;
+  }
+  return root;
+}
+
 sl_status sl__srv_parse(sl_srv_api api, const char *body, size_t len,
                         const sl_srv_limits *lim, sl_srv_request *out,
                         sl_srv_error *err) {
@@ -859,21 +891,10 @@ sl_status sl__srv_parse(sl_srv_api api, const char *body, size_t len,
   gen_defaults(&out->gen);
   sl_status st;
   json_t *root = NULL;
-  if (!sl__utf8_valid(body, len))
-    BAD(400, "invalid_utf8", NULL, "the request body is not valid UTF-8");
-  if ((st = sl__srv_json_scan(body, len, err)) != SL_OK)
+  if (!(root = sl__srv_body_object(body, len, err))) {
+    st = SL_ERR_FORMAT;
     goto fail;
-  json_error_t je;
-  root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-  if (!root && json_error_code(&je) == json_error_out_of_memory)
-    BAD(503, "out_of_memory", NULL,
-        "the server ran out of memory reading the request; retry later");
-  if (!root)
-    BAD(400, "invalid_json", NULL,
-        "the request body is not valid JSON: %s (line %d, column %d)", je.text,
-        je.line, je.column);
-  if (!json_is_object(root))
-    BAD(400, "invalid_json", NULL, "the request body must be a JSON object");
+  }
   json_t *model = json_object_get(root, "model");
   if (!model)
     BAD(400, "missing_required_parameter", "model", "'model' is required");

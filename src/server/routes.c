@@ -78,33 +78,6 @@ sl_status sl__srv_count_tokens(sl_server_t *s, const char *body, size_t len,
 
 /* ---- tokenize / detokenize ----------------------------------------------- */
 
-/* The body as a JSON object, or NULL with err set. */
-static json_t *load_object(const char *body, size_t len, sl_srv_error *err) {
-  if (!sl__utf8_valid(body, len)) {
-    sl__srv_error_set(err, 400, "invalid_utf8", NULL,
-                      "the request body is not valid UTF-8");
-    return NULL;
-  }
-  if (sl__srv_json_scan(body, len, err) != SL_OK)
-    return NULL;
-  json_error_t je;
-  json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-  if (!root) {
-    sl__srv_error_set(err, 400, "invalid_json", NULL,
-                      "the request body is not valid JSON: %s (line %d, "
-                      "column %d)",
-                      je.text, je.line, je.column);
-    return NULL;
-  }
-  if (!json_is_object(root)) {
-    json_decref(root);
-    sl__srv_error_set(err, 400, "invalid_json", NULL,
-                      "the request body must be a JSON object");
-    return NULL;
-  }
-  return root;
-}
-
 /* An optional boolean member: false with err set when it is not one. */
 static bool get_bool(json_t *o, const char *key, bool *v, sl_srv_error *err) {
   json_t *x = json_object_get(o, key);
@@ -136,7 +109,7 @@ static json_t *piece_json(const char *p, size_t n) {
 sl_status sl__srv_tokenize(sl_server_t *s, const char *body, size_t len,
                            json_t **out, sl_srv_error *err) {
   *out = NULL;
-  json_t *root = load_object(body, len, err);
+  json_t *root = sl__srv_body_object(body, len, err);
   if (!root)
     return SL_ERR_FORMAT;
   sl_status st = SL_ERR_FORMAT;
@@ -198,7 +171,7 @@ out:
 sl_status sl__srv_detokenize(sl_server_t *s, const char *body, size_t len,
                              json_t **out, sl_srv_error *err) {
   *out = NULL;
-  json_t *root = load_object(body, len, err);
+  json_t *root = sl__srv_body_object(body, len, err);
   if (!root)
     return SL_ERR_FORMAT;
   sl_status st = SL_ERR_FORMAT;

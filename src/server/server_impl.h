@@ -165,6 +165,11 @@ sl_status sl__srv_parse(sl_srv_api api, const char *body, size_t len,
 
 void sl__srv_request_free(sl_srv_request *r);
 
+/* A request body as a JSON object (new reference): UTF-8 checked, its shape
+ * scanned (json_scan.c), parsed. NULL with *err filled otherwise (400; 503
+ * when out of memory). Every route with a body reads it through this. */
+json_t *sl__srv_body_object(const char *body, size_t len, sl_srv_error *err);
+
 /* ---- toolcall.c: tool calls read out of a model's text ------------------- */
 
 /* The families of tool-call formats a model writes. */
