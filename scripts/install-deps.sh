@@ -25,5 +25,5 @@ if [ "${SLUICE_SKIP_PIP:-0}" != 1 ]; then
   # llama-cpp-python builds llama.cpp from source (several minutes, once).
   python3 -m pip install -q --disable-pip-version-check \
     -r "$here/requirements-dev.txt" 2>&1 | grep -v "Running pip as the 'root'" || true
-  python3 -c "import pytest, numpy, gguf, jinja2, openai, anthropic" # fail loudly if pip failed
+  python3 -c "import pytest, numpy, gguf, jinja2, openai, anthropic, jsonschema, agents" # fail loudly if pip failed
 fi

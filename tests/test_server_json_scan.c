@@ -13,7 +13,7 @@
 #include "sluice/util.h"
 
 static const char *names[] = {"m"};
-static const sl_srv_limits lim = {names, 1, 2048};
+static const sl_srv_limits lim = {names, 1, 2048, NULL, SL_TOOLFMT_NONE};
 
 static const char *k_head = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\","
                             "\"content\":\"hi\"}]";

@@ -6,11 +6,12 @@
 
 #include "harness.h"
 #include "server/server_impl.h"
+#include "sluice/grammar.h"
 #include "sluice/util.h"
 
 static const char *names[] = {"smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
                               "default"};
-static const sl_srv_limits lim = {names, 3, 2048};
+static const sl_srv_limits lim = {names, 3, 2048, NULL, SL_TOOLFMT_NONE};
 
 static sl_status parse(sl_srv_api api, const char *body, sl_srv_request *r,
                        sl_srv_error *e) {
@@ -262,7 +263,59 @@ static const bad_case bad[] = {
      "{" M "," CHAT_MSGS ",\"stream_options\":{\"include_usage\":true}}", 400,
      "invalid_value", "stream_options"},
     {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"tools\":[{\"type\":\"function\"}]}",
-     400, "unsupported_parameter", "tools"},
+     400, "missing_required_parameter", "tools[0]"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"tools\":[{\"type\":\"web\"}]}", 400,
+     "unsupported_parameter", "tools[0]"},
+    {SL_SRV_CHAT,
+     "{" M "," CHAT_MSGS ",\"tools\":[{\"type\":\"function\",\"function\":"
+     "{\"name\":\"a b\"}}]}",
+     400, "invalid_value", "tools[0]"},
+    {SL_SRV_CHAT,
+     "{" M "," CHAT_MSGS ",\"tools\":[{\"type\":\"function\",\"function\":"
+     "{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":"
+     "\"f\"}}]}",
+     400, "invalid_value", "tools[1]"},
+    {SL_SRV_CHAT,
+     "{" M "," CHAT_MSGS ",\"tools\":[{\"type\":\"function\",\"function\":"
+     "{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\","
+     "\"function\":{\"name\":\"g\"}}}",
+     400, "invalid_value", "tool_choice"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"tool_choice\":\"required\"}", 400,
+     "invalid_value", "tool_choice"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"tool_choice\":\"sometimes\"}", 400,
+     "invalid_value", "tool_choice"},
+    {SL_SRV_CHAT,
+     "{" M "," CHAT_MSGS ",\"tools\":[{\"type\":\"function\",\"function\":"
+     "{\"name\":\"f\",\"parameters\":{\"type\":\"string\",\"pattern\":"
+     "\"a+\"}}}],\"tool_choice\":\"required\"}",
+     400, "invalid_value", "tools"},
+    {SL_SRV_CHAT,
+     "{" M "," CHAT_MSGS ",\"tools\":[{\"type\":\"function\",\"function\":"
+     "{\"name\":\"f\"}}],\"tool_choice\":\"required\",\"response_format\":"
+     "{\"type\":\"json_object\"}}",
+     400, "invalid_value", "tool_choice"},
+    {SL_SRV_CHAT,
+     "{" M ",\"messages\":[{\"role\":\"assistant\",\"content\":null,"
+     "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":"
+     "{\"name\":7}}]}]}",
+     400, "invalid_value", "messages[0]"},
+    {SL_SRV_MESSAGES,
+     "{" M ",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":"
+     "[{\"type\":\"tool_result\"}]}]}",
+     400, "invalid_value", "messages.0.content"},
+    {SL_SRV_MESSAGES,
+     "{" M ",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":"
+     "\"q\"}],\"tools\":[{\"type\":\"web_search_20250305\",\"name\":"
+     "\"w\"}]}",
+     400, "unsupported_parameter", "tools.0"},
+    {SL_SRV_MESSAGES,
+     "{" M ",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":"
+     "\"q\"}],\"tools\":[{\"name\":\"w\"}]}",
+     400, "missing_required_parameter", "tools.0"},
+    {SL_SRV_MESSAGES,
+     "{" M ",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":"
+     "\"q\"}],\"tool_choice\":{\"type\":\"maybe\"}}",
+     400, "invalid_value", "tool_choice"},
     {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"seed\":1.5}", 400, "invalid_type",
      "seed"},
     {SL_SRV_COMPLETIONS, "{" M "}", 400, "missing_required_parameter",
@@ -444,6 +497,199 @@ static void test_structured(void) {
   }
 }
 
+/* Feeds text to a matcher of g: whether the grammar takes it whole. */
+static bool grammar_takes(sl_grammar_t *g, const char *text) {
+  sl_grammar_matcher_t *m = sl_grammar_matcher_create(g);
+  bool ok = m && sl_grammar_matcher_accept(m, text, strlen(text)) &&
+            sl_grammar_matcher_done(m);
+  sl_grammar_matcher_free(m);
+  return ok;
+}
+
+static const char *msg_str(const sl_srv_request *r, size_t i, const char *key) {
+  return sl_jv_str(sl_jv_dict_get(sl_jv_list_get(r->messages, i), key));
+}
+
+#define WEATHER_TOOL                                                           \
+  "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","             \
+  "\"description\":\"d\",\"parameters\":{\"type\":\"object\","                 \
+  "\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":"              \
+  "[\"city\"]}}}"
+#define TIME_TOOL                                                              \
+  "{\"type\":\"function\",\"function\":{\"name\":\"get_time\","                \
+  "\"parameters\":{\"type\":\"object\",\"properties\":{}}}}"
+
+/* What a response_format schema's grammar takes (the JSON Schema meaning) */
+static void test_schema_takes(void) {
+  static const struct {
+    const char *schema, *text;
+    bool ok;
+  } cases[] = {
+      {"{\"type\":\"object\"}", "{\"a\": [1, \"x\"]}", true},
+      {"{\"type\":\"object\"}", "5", false},
+      {"{\"type\":\"object\"}", "\"s\"", false},
+      {"{\"type\":\"object\",\"properties\":{}}", "{\"b\": 1}", true},
+      {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}",
+       "{\"a\": 1}", true},
+      {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}",
+       "{\"a\": \"1\"}", false},
+      {"{\"type\":\"array\",\"items\":{\"type\":\"object\"}}", "[{}, {}]",
+       true},
+      {"{\"type\":\"array\",\"items\":{\"type\":\"object\"}}", "[1]", false},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"model\":\"default\",\"messages\":[{\"role\":\"user\","
+             "\"content\":\"q\"}],\"json_schema\":%s}",
+             cases[i].schema);
+    sl_srv_request r;
+    sl_srv_error e;
+    CHECK_OK(parse(SL_SRV_CHAT, body, &r, &e));
+    if (grammar_takes(r.grammar, cases[i].text) != cases[i].ok)
+      fprintf(stderr, "case %zu: %s on %s\n", i, cases[i].schema,
+              cases[i].text);
+    CHECK(grammar_takes(r.grammar, cases[i].text) == cases[i].ok);
+    sl__srv_request_free(&r);
+  }
+}
+
+static void test_tools(void) {
+  sl_srv_request r;
+  sl_srv_error e;
+  /* no template: the generic form, the tools in a system message */
+  const char *req =
+      "{\"model\":\"default\",\"messages\":[{\"role\":\"user\",\"content\":"
+      "\"q\"}],\"tools\":[" WEATHER_TOOL "," TIME_TOOL
+      "],\"tool_choice\":\"required\"}";
+  CHECK_OK(parse(SL_SRV_CHAT, req, &r, &e));
+  CHECK(r.toolfmt == SL_TOOLFMT_GENERIC &&
+        r.tool_choice == SL_SRV_TOOLS_REQUIRED);
+  CHECK(!r.tools_native && !r.tmpl_extra);
+  CHECK(sl_jv_len(r.messages) == 2);
+  CHECK(!strcmp(msg_str(&r, 0, "role"), "system"));
+  CHECK(strstr(msg_str(&r, 0, "content"), "get_weather") != NULL);
+  CHECK(r.grammar != NULL);
+  CHECK(grammar_takes(r.grammar,
+                      "{\"tool_calls\": [{\"name\": \"get_weather\", "
+                      "\"arguments\": {\"city\": \"Paris\"}}]}"));
+  CHECK(grammar_takes(r.grammar,
+                      "{\"tool_calls\": [{\"name\": \"get_time\", "
+                      "\"arguments\": {}}, {\"name\": \"get_weather\", "
+                      "\"arguments\": {\"city\": \"Oslo\"}}]}"));
+  /* get_time lists no properties: its arguments are {} (tool schemas are
+   * closed); the city is required; an unknown tool is not a call */
+  CHECK(!grammar_takes(r.grammar, "{\"tool_calls\": [{\"name\": \"get_time\", "
+                                  "\"arguments\": {\"x\": 1}}]}"));
+  CHECK(!grammar_takes(r.grammar, "{\"tool_calls\": [{\"name\": "
+                                  "\"get_weather\", \"arguments\": {}}]}"));
+  CHECK(!grammar_takes(r.grammar, "{\"tool_calls\": [{\"name\": \"rm\", "
+                                  "\"arguments\": {}}]}"));
+  CHECK(!grammar_takes(r.grammar, "Sure!"));
+  sl__srv_request_free(&r);
+
+  /* named, no parallel calls: only that tool, once */
+  req = "{\"model\":\"default\",\"messages\":[{\"role\":\"system\","
+        "\"content\":\"S\"},{\"role\":\"user\",\"content\":\"q\"}],"
+        "\"tools\":[" WEATHER_TOOL "," TIME_TOOL
+        "],\"parallel_tool_calls\":false,\"tool_choice\":{\"type\":"
+        "\"function\",\"function\":{\"name\":\"get_time\"}}}";
+  CHECK_OK(parse(SL_SRV_CHAT, req, &r, &e));
+  CHECK(r.tool_choice == SL_SRV_TOOLS_NAMED &&
+        !strcmp(r.tool_name, "get_time"));
+  CHECK(sl_jv_len(r.messages) == 2); /* appended to the system message */
+  CHECK(!strncmp(msg_str(&r, 0, "content"), "S\n\n", 3));
+  CHECK(grammar_takes(r.grammar, "{\"tool_calls\": [{\"name\": \"get_time\", "
+                                 "\"arguments\": {}}]}"));
+  CHECK(!grammar_takes(r.grammar,
+                       "{\"tool_calls\": [{\"name\": \"get_weather\", "
+                       "\"arguments\": {\"city\": \"Paris\"}}]}"));
+  CHECK(!grammar_takes(r.grammar,
+                       "{\"tool_calls\": [{\"name\": \"get_time\", "
+                       "\"arguments\": {}}, {\"name\": \"get_time\", "
+                       "\"arguments\": {}}]}"));
+  sl__srv_request_free(&r);
+
+  /* a Hermes template: tools go to the template, calls stay structured */
+  static const char *names[] = {"m"};
+  sl_srv_limits hl = {names, 1, 2048,
+                      "{% if tools %}{{ tools | tojson }}{% endif %}"
+                      "<tool_call>",
+                      SL_TOOLFMT_NONE};
+  req = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+        "\"q\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{"
+        "\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":"
+        "\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Rome\\\"}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"sunny\"}],"
+        "\"tools\":[" WEATHER_TOOL "],\"tool_choice\":\"required\"}";
+  CHECK_OK(sl__srv_parse(SL_SRV_CHAT, req, strlen(req), &hl, &r, &e));
+  CHECK(r.tools_native && r.tmpl_extra && r.toolfmt == SL_TOOLFMT_HERMES);
+  CHECK(sl_jv_len(r.messages) == 3);
+  const sl_jv *calls =
+      sl_jv_dict_get(sl_jv_list_get(r.messages, 1), "tool_calls");
+  CHECK(sl_jv_len(calls) == 1);
+  const sl_jv *fn = sl_jv_dict_get(sl_jv_list_get(calls, 0), "function");
+  CHECK(!strcmp(sl_jv_str(sl_jv_dict_get(fn, "name")), "get_weather"));
+  /* arguments given as a JSON string reach the template as an object */
+  CHECK(sl_jv_kind_of(sl_jv_dict_get(fn, "arguments")) == SL_JV_DICT);
+  CHECK(!strcmp(msg_str(&r, 2, "tool_call_id"), "c1"));
+  CHECK(grammar_takes(r.grammar, "<tool_call>\n{\"name\": \"get_weather\", "
+                                 "\"arguments\": {\"city\": \"Rome\"}}\n"
+                                 "</tool_call>"));
+  CHECK(!grammar_takes(r.grammar, "{\"name\": \"get_weather\", \"arguments\": "
+                                  "{\"city\": \"Rome\"}}"));
+  sl__srv_request_free(&r);
+
+  /* Anthropic: tool_use and tool_result blocks, tool_choice any */
+  req =
+      "{\"model\":\"m\",\"max_tokens\":9,\"system\":\"S\",\"messages\":["
+      "{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\","
+      "\"content\":[{\"type\":\"text\",\"text\":\"Let me look.\"},{\"type\":"
+      "\"tool_use\",\"id\":\"toolu_1\",\"name\":\"get_weather\",\"input\":"
+      "{\"city\":\"Rome\"}}]},{\"role\":\"user\",\"content\":[{\"type\":"
+      "\"tool_result\",\"tool_use_id\":\"toolu_1\",\"content\":[{\"type\":"
+      "\"text\",\"text\":\"sunny\"}]},{\"type\":\"text\",\"text\":\"and?\"}]}],"
+      "\"tools\":[{\"name\":\"get_weather\",\"input_schema\":{\"type\":"
+      "\"object\"}}],\"tool_choice\":{\"type\":\"any\","
+      "\"disable_parallel_tool_use\":true}}";
+  CHECK_OK(sl__srv_parse(SL_SRV_MESSAGES, req, strlen(req), &hl, &r, &e));
+  CHECK(r.tool_choice == SL_SRV_TOOLS_REQUIRED && !r.tools_parallel);
+  CHECK(sl_jv_len(r.messages) == 5); /* system, user, assistant, tool, user */
+  CHECK(!strcmp(msg_str(&r, 2, "content"), "Let me look."));
+  CHECK(sl_jv_len(
+            sl_jv_dict_get(sl_jv_list_get(r.messages, 2), "tool_calls")) == 1);
+  CHECK(!strcmp(msg_str(&r, 3, "role"), "tool") &&
+        !strcmp(msg_str(&r, 3, "content"), "sunny") &&
+        !strcmp(msg_str(&r, 3, "tool_call_id"), "toolu_1"));
+  CHECK(!strcmp(msg_str(&r, 4, "content"), "and?"));
+  CHECK(!grammar_takes(r.grammar,
+                       "<tool_call>\n{\"name\": \"get_weather\", "
+                       "\"arguments\": {}}\n</tool_call>\n<tool_call>\n{"
+                       "\"name\": \"get_weather\", \"arguments\": {}}\n"
+                       "</tool_call>"));
+  sl__srv_request_free(&r);
+
+  /* without a template that renders them, earlier calls are the JSON the
+   * model is asked to write */
+  req = "{\"model\":\"default\",\"messages\":[{\"role\":\"user\",\"content\":"
+        "\"q\"},{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c1\","
+        "\"type\":\"function\",\"function\":{\"name\":\"get_time\","
+        "\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\","
+        "\"content\":\"noon\"}],\"tools\":[" TIME_TOOL "]}";
+  CHECK_OK(parse(SL_SRV_CHAT, req, &r, &e));
+  CHECK(r.tool_choice == SL_SRV_TOOLS_AUTO && !r.grammar);
+  CHECK(!strcmp(msg_str(&r, 2, "content"),
+                "{\"tool_calls\":[{\"name\":\"get_time\",\"arguments\":{}}]}"));
+  sl__srv_request_free(&r);
+
+  /* tool_choice none: the answer is text, whatever it looks like */
+  req = "{\"model\":\"default\",\"messages\":[{\"role\":\"user\",\"content\":"
+        "\"q\"}],\"tools\":[" TIME_TOOL "],\"tool_choice\":\"none\"}";
+  CHECK_OK(parse(SL_SRV_CHAT, req, &r, &e));
+  CHECK(r.toolfmt == SL_TOOLFMT_NONE && sl_jv_len(r.messages) == 1);
+  sl__srv_request_free(&r);
+}
+
 static void test_bad_inputs(void) {
   size_t live = sl_malloc_live_bytes();
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -594,6 +840,8 @@ int main(void) {
   RUN(test_messages_ok);
   RUN(test_agent_fields);
   RUN(test_structured);
+  RUN(test_schema_takes);
+  RUN(test_tools);
   RUN(test_bad_inputs);
   RUN(test_error_shapes);
   RUN(test_utf8);

@@ -17,7 +17,7 @@ static sl_tokenizer_t *g_tok;
 static char *g_template;
 
 static const char *names[] = {"smollm2"};
-static const sl_srv_limits lim = {names, 1, 1 << 20};
+static const sl_srv_limits lim = {names, 1, 1 << 20, NULL, SL_TOOLFMT_NONE};
 
 /* Appends s to a JSON string literal being built in buf (cap bytes). */
 static void json_escape(char *buf, size_t cap, size_t *o, const char *s,

@@ -239,9 +239,40 @@ static void test_template_families(void) {
   CHECK(!sl__srv_toolfmt_parse("xml", &f));
 }
 
+/* While streaming: what may go out as content before the answer is done */
+static void test_safe_prefix(void) {
+  static const struct {
+    sl_srv_toolfmt f;
+    const char *text;
+    size_t safe;
+  } cases[] = {
+      {SL_TOOLFMT_HERMES, "Let me look. <tool_call>{\"name\"", 12},
+      {SL_TOOLFMT_HERMES, "Let me look. <tool", 12}, /* the mark, cut */
+      {SL_TOOLFMT_HERMES, "Let me look. <b>", 16},
+      {SL_TOOLFMT_HERMES, "Sure  \n", 4}, /* blanks wait */
+      {SL_TOOLFMT_MISTRAL, "ok [TOOL_CALLS][", 2},
+      {SL_TOOLFMT_MISTRAL, "ok [TOOL", 2},
+      {SL_TOOLFMT_GENERIC, "  {\"tool_calls\"", 0}, /* may all be calls */
+      {SL_TOOLFMT_GENERIC, "[", 0},
+      {SL_TOOLFMT_GENERIC, "Paris is sunny", 14},
+      {SL_TOOLFMT_GENERIC, "   ", 0},
+      {SL_TOOLFMT_LLAMA3, "<|python", 0},
+      {SL_TOOLFMT_LLAMA3, "It is {", 7},
+      {SL_TOOLFMT_NONE, "{", 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    size_t got =
+        sl__srv_toolcall_safe(cases[i].f, cases[i].text, strlen(cases[i].text));
+    if (got != cases[i].safe)
+      fprintf(stderr, "case %zu: %zu, want %zu\n", i, got, cases[i].safe);
+    CHECK(got == cases[i].safe);
+  }
+}
+
 int main(void) {
   RUN(test_parsers);
   RUN(test_prefixes_and_oom);
   RUN(test_template_families);
+  RUN(test_safe_prefix);
   return sl_test_finish();
 }

@@ -41,6 +41,7 @@ static void serve_usage(FILE *f) {
       "                    [--ssd-cache-optional] [--hot-cache-bytes BYTES]\n"
       "                    [--hot-cache-compress lz4|none]\n"
       "                    [--max-tokens-default N] [--cors-origin ORIGINS]\n"
+      "                    [--tool-call-format hermes|llama3|mistral|generic]\n"
       "  serves the OpenAI (/v1/chat/completions, /v1/completions,\n"
       "  /v1/models) and Anthropic (/v1/messages, count_tokens) APIs,\n"
       "  /tokenize and /detokenize, /health, /metrics and\n"
@@ -50,6 +51,10 @@ static void serve_usage(FILE *f) {
       "  left in the context is clamped to it.\n"
       "  --cors-origin: '*' or a comma-separated list of origins allowed to\n"
       "  call from a browser (off by default: no CORS headers).\n"
+      "  --tool-call-format: how the model writes tool calls (default: what\n"
+      "  its chat template shows; a template that does not render tools gets\n"
+      "  them described in a system message and answers in the generic\n"
+      "  JSON form).\n"
       "  BYTES accept K, M, G suffixes (powers of 1024).\n"
       "  --max-batched-tokens defaults to 512, or to --max-seqs when that is\n"
       "  larger (each running sequence needs a token of every step).\n"
@@ -221,6 +226,10 @@ int sl_cli_serve_main(int argc, char **argv) {
     } else if (!strcmp(a, "--max-tokens-default")) {
       NEED_VALUE if (!sl_parse_long(v, 0, 1 << 30, &lv))
           BAD_VALUE scfg.max_tokens_default = (int)lv;
+    } else if (!strcmp(a, "--tool-call-format")) {
+      NEED_VALUE if (strcmp(v, "hermes") && strcmp(v, "llama3") &&
+                     strcmp(v, "mistral") && strcmp(v, "generic"))
+          BAD_VALUE scfg.tool_call_format = v;
     } else if (!strcmp(a, "--cors-origin")) {
       NEED_VALUE scfg.cors_origin = v;
     } else if (!strcmp(a, "--parse-special-in-content")) {

@@ -53,15 +53,42 @@ static int uncached(int prompt, int cached) {
   return prompt > cached ? prompt - cached : 0;
 }
 
+/* A tool_use block: {type, id, name, input}; input parsed back from the
+ * arguments toolcall.c wrote (always an object). */
+static json_t *tool_use(const sl_srv_job *j, const sl_srv_toolcalls *tc,
+                        int i) {
+  char id[64];
+  sl__srv_tool_id(j, i, "toolu_", id, sizeof id);
+  json_t *input = json_loads(tc->v[i].arguments, 0, NULL);
+  return json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id", id, "name",
+                   tc->v[i].name, "input", input ? input : json_object());
+}
+
 json_t *sl__ant_body(sl_srv_job *j, const char *model,
                      const sl_tokenizer_t *tok) {
   const char *stop_seq;
   const char *reason = sl__srv_finish_anthropic(j, tok, &stop_seq);
-  json_t *text = sl__json_str_lossy(j->text ? j->text : "", j->text_len);
+  const sl_srv_toolcalls *tc = sl__srv_job_calls(j);
+  json_t *content = json_array();
+  if (tc) {
+    reason = "tool_use";
+    stop_seq = NULL;
+    if (tc->content_len)
+      json_array_append_new(
+          content, json_pack("{s:s,s:o}", "type", "text", "text",
+                             sl__json_str_lossy(tc->content, tc->content_len)));
+    for (int i = 0; content && i < tc->n; i++)
+      json_array_append_new(content, tool_use(j, tc, i));
+  } else {
+    json_array_append_new(
+        content,
+        json_pack("{s:s,s:o}", "type", "text", "text",
+                  sl__json_str_lossy(j->text ? j->text : "", j->text_len)));
+  }
   return json_pack(
-      "{s:s,s:s,s:s,s:s,s:[{s:s,s:o}],s:s,s:o,s:{s:i,s:i,s:i,s:i}}", "id",
-      j->id, "type", "message", "role", "assistant", "model", model, "content",
-      "type", "text", "text", text, "stop_reason", reason, "stop_sequence",
+      "{s:s,s:s,s:s,s:s,s:o,s:s,s:o,s:{s:i,s:i,s:i,s:i}}", "id", j->id, "type",
+      "message", "role", "assistant", "model", model, "content", content,
+      "stop_reason", reason, "stop_sequence",
       stop_seq ? json_string(stop_seq) : json_null(), "usage", "input_tokens",
       uncached(j->prompt_tokens, j->cached_tokens), "output_tokens",
       j->completion_tokens, "cache_read_input_tokens", j->cached_tokens,
@@ -75,8 +102,68 @@ static void emit(sl_srv_job *j, const char *event, json_t *data) {
   json_decref(data);
 }
 
+/* Text into the open text block (opened first when none is). */
+static void text_delta(sl_srv_job *j, const char *p, size_t n) {
+  if (!n)
+    return;
+  if (!j->ant_open) {
+    emit(j, "content_block_start",
+         json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start",
+                   "index", j->ant_blocks, "content_block", "type", "text",
+                   "text", ""));
+    j->ant_open = true;
+  }
+  emit(j, "content_block_delta",
+       json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta",
+                 "index", j->ant_blocks, "delta", "type", "text_delta", "text",
+                 sl__json_str_lossy(p, n)));
+}
+
+static void close_block(sl_srv_job *j) {
+  if (!j->ant_open)
+    return;
+  emit(j, "content_block_stop",
+       json_pack("{s:s,s:i}", "type", "content_block_stop", "index",
+                 j->ant_blocks));
+  j->ant_open = false;
+  j->ant_blocks++;
+}
+
+/* With tools: text streams up to where a call may start; once the answer
+ * is done, each call is a tool_use block whose input comes as one
+ * input_json_delta. Returns true when calls were sent. */
+static bool stream_tools(sl_srv_job *j) {
+  if (j->done && j->finish == SL_FINISH_ERROR)
+    return false;
+  const char *p;
+  size_t n = sl__srv_tool_stream_text(j, &p);
+  text_delta(j, p, n);
+  const sl_srv_toolcalls *tc = sl__srv_job_calls(j);
+  if (!tc)
+    return false;
+  close_block(j);
+  for (int i = 0; i < tc->n; i++) {
+    json_t *b = tool_use(j, tc, i);
+    if (b)
+      json_object_set_new(b, "input", json_object());
+    emit(j, "content_block_start",
+         json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index",
+                   j->ant_blocks, "content_block", b));
+    emit(j, "content_block_delta",
+         json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_delta",
+                   "index", j->ant_blocks, "delta", "type", "input_json_delta",
+                   "partial_json", tc->v[i].arguments));
+    emit(j, "content_block_stop",
+         json_pack("{s:s,s:i}", "type", "content_block_stop", "index",
+                   j->ant_blocks));
+    j->ant_blocks++;
+  }
+  return true;
+}
+
 bool sl__ant_stream(sl_srv_job *j, const char *model,
                     const sl_tokenizer_t *tok) {
+  bool tools = j->req.toolfmt != SL_TOOLFMT_NONE;
   if (j->phase == 0) {
     if (j->done && j->finish == SL_FINISH_ERROR && j->n_toks == 0) {
       j->phase = 1; /* nothing started: only the error event */
@@ -90,15 +177,20 @@ bool sl__ant_stream(sl_srv_job *j, const char *model,
                      uncached(j->n_ids, j->cached_tokens), "output_tokens", 0,
                      "cache_read_input_tokens", j->cached_tokens,
                      "cache_creation_input_tokens", 0));
-      emit(j, "content_block_start",
-           json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start",
-                     "index", 0, "content_block", "type", "text", "text", ""));
+      if (!tools) { /* with tools, the first block may be a tool_use */
+        emit(j, "content_block_start",
+             json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start",
+                       "index", 0, "content_block", "type", "text", "text",
+                       ""));
+        j->ant_open = true;
+      }
       emit(j, "ping", json_pack("{s:s}", "type", "ping"));
       j->phase = 1;
     }
   }
   if (j->phase == 1) {
-    for (; j->sent_toks < j->n_toks; j->sent_toks++) {
+    bool called = tools && stream_tools(j);
+    for (; !tools && j->sent_toks < j->n_toks; j->sent_toks++) {
       const sl_srv_tok *t = &j->toks[j->sent_toks];
       if (t->text_len == 0)
         continue;
@@ -116,8 +208,17 @@ bool sl__ant_stream(sl_srv_job *j, const char *model,
     } else {
       const char *stop_seq;
       const char *reason = sl__srv_finish_anthropic(j, tok, &stop_seq);
-      emit(j, "content_block_stop",
-           json_pack("{s:s,s:i}", "type", "content_block_stop", "index", 0));
+      if (called) {
+        reason = "tool_use";
+        stop_seq = NULL;
+      } else if (!j->ant_open && !j->ant_blocks) {
+        emit(j, "content_block_start",
+             json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start",
+                       "index", 0, "content_block", "type", "text", "text",
+                       ""));
+        j->ant_open = true;
+      }
+      close_block(j);
       emit(j, "message_delta",
            json_pack("{s:s,s:{s:s,s:o},s:{s:i}}", "type", "message_delta",
                      "delta", "stop_reason", reason, "stop_sequence",

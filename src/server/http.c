@@ -45,10 +45,11 @@ enum route {
   ROUTE_CHAT,
   ROUTE_COMPLETIONS,
   ROUTE_MESSAGES,
-  ROUTE_MODEL,        /* GET /v1/models/{id} */
-  ROUTE_COUNT_TOKENS, /* POST /v1/messages/count_tokens */
-  ROUTE_TOKENIZE,     /* POST /tokenize */
-  ROUTE_DETOKENIZE,   /* POST /detokenize */
+  ROUTE_MODEL,          /* GET /v1/models/{id} */
+  ROUTE_COUNT_TOKENS,   /* POST /v1/messages/count_tokens */
+  ROUTE_TOKENIZE,       /* POST /tokenize */
+  ROUTE_DETOKENIZE,     /* POST /detokenize */
+  ROUTE_APPLY_TEMPLATE, /* POST /apply-template */
 };
 
 /* Per-request state of one connection (MHD's con_cls). */
@@ -98,6 +99,7 @@ static void job_unref(sl_srv_job *j) {
   sl_free(j->ids);
   sl_free(j->text);
   sl_free(j->toks);
+  sl__srv_toolcalls_free(&j->calls);
   sl__sbuf_free(&j->out);
   pthread_cond_destroy(&j->cv);
   pthread_mutex_destroy(&j->mu);
@@ -489,9 +491,7 @@ static enum MHD_Result handle_generate(sl_server_t *s, struct MHD_Connection *c,
                    : cn->route == ROUTE_COMPLETIONS ? SL_SRV_COMPLETIONS
                                                     : SL_SRV_MESSAGES;
   sl_srv_error err;
-  sl_srv_limits lim = {.model_names = s->names,
-                       .n_model_names = s->n_names,
-                       .n_ctx = s->cfg.n_ctx};
+  sl_srv_limits lim = sl__srv_limits_of(s);
   sl_srv_job *j = sl_calloc(1, sizeof *j);
   if (!j) {
     sl__srv_error_set(&err, 500, NULL, NULL, "out of memory");
@@ -624,6 +624,7 @@ static enum route route_of(const char *url, const char *method, bool *post,
       {"/v1/messages/count_tokens", true, ROUTE_COUNT_TOKENS},
       {"/tokenize", true, ROUTE_TOKENIZE},
       {"/detokenize", true, ROUTE_DETOKENIZE},
+      {"/apply-template", true, ROUTE_APPLY_TEMPLATE},
       {"/v1/models/", false, ROUTE_MODEL}, /* a prefix: /v1/models/{id} */
   };
   *bad_method = *preflight = false;
@@ -954,6 +955,8 @@ static enum MHD_Result on_access_req(sl_server_t *s, conn *cn,
     return answer_body_route(s, c, cn, sl__srv_tokenize);
   case ROUTE_DETOKENIZE:
     return answer_body_route(s, c, cn, sl__srv_detokenize);
+  case ROUTE_APPLY_TEMPLATE:
+    return answer_body_route(s, c, cn, sl__srv_apply_template);
   case ROUTE_STATS:
     return send_json(c, 200, sl__srv_stats_json(s), false);
   case ROUTE_METRICS: {
@@ -1115,6 +1118,15 @@ sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
       (cfg->cors_origin && cfg->cors_origin[0] && !s->cors))
     goto fail_strings;
   s->cfg.cors_origin = s->cors;
+  s->cfg.tool_call_format = NULL;
+  if (cfg->tool_call_format && cfg->tool_call_format[0] &&
+      !sl__srv_toolfmt_parse(cfg->tool_call_format, &s->toolfmt)) {
+    snprintf(err, errcap,
+             "unknown tool-call format '%s' (hermes, llama3, mistral, generic)",
+             cfg->tool_call_format);
+    st = SL_ERR_INVALID_ARG;
+    goto fail_strings;
+  }
   s->cfg.host = s->host;
   s->cfg.api_key = s->api_key;
   s->cfg.model_name = s->model_name;

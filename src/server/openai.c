@@ -74,6 +74,21 @@ static json_t *usage_json(const sl_srv_job *j) {
                    "prompt_tokens_details", "cached_tokens", j->cached_tokens);
 }
 
+/* message.tool_calls (or one chunk's delta.tool_calls entry). */
+static json_t *tool_calls_json(const sl_srv_job *j,
+                               const sl_srv_toolcalls *tc) {
+  json_t *a = json_array();
+  for (int i = 0; a && i < tc->n; i++) {
+    char id[64];
+    sl__srv_tool_id(j, i, "call_", id, sizeof id);
+    json_array_append_new(a, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id,
+                                       "type", "function", "function", "name",
+                                       tc->v[i].name, "arguments",
+                                       tc->v[i].arguments));
+  }
+  return a;
+}
+
 json_t *sl__oai_body(sl_srv_job *j, const char *model,
                      const sl_tokenizer_t *tok) {
   json_t *text = sl__json_str_lossy(j->text ? j->text : "", j->text_len);
@@ -93,12 +108,22 @@ json_t *sl__oai_body(sl_srv_job *j, const char *model,
     }
   }
   const char *fin = sl__srv_finish_openai(j->finish);
+  const sl_srv_toolcalls *tc = sl__srv_job_calls(j);
+  if (tc) { /* the text around the calls is the content (null if none) */
+    json_decref(text);
+    text = tc->content_len ? sl__json_str_lossy(tc->content, tc->content_len)
+                           : json_null();
+    fin = "tool_calls";
+  }
   json_t *choice;
-  if (j->req.api == SL_SRV_CHAT)
+  if (j->req.api == SL_SRV_CHAT) {
     choice = json_pack("{s:i,s:{s:s,s:o,s:n},s:o,s:s}", "index", 0, "message",
                        "role", "assistant", "content", text, "refusal",
                        "logprobs", lp, "finish_reason", fin);
-  else
+    if (choice && tc)
+      json_object_set_new(json_object_get(choice, "message"), "tool_calls",
+                          tool_calls_json(j, tc));
+  } else
     choice = json_pack("{s:o,s:i,s:o,s:s}", "text", text, "index", 0,
                        "logprobs", lp, "finish_reason", fin);
   return json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", j->id, "object",
@@ -122,6 +147,46 @@ static void emit_chunk(sl_srv_job *j, const char *model, json_t *choice) {
   json_decref(c);
 }
 
+static void content_delta(sl_srv_job *j, const char *model, const char *p,
+                          size_t n) {
+  if (n)
+    emit_chunk(j, model,
+               json_pack("{s:i,s:{s:o},s:n,s:n}", "index", 0, "delta",
+                         "content", sl__json_str_lossy(p, n), "logprobs",
+                         "finish_reason"));
+}
+
+/* With tools, content streams by text, up to where a call may start; the
+ * calls follow when the answer is done: each as one delta with its id and
+ * name, then one with its arguments. Returns the finish reason to give
+ * (NULL: the job's own). No logprobs in these deltas. */
+static const char *stream_tools(sl_srv_job *j, const char *model) {
+  if (j->done && j->finish == SL_FINISH_ERROR)
+    return NULL;
+  const char *p;
+  size_t n = sl__srv_tool_stream_text(j, &p);
+  content_delta(j, model, p, n);
+  const sl_srv_toolcalls *tc = sl__srv_job_calls(j);
+  if (!tc)
+    return NULL;
+  for (int i = 0; i < tc->n; i++) {
+    char id[64];
+    sl__srv_tool_id(j, i, "call_", id, sizeof id);
+    emit_chunk(j, model,
+               json_pack("{s:i,s:{s:[{s:i,s:s,s:s,s:{s:s,s:s}}]},s:n,s:n}",
+                         "index", 0, "delta", "tool_calls", "index", i, "id",
+                         id, "type", "function", "function", "name",
+                         tc->v[i].name, "arguments", "", "logprobs",
+                         "finish_reason"));
+    emit_chunk(j, model,
+               json_pack("{s:i,s:{s:[{s:i,s:{s:s}}]},s:n,s:n}", "index", 0,
+                         "delta", "tool_calls", "index", i, "function",
+                         "arguments", tc->v[i].arguments, "logprobs",
+                         "finish_reason"));
+  }
+  return "tool_calls";
+}
+
 bool sl__oai_stream(sl_srv_job *j, const char *model,
                     const sl_tokenizer_t *tok) {
   bool chat = j->req.api == SL_SRV_CHAT;
@@ -134,7 +199,9 @@ bool sl__oai_stream(sl_srv_job *j, const char *model,
     j->phase = 1;
   }
   if (j->phase == 1) {
-    for (; j->sent_toks < j->n_toks; j->sent_toks++) {
+    bool tools = chat && j->req.toolfmt != SL_TOOLFMT_NONE;
+    const char *tools_fin = tools ? stream_tools(j, model) : NULL;
+    for (; !tools && j->sent_toks < j->n_toks; j->sent_toks++) {
       const sl_srv_tok *t = &j->toks[j->sent_toks];
       /* id < 0: text the engine flushed at the end, with no token */
       bool with_lp = j->req.logprobs && t->id >= 0;
@@ -173,7 +240,8 @@ bool sl__oai_stream(sl_srv_job *j, const char *model,
       j->phase = 2;
       return true;
     } else {
-      const char *fin = sl__srv_finish_openai(j->finish);
+      const char *fin =
+          tools_fin ? tools_fin : sl__srv_finish_openai(j->finish);
       if (chat)
         emit_chunk(j, model,
                    json_pack("{s:i,s:{},s:n,s:s}", "index", 0, "delta",

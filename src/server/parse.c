@@ -107,8 +107,8 @@ static char *dup_str(json_t *s) {
 
 /* Joins a content value into text: a string, or a list of {type:"text",
  * text} parts. Returns 1 on success (*out set, owned), -1 with err set. */
-static int content_text(json_t *c, const char *param, bool allow_null,
-                        sl_sbuf *out, sl_srv_error *err) {
+int sl__srv_content_text(json_t *c, const char *param, bool allow_null,
+                         sl_sbuf *out, sl_srv_error *err) {
   if (!c || json_is_null(c)) {
     if (allow_null)
       return 1;
@@ -319,8 +319,8 @@ static sl_status parse_logit_bias(json_t *v, sl_srv_request *r,
 
 /* Compiles GBNF text into r->grammar (constrained decoding); a 400 naming
  * `param` when it does not compile. */
-static sl_status set_grammar(sl_srv_request *r, const char *gbnf, size_t len,
-                             const char *param, sl_srv_error *err) {
+sl_status sl__srv_set_grammar(sl_srv_request *r, const char *gbnf, size_t len,
+                              const char *param, sl_srv_error *err) {
   char gerr[256] = "";
   sl_grammar_t *g = NULL;
   sl_status st = sl_grammar_compile(gbnf, len, NULL, &g, gerr, sizeof gerr);
@@ -355,7 +355,7 @@ static sl_status set_schema(sl_srv_request *r, json_t *schema,
   char serr[256] = "";
   sl_status st = sl__srv_schema_gbnf(schema, &g, serr, sizeof serr);
   if (st == SL_OK)
-    st = set_grammar(r, g.p, g.len, param, err);
+    st = sl__srv_set_grammar(r, g.p, g.len, param, err);
   else if (st == SL_ERR_NOMEM)
     sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
   else
@@ -403,16 +403,17 @@ static sl_status parse_structured(json_t *root, sl_srv_request *r,
                         "'grammar' must be a string (GBNF)");
       return SL_ERR_FORMAT;
     }
-    return set_grammar(r, json_string_value(gr), json_string_length(gr),
-                       "grammar", err);
+    return sl__srv_set_grammar(r, json_string_value(gr), json_string_length(gr),
+                               "grammar", err);
   }
   if (js)
     return set_schema(r, js, "json_schema", err);
   if (rft && !strcmp(rft, "json_object")) {
     sl_sbuf g = {0};
     sl__srv_json_object_gbnf(&g);
-    sl_status st = g.oom ? SL_ERR_NOMEM
-                         : set_grammar(r, g.p, g.len, "response_format", err);
+    sl_status st =
+        g.oom ? SL_ERR_NOMEM
+              : sl__srv_set_grammar(r, g.p, g.len, "response_format", err);
     sl__sbuf_free(&g);
     if (st == SL_ERR_NOMEM)
       sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
@@ -510,8 +511,7 @@ static sl_status parse_openai_common(json_t *root, const sl_srv_limits *lim,
     if (opt_bool(so, "include_usage", &r->include_usage, err) < 0)
       goto fail_value;
   }
-  if (!reject_nonempty(root, "tools", err) ||
-      !reject_nonempty(root, "functions", err))
+  if (!reject_nonempty(root, "functions", err))
     return SL_ERR_UNSUPPORTED;
   if ((st = parse_structured(root, r, err)) != SL_OK)
     return st;
@@ -546,6 +546,63 @@ static sl_status parse_max_tokens(json_t *root, const char *key,
   (void)lim;
   r->gen.max_tokens = ll > INT32_MAX ? INT32_MAX : (int)ll;
   r->max_tokens_set = true;
+  return SL_OK;
+}
+
+/* Tools, before the messages are read: tools and tool_choice, how the
+ * template takes them, and the grammar of a forced call. */
+static sl_status tools_begin(json_t *root, const sl_srv_limits *lim,
+                             sl_srv_request *r, sl_srv_error *err) {
+  sl_status st = sl__srv_tools_parse(root, r->api != SL_SRV_CHAT, r, err);
+  if (st != SL_OK)
+    return st;
+  sl__srv_tools_decide(r, lim);
+  if (r->toolfmt == SL_TOOLFMT_NONE ||
+      (r->tool_choice != SL_SRV_TOOLS_REQUIRED &&
+       r->tool_choice != SL_SRV_TOOLS_NAMED))
+    return SL_OK;
+  if (r->grammar) {
+    sl__srv_error_set(err, 400, "invalid_value", "tool_choice",
+                      "a forced tool call cannot be combined with a response "
+                      "format or grammar");
+    return SL_ERR_FORMAT;
+  }
+  sl_sbuf g = {0};
+  char gerr[256] = "";
+  sl_srv_toolfmt fmt;
+  st = sl__srv_tools_grammar(r, &g, &fmt, gerr, sizeof gerr);
+  if (st == SL_OK)
+    st = sl__srv_set_grammar(r, g.p, g.len, "tools", err);
+  else if (st == SL_ERR_NOMEM)
+    sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
+  else
+    sl__srv_error_set(err, 400, "invalid_value", "tools",
+                      "a tool's parameters cannot be used for a forced call: "
+                      "%s",
+                      gerr);
+  sl__sbuf_free(&g);
+  r->toolfmt = fmt;
+  return st;
+}
+
+/* For a template that does not render tools, the system text that
+ * describes them: appended to the conversation's own system message
+ * (`text` holds it, `is_system`), or a message of its own. */
+static sl_status tools_system(sl_srv_request *r, bool is_system, sl_sbuf *text,
+                              sl_srv_error *err) {
+  if (!r->tools || r->tools_native || r->toolfmt == SL_TOOLFMT_NONE)
+    return SL_OK;
+  sl_sbuf own = {0};
+  sl_sbuf *t = is_system ? text : &own;
+  if (t->len)
+    sl__sbuf_adds(t, "\n\n");
+  sl__srv_tools_instructions(r, t);
+  bool ok = !t->oom && (is_system || push_msg(r->messages, "system", t));
+  sl__sbuf_free(&own);
+  if (!ok) {
+    sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
+    return SL_ERR_NOMEM;
+  }
   return SL_OK;
 }
 
@@ -591,6 +648,8 @@ static sl_status parse_chat(json_t *root, const sl_srv_limits *lim,
     BAD(400, "invalid_value", "messages", "'messages' must not be empty");
   if (!(r->messages = sl_jv_list()))
     NOMEM();
+  if ((st = tools_begin(root, lim, r, err)) != SL_OK)
+    goto fail;
   size_t i;
   json_t *m;
   json_array_foreach(msgs, i, m) {
@@ -613,19 +672,30 @@ static sl_status parse_chat(json_t *root, const sl_srv_limits *lim,
           param, json_string_value(role));
     snprintf(param, sizeof param, "messages[%zu].content", i);
     text.len = 0;
-    if (content_text(json_object_get(m, "content"), param,
-                     strcmp(rs, "assistant") == 0, &text, err) < 0) {
+    if (sl__srv_content_text(json_object_get(m, "content"), param,
+                             strcmp(rs, "assistant") == 0, &text, err) < 0) {
       st = SL_ERR_FORMAT;
       goto fail;
     }
-    if (text.oom || !push_msg(r->messages, rs, &text))
+    if (text.oom)
       NOMEM();
+    if (i == 0 && strcmp(rs, "system") &&
+        (st = tools_system(r, false, &text, err)) != SL_OK)
+      goto fail;
+    if (i == 0 && !strcmp(rs, "system") &&
+        (st = tools_system(r, true, &text, err)) != SL_OK)
+      goto fail;
+    snprintf(param, sizeof param, "messages[%zu]", i);
+    if ((st = sl__srv_msg_openai(m, rs, &text, r, param, err)) != SL_OK)
+      goto fail;
     if (r->continue_final && i + 1 == json_array_size(msgs) &&
         (strcmp(rs, "assistant") || !text.len))
       BAD(400, "invalid_value", "continue_final_message",
           "'continue_final_message' needs a last message from the assistant "
           "with some content");
   }
+  if (sl__srv_tools_template(r) != SL_OK)
+    NOMEM();
   sl__sbuf_free(&text);
   return SL_OK;
 fail:
@@ -655,6 +725,8 @@ static sl_status parse_completions(json_t *root, const sl_srv_limits *lim,
                       "'echo' is not supported");
     return SL_ERR_UNSUPPORTED;
   }
+  if (!reject_nonempty(root, "tools", err))
+    return SL_ERR_UNSUPPORTED;
   if (member(root, "suffix")) {
     sl__srv_error_set(err, 400, "unsupported_parameter", "suffix",
                       "'suffix' is not supported");
@@ -770,10 +842,6 @@ static sl_status parse_messages(json_t *root, const sl_srv_limits *lim,
     if ((st = set_schema(r, sc, "output_config", err)) != SL_OK)
       goto fail;
   }
-  if (!reject_nonempty(root, "tools", err)) {
-    st = SL_ERR_UNSUPPORTED;
-    goto fail;
-  }
   json_t *th = member(root, "thinking");
   if (th) {
     json_t *t = json_object_get(th, "type");
@@ -795,13 +863,16 @@ static sl_status parse_messages(json_t *root, const sl_srv_limits *lim,
 
   if (!(r->messages = sl_jv_list()))
     NOMEM();
+  if ((st = tools_begin(root, lim, r, err)) != SL_OK)
+    goto fail;
   json_t *sys = member(root, "system");
-  if (sys) {
-    if (content_text(sys, "system", false, &text, err) < 0)
-      goto fail_format;
-    if (text.oom || !push_msg(r->messages, "system", &text))
-      NOMEM();
-  }
+  if (sys && sl__srv_content_text(sys, "system", false, &text, err) < 0)
+    goto fail_format;
+  if ((st = tools_system(r, true, &text, err)) != SL_OK)
+    goto fail;
+  if ((sys || text.len) &&
+      (text.oom || !push_msg(r->messages, "system", &text)))
+    NOMEM();
   json_t *msgs = json_object_get(root, "messages");
   if (!msgs)
     BAD(400, "missing_required_parameter", "messages",
@@ -825,8 +896,14 @@ static sl_status parse_messages(json_t *root, const sl_srv_limits *lim,
           param);
     snprintf(param, sizeof param, "messages.%zu.content", i);
     text.len = 0;
-    if (content_text(json_object_get(m, "content"), param, false, &text, err) <
-        0)
+    json_t *content = json_object_get(m, "content");
+    if (sl__srv_ant_has_tool_blocks(content)) {
+      if ((st = sl__srv_msg_anthropic(content, json_string_value(role), r,
+                                      param, err)) != SL_OK)
+        goto fail;
+      continue;
+    }
+    if (sl__srv_content_text(content, param, false, &text, err) < 0)
       goto fail_format;
     if (text.oom || !push_msg(r->messages, json_string_value(role), &text))
       NOMEM();
@@ -840,6 +917,8 @@ static sl_status parse_messages(json_t *root, const sl_srv_limits *lim,
       r->continue_final = true;
     }
   }
+  if (sl__srv_tools_template(r) != SL_OK)
+    NOMEM();
   sl__sbuf_free(&text);
   return SL_OK;
 fail_format:
@@ -946,6 +1025,9 @@ void sl__srv_request_free(sl_srv_request *r) {
   sl_free(r->prompt_ids);
   sl_free(r->bias);
   sl_grammar_unref(r->grammar);
+  json_decref(r->tools);
+  sl_free(r->tool_name);
+  sl_jv_free(r->tmpl_extra);
   for (int i = 0; i < SL_MAX_STOP; i++)
     sl_free(r->stops[i]);
   sl_srv_api api = r->api;

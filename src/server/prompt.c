@@ -19,6 +19,79 @@ static void token_text(const sl_tokenizer_t *tok, int32_t id, char *buf,
   }
 }
 
+/* The chat template's text for r (chat / messages) in *out (free with
+ * sl_free) and *len; with want_mask, *untrusted marks the bytes that came
+ * from the request (else NULL). A continued last message (prefill) cuts
+ * the text where that message's own bytes end. */
+static sl_status render_chat(const sl_srv_request *r, const char *chat_template,
+                             const char *bos, const char *eos, bool want_mask,
+                             char **out, size_t *len, uint8_t **untrusted,
+                             sl_srv_error *err) {
+  *out = NULL;
+  *untrusted = NULL;
+  if (!chat_template) {
+    sl__srv_error_set(err, 400, "no_chat_template", NULL,
+                      "the model has no chat template; use /v1/completions");
+    return SL_ERR_UNSUPPORTED;
+  }
+  char terr[256] = "";
+  bool cont = r->continue_final;
+  sl_status st = sl_chat_template_render_marked(
+      chat_template, r->messages, !cont, bos, eos, r->tmpl_extra, out, len,
+      want_mask || cont ? untrusted : NULL, terr, sizeof terr);
+  if (st == SL_ERR_NOMEM) {
+    sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
+    return st;
+  }
+  if (st != SL_OK) {
+    /* raise_exception() in a template rejects the conversation (e.g.
+     * roles not alternating): the client's fault */
+    sl__srv_error_set(err, 400, "invalid_messages", "messages",
+                      "the chat template rejected the messages: %s", terr);
+    return SL_ERR_FORMAT;
+  }
+  if (cont) {
+    /* a prefill: the prompt ends where the last message's own text ends
+     * (the last bytes that came from the request), before the template
+     * closes the turn (HF's continue_final_message cuts at the content
+     * the same way) */
+    size_t end = *len;
+    while (end > 0 && !(*untrusted && (*untrusted)[end - 1]))
+      end--;
+    if (!end) {
+      sl_free(*untrusted);
+      sl_free(*out);
+      *untrusted = NULL;
+      *out = NULL;
+      sl__srv_error_set(err, 400, "invalid_messages", "messages",
+                        "the chat template does not write the last "
+                        "assistant message: it cannot be continued");
+      return SL_ERR_FORMAT;
+    }
+    *len = end;
+    (*out)[end] = 0;
+    if (!want_mask) { /* the mask only found the end */
+      sl_free(*untrusted);
+      *untrusted = NULL;
+    }
+  }
+  return SL_OK;
+}
+
+sl_status sl__srv_prompt_text(const sl_srv_request *r,
+                              const sl_tokenizer_t *tok,
+                              const char *chat_template, char **text,
+                              size_t *len, sl_srv_error *err) {
+  char bos[256], eos[256];
+  uint8_t *mask = NULL;
+  token_text(tok, sl_tokenizer_bos(tok), bos, sizeof bos);
+  token_text(tok, sl_tokenizer_eos(tok), eos, sizeof eos);
+  sl_status st =
+      render_chat(r, chat_template, bos, eos, false, text, len, &mask, err);
+  sl_free(mask);
+  return st;
+}
+
 sl_status sl__srv_prompt_ids(const sl_srv_request *r, const sl_tokenizer_t *tok,
                              const char *chat_template,
                              bool parse_special_in_content, int32_t **ids,
@@ -56,48 +129,11 @@ sl_status sl__srv_prompt_ids(const sl_srv_request *r, const sl_tokenizer_t *tok,
     text = r->prompt;
     text_len = r->prompt_len;
   } else {
-    if (!chat_template) {
-      sl__srv_error_set(err, 400, "no_chat_template", NULL,
-                        "the model has no chat template; use /v1/completions");
-      return SL_ERR_UNSUPPORTED;
-    }
-    char terr[256] = "";
-    bool cont = r->continue_final;
-    sl_status st = sl_chat_template_render_marked(
-        chat_template, r->messages, !cont, bos, eos, NULL, &rendered, &text_len,
-        parse_special_in_content && !cont ? NULL : &untrusted, terr,
-        sizeof terr);
-    if (st == SL_ERR_NOMEM)
-      goto fail_nomem;
-    if (st != SL_OK) {
-      /* raise_exception() in a template rejects the conversation (e.g.
-       * roles not alternating): the client's fault */
-      sl__srv_error_set(err, 400, "invalid_messages", "messages",
-                        "the chat template rejected the messages: %s", terr);
-      return SL_ERR_FORMAT;
-    }
-    if (st == SL_OK && cont) {
-      /* a prefill: the prompt ends where the last message's own text ends
-       * (the last bytes that came from the request), before the template
-       * closes the turn (HF's continue_final_message cuts at the content
-       * the same way) */
-      size_t end = text_len;
-      while (end > 0 && !(untrusted && untrusted[end - 1]))
-        end--;
-      if (!end) {
-        sl_free(untrusted);
-        sl_free(rendered);
-        sl__srv_error_set(err, 400, "invalid_messages", "messages",
-                          "the chat template does not write the last "
-                          "assistant message: it cannot be continued");
-        return SL_ERR_FORMAT;
-      }
-      text_len = end;
-      if (parse_special_in_content) { /* the mask only found the end */
-        sl_free(untrusted);
-        untrusted = NULL;
-      }
-    }
+    sl_status st =
+        render_chat(r, chat_template, bos, eos, !parse_special_in_content,
+                    &rendered, &text_len, &untrusted, err);
+    if (st != SL_OK)
+      return st;
     text = rendered;
     /* the template wrote BOS itself: do not add a second one */
     if (bos[0] && text_len >= strlen(bos) &&

@@ -49,14 +49,20 @@ json_t *sl__srv_model_json(sl_server_t *s, const char *id, sl_srv_error *err) {
   return NULL;
 }
 
+sl_srv_limits sl__srv_limits_of(const sl_server_t *s) {
+  return (sl_srv_limits){.model_names = s->names,
+                         .n_model_names = s->n_names,
+                         .n_ctx = s->cfg.n_ctx,
+                         .chat_template = s->chat_template,
+                         .toolfmt = s->toolfmt};
+}
+
 /* ---- count_tokens -------------------------------------------------------- */
 
 sl_status sl__srv_count_tokens(sl_server_t *s, const char *body, size_t len,
                                json_t **out, sl_srv_error *err) {
   *out = NULL;
-  sl_srv_limits lim = {.model_names = s->names,
-                       .n_model_names = s->n_names,
-                       .n_ctx = s->cfg.n_ctx};
+  sl_srv_limits lim = sl__srv_limits_of(s);
   sl_srv_request r;
   sl_status st = sl__srv_parse(SL_SRV_COUNT_TOKENS, body, len, &lim, &r, err);
   if (st != SL_OK)
@@ -70,6 +76,49 @@ sl_status sl__srv_count_tokens(sl_server_t *s, const char *body, size_t len,
     return st;
   sl_free(ids);
   if (!(*out = json_pack("{s:i}", "input_tokens", n))) {
+    sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
+    return SL_ERR_NOMEM;
+  }
+  return SL_OK;
+}
+
+/* ---- apply-template ------------------------------------------------------ */
+
+sl_status sl__srv_apply_template(sl_server_t *s, const char *body, size_t len,
+                                 json_t **out, sl_srv_error *err) {
+  *out = NULL;
+  sl_srv_limits lim = sl__srv_limits_of(s);
+  /* llama.cpp's route takes a chat body without a model: this one's */
+  json_t *root = sl__srv_body_object(body, len, err);
+  if (!root)
+    return SL_ERR_FORMAT;
+  if (!json_object_get(root, "model") &&
+      json_object_set_new(root, "model", json_string(s->model_name))) {
+    json_decref(root);
+    sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
+    return SL_ERR_NOMEM;
+  }
+  char *whole = json_dumps(root, JSON_COMPACT);
+  json_decref(root);
+  if (!whole) {
+    sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
+    return SL_ERR_NOMEM;
+  }
+  sl_srv_request r;
+  sl_status st =
+      sl__srv_parse(SL_SRV_CHAT, whole, strlen(whole), &lim, &r, err);
+  free(whole);
+  if (st != SL_OK)
+    return st;
+  char *text = NULL;
+  size_t n = 0;
+  st = sl__srv_prompt_text(&r, s->tok, s->chat_template, &text, &n, err);
+  sl__srv_request_free(&r);
+  if (st != SL_OK)
+    return st;
+  *out = json_pack("{s:s%}", "prompt", text, n);
+  sl_free(text);
+  if (!*out) {
     sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
     return SL_ERR_NOMEM;
   }

@@ -50,6 +50,7 @@ typedef struct conv {
   char *err;
   size_t errcap;
   bool failed;
+  bool closed; /* no additionalProperties given: none allowed */
 } conv;
 
 static bool bad(conv *c, const char *fmt, const char *what) {
@@ -90,8 +91,8 @@ static int gen(conv *c, json_t *s, int depth);
  * of the base rules for the negative codes (see gen_type). */
 static const char *name_of(int v, char *buf, size_t cap) {
   static const char *const named[] = {
-      NULL,          NULL,       "json-value", "json-string",
-      "json-number", "json-int", "json-bool",  "json-null"};
+      NULL,       NULL,        "json-value", "json-string", "json-number",
+      "json-int", "json-bool", "json-null",  "json-object"};
   if (v >= 0) {
     snprintf(buf, cap, "r%d", v);
     return buf;
@@ -146,10 +147,14 @@ static int gen_object(conv *c, json_t *s, int depth) {
   size_t np = props ? json_object_size(props) : 0;
   if (np > 64)
     return bad(c, "an object with more than %s properties", "64"), -1;
+  /* tool arguments: listed properties and no others, unless the schema
+   * says otherwise (as models are told to call them) */
+  if (!addl && props && c->closed)
+    addl = json_false();
   if (!np) { /* a map: any object, or members of one schema */
     if (!addl || json_is_true(addl) ||
         (json_is_object(addl) && !json_object_size(addl)))
-      return -2; /* json-object */
+      return -8; /* json-object */
     if (json_is_false(addl)) {
       sl_sbuf b = {0};
       int id = begin(c, &b);
@@ -327,8 +332,9 @@ static int gen_string(conv *c, json_t *s) {
   return id;
 }
 
-/* One type name's rule: -2 json-value, -3 json-string, -4 json-number,
- * -5 json-int, -6 json-bool, -7 json-null, >= 0 a rule, -1 failed. */
+/* One type name's rule: -8 json-object, -2 json-value, -3 json-string, -4
+ * json-number, -5 json-int, -6 json-bool, -7 json-null, >= 0 a rule, -1 failed.
+ */
 static int gen_type(conv *c, json_t *s, const char *t, int depth) {
   if (!strcmp(t, "object"))
     return gen_object(c, s, depth);
@@ -514,23 +520,35 @@ static int gen(conv *c, json_t *s, int depth) {
   return alternatives(c, v, n);
 }
 
-sl_status sl__srv_schema_gbnf(json_t *schema, sl_sbuf *out, char *err,
-                              size_t errcap) {
-  conv c = {.root = schema, .out = out, .err = err, .errcap = errcap};
+/* The rules of schemas[0..n) in one numbering, appended to out; names[i]
+ * gets the rule that starts schemas[i]. closed: an object that lists
+ * properties takes no others unless additionalProperties says so. */
+static sl_status rules_of(json_t *const *schemas, int n, bool closed,
+                          char (*names)[24], sl_sbuf *out, char *err,
+                          size_t errcap) {
+  conv c = {.err = err, .errcap = errcap, .closed = closed};
   sl_sbuf rules = {0};
   c.out = &rules;
-  int v = gen(&c, schema, 0);
-  for (int i = 0; i < c.n_refs; i++)
-    sl_free(c.refs[i]);
-  if (v == -1) {
+  for (int i = 0; i < n && !c.failed; i++) {
+    c.root = schemas[i];
+    for (int k = 0; k < c.n_refs; k++) /* a $ref is the schema's own */
+      sl_free(c.refs[k]);
+    c.n_refs = 0;
+    int v = gen(&c, schemas[i], 0);
+    if (v == -1) {
+      c.failed = true;
+      break;
+    }
+    char buf[24];
+    snprintf(names[i], 24, "%s", name_of(v, buf, sizeof buf));
+  }
+  for (int k = 0; k < c.n_refs; k++)
+    sl_free(c.refs[k]);
+  if (c.failed) {
     sl__sbuf_free(&rules);
     return SL_ERR_FORMAT;
   }
-  sl__sbuf_adds(out, "root ::= ");
-  ref_name(out, v);
-  sl__sbuf_adds(out, "\n");
   sl__sbuf_add(out, rules.p, rules.len);
-  sl__sbuf_adds(out, BASE);
   bool oom = rules.oom || out->oom;
   sl__sbuf_free(&rules);
   if (oom) {
@@ -538,6 +556,33 @@ sl_status sl__srv_schema_gbnf(json_t *schema, sl_sbuf *out, char *err,
     return SL_ERR_NOMEM;
   }
   return SL_OK;
+}
+
+sl_status sl__srv_schema_gbnf(json_t *schema, sl_sbuf *out, char *err,
+                              size_t errcap) {
+  char name[1][24];
+  sl_sbuf rules = {0};
+  sl_status st = rules_of(&schema, 1, false, name, &rules, err, errcap);
+  if (st == SL_OK) {
+    sl__sbuf_addf(out, "root ::= %s\n", name[0]);
+    sl__sbuf_add(out, rules.p, rules.len);
+    sl__sbuf_adds(out, BASE);
+    if (out->oom) {
+      snprintf(err, errcap, "out of memory");
+      st = SL_ERR_NOMEM;
+    }
+  }
+  sl__sbuf_free(&rules);
+  return st;
+}
+
+sl_status sl__srv_schema_rules(json_t *const *schemas, int n, char (*names)[24],
+                               sl_sbuf *out, char *err, size_t errcap) {
+  return rules_of(schemas, n, true, names, out, err, errcap);
+}
+
+void sl__srv_json_base_gbnf(sl_sbuf *out) {
+  sl__sbuf_adds(out, BASE);
 }
 
 void sl__srv_json_object_gbnf(sl_sbuf *out) {

@@ -5,12 +5,14 @@
  *   parse.c     request bodies -> sl_srv_request, or an sl_srv_error
  *   prompt.c    sl_srv_request -> prompt token ids (chat template, tokenizer)
  *   schema.c    JSON Schema -> GBNF (structured output)
+ *   tools.c     tools and tool_choice, tool calls and results in the
+ *               conversation, the grammar of a forced call
  *   toolcall.c  tool calls read out of a model's text, per format family
- *               (tested and fuzzed; the routes do not use it yet)
  *   openai.c    OpenAI response bodies and SSE chunks
  *   anthropic.c Anthropic response bodies and SSE events
  *   admin.c     /health, /metrics, /admin/api/stats
- *   routes.c    /v1/models, count_tokens, /tokenize, /detokenize
+ *   routes.c    /v1/models, count_tokens, /tokenize, /detokenize,
+ *               /apply-template
  *   http.c      libmicrohttpd plumbing, routing, auth, the request lifecycle
  *   head.c      the request head check, raw (pre-libmicrohttpd) error answers
  *   door.c      the front door: accept, connection limits, the first head
@@ -117,12 +119,33 @@ typedef enum sl_srv_api {
                               without max_tokens; nothing is generated */
 } sl_srv_api;
 
+/* The families of tool-call formats a model writes. */
+typedef enum sl_srv_toolfmt {
+  SL_TOOLFMT_NONE = 0,
+  SL_TOOLFMT_HERMES,  /* <tool_call>{"name", "arguments"}</tool_call> */
+  SL_TOOLFMT_LLAMA3,  /* {"name", "parameters"}, maybe after <|python_tag|> */
+  SL_TOOLFMT_MISTRAL, /* [TOOL_CALLS][{...}] or [TOOL_CALLS]name[ARGS]{...} */
+  SL_TOOLFMT_GENERIC, /* {"tool_calls": [...]}, {"tool_call": {...}}, or a
+                         list of {"name", "arguments"} */
+} sl_srv_toolfmt;
+
 /* What the parser checks against. */
 typedef struct sl_srv_limits {
   const char *const *model_names; /* accepted "model" values */
   int n_model_names;
   int n_ctx; /* max_tokens may not exceed it */
+  /* the model's chat template (NULL: none) and a forced tool-call format
+   * (NONE: the template's): how tools and tool calls are written */
+  const char *chat_template;
+  sl_srv_toolfmt toolfmt;
 } sl_srv_limits;
+
+typedef enum sl_srv_tool_choice {
+  SL_SRV_TOOLS_AUTO = 0,
+  SL_SRV_TOOLS_NONE,
+  SL_SRV_TOOLS_REQUIRED, /* OpenAI's required, Anthropic's any */
+  SL_SRV_TOOLS_NAMED,
+} sl_srv_tool_choice;
 
 /* Stop strings allowed on the OpenAI routes (the OpenAI API's own limit);
  * Anthropic's stop_sequences take up to SL_MAX_STOP. Each string is at most
@@ -147,6 +170,16 @@ typedef struct sl_srv_request {
   /* the last message (the assistant's) is continued rather than answered:
    * an Anthropic prefill, or chat's continue_final_message */
   bool continue_final;
+  /* tools (tools.c): [{name, description?, parameters}] or NULL */
+  json_t *tools;
+  sl_srv_tool_choice tool_choice;
+  char *tool_name;     /* SL_SRV_TOOLS_NAMED */
+  bool tools_parallel; /* more than one call per answer */
+  bool tools_native;   /* the template renders tools and tool_calls */
+  /* how the answer's calls are read (NONE: no tools, or tool_choice none:
+   * the answer is text) */
+  sl_srv_toolfmt toolfmt;
+  sl_jv *tmpl_extra;     /* {"tools": [...]} for the template, or NULL */
   sl_logit_bias *bias;   /* gen.logit_bias points here */
   sl_grammar_t *grammar; /* constrained decoding (gen.grammar), or NULL */
   sl_gen_params gen;     /* gen.stop points into stops[] */
@@ -170,21 +203,55 @@ void sl__srv_request_free(sl_srv_request *r);
  * when out of memory). Every route with a body reads it through this. */
 json_t *sl__srv_body_object(const char *body, size_t len, sl_srv_error *err);
 
-/* ---- toolcall.c: tool calls read out of a model's text ------------------- */
+/* Joins a content value into text: a string, or a list of {type: "text",
+ * text} parts. 1 on success, -1 with err set. */
+int sl__srv_content_text(json_t *c, const char *param, bool allow_null,
+                         sl_sbuf *out, sl_srv_error *err);
+/* Compiles GBNF into r->grammar; a 400 naming `param` when it does not. */
+sl_status sl__srv_set_grammar(sl_srv_request *r, const char *gbnf, size_t len,
+                              const char *param, sl_srv_error *err);
 
-/* The families of tool-call formats a model writes. */
-typedef enum sl_srv_toolfmt {
-  SL_TOOLFMT_NONE = 0,
-  SL_TOOLFMT_HERMES,  /* <tool_call>{"name", "arguments"}</tool_call> */
-  SL_TOOLFMT_LLAMA3,  /* {"name", "parameters"}, maybe after <|python_tag|> */
-  SL_TOOLFMT_MISTRAL, /* [TOOL_CALLS][{...}] or [TOOL_CALLS]name[ARGS]{...} */
-  SL_TOOLFMT_GENERIC, /* {"tool_calls": [...]}, {"tool_call": {...}}, or a
-                         list of {"name", "arguments"} */
-} sl_srv_toolfmt;
+/* ---- tools.c: tools in requests ------------------------------------------ */
+
+/* A JSON value as a template value (new, or NULL when out of memory). */
+sl_jv *sl__srv_json_to_jv(json_t *v);
+/* Reads tools, tool_choice and parallel_tool_calls (OpenAI) or
+ * tool_choice.disable_parallel_tool_use (Anthropic) into r. */
+sl_status sl__srv_tools_parse(json_t *root, bool anthropic, sl_srv_request *r,
+                              sl_srv_error *err);
+/* Sets r->tools_native and r->toolfmt from the template (before the
+ * messages are read). */
+void sl__srv_tools_decide(sl_srv_request *r, const sl_srv_limits *lim);
+/* For a template that does not render tools: the system text that
+ * describes them and the JSON to answer with. */
+void sl__srv_tools_instructions(const sl_srv_request *r, sl_sbuf *out);
+/* r->tmpl_extra for a template that renders tools. */
+sl_status sl__srv_tools_template(sl_srv_request *r);
+/* An OpenAI chat message (role checked, content already in text) with its
+ * tool_calls / tool_call_id, appended to r->messages. */
+sl_status sl__srv_msg_openai(json_t *m, const char *role, sl_sbuf *text,
+                             const sl_srv_request *r, const char *param,
+                             sl_srv_error *err);
+/* Whether an Anthropic content list holds tool_use / tool_result blocks. */
+bool sl__srv_ant_has_tool_blocks(json_t *content);
+/* Such a message: its tool_result blocks become tool messages, its text
+ * and tool_use blocks one message of `role`. */
+sl_status sl__srv_msg_anthropic(json_t *content, const char *role,
+                                const sl_srv_request *r, const char *param,
+                                sl_srv_error *err);
+/* The GBNF of the calls r->tool_choice forces (required or named), in
+ * r->toolfmt's format; *fmt_out: the format to read the answer with. */
+sl_status sl__srv_tools_grammar(const sl_srv_request *r, sl_sbuf *g,
+                                sl_srv_toolfmt *fmt_out, char *err,
+                                size_t errcap);
+
+/* ---- toolcall.c: tool calls read out of a model's text ------------------- */
 
 /* The family a chat template's text implies (GENERIC when it shows none). */
 sl_srv_toolfmt sl__srv_toolfmt_of_template(const char *tmpl);
 const char *sl__srv_toolfmt_name(sl_srv_toolfmt f); /* "hermes", ... */
+/* True when s[0..n) is letters, digits, '_', '-', '.' (a function name). */
+bool sl__srv_name_chars(const char *s, size_t n);
 bool sl__srv_toolfmt_parse(const char *s, sl_srv_toolfmt *out);
 
 typedef struct sl_srv_toolcall {
@@ -207,6 +274,11 @@ sl_status sl__srv_toolcalls_parse(sl_srv_toolfmt f, const char *text,
                                   size_t len, sl_srv_toolcalls *out);
 void sl__srv_toolcalls_free(sl_srv_toolcalls *t);
 
+/* While an answer in format f streams: how many bytes of text[0..len) are
+ * content for sure (before the first place a call may start, trailing
+ * blanks held back too). */
+size_t sl__srv_toolcall_safe(sl_srv_toolfmt f, const char *text, size_t len);
+
 /* ---- schema.c: JSON Schema -> GBNF (constrained decoding) ---------------- */
 
 /* Appends to *out a GBNF grammar (start rule "root") of the JSON texts that
@@ -215,6 +287,14 @@ void sl__srv_toolcalls_free(sl_srv_toolcalls *t);
  * malformed schema; SL_ERR_NOMEM. */
 sl_status sl__srv_schema_gbnf(json_t *schema, sl_sbuf *out, char *err,
                               size_t errcap);
+/* Rules for several schemas (tool arguments) in one numbering (no root, no
+ * base rules): names[i] gets the rule that starts schemas[i]. An object
+ * that lists properties and says nothing of additionalProperties takes no
+ * others here. Errors as above. */
+sl_status sl__srv_schema_rules(json_t *const *schemas, int n, char (*names)[24],
+                               sl_sbuf *out, char *err, size_t errcap);
+/* The base rules (ws, json-value, json-string, ...) the rules above use. */
+void sl__srv_json_base_gbnf(sl_sbuf *out);
 /* Appends the grammar of any JSON object (response_format json_object). */
 void sl__srv_json_object_gbnf(sl_sbuf *out);
 
@@ -232,6 +312,14 @@ sl_status sl__srv_prompt_ids(const sl_srv_request *r, const sl_tokenizer_t *tok,
                              const char *chat_template,
                              bool parse_special_in_content, int32_t **ids,
                              int *n, sl_srv_error *err);
+
+/* The chat template's text for a chat / messages request, as the prompt
+ * is made of it (llama.cpp's /apply-template): *text (free with sl_free),
+ * *len. Errors as above. */
+sl_status sl__srv_prompt_text(const sl_srv_request *r,
+                              const sl_tokenizer_t *tok,
+                              const char *chat_template, char **text,
+                              size_t *len, sl_srv_error *err);
 
 /* ---- the running request (http.c owns its lifecycle) ----------------------
  */
@@ -281,14 +369,22 @@ struct sl_srv_job {
   uint64_t est_bytes, limit_bytes;
   uint64_t t_submit, t_first, t_done;
 
+  /* tools: the answer's calls, read once it is done (sl__srv_job_calls) */
+  sl_srv_toolcalls calls;
+  bool calls_read;
+
   /* the consumer's (HTTP thread's) state */
-  int phase;      /* streaming state machine, per API */
-  int sent_toks;  /* token records already streamed */
-  bool aborted;   /* we asked the engine to abort */
-  bool cut;       /* ... because the server is shutting down (under mu): the
-                     abort ends it as an error (503), not as complete */
-  bool accounted; /* metrics recorded */
-  sl_sbuf out;    /* bytes produced and not yet handed to MHD */
+  int phase;        /* streaming state machine, per API */
+  size_t sent_text; /* with tools: text bytes streamed as content (or
+                       skipped as leading blanks) */
+  int ant_blocks;   /* Anthropic: content blocks started */
+  bool ant_open;    /* Anthropic: a text block is open */
+  int sent_toks;    /* token records already streamed */
+  bool aborted;     /* we asked the engine to abort */
+  bool cut;         /* ... because the server is shutting down (under mu): the
+                       abort ends it as an error (503), not as complete */
+  bool accounted;   /* metrics recorded */
+  sl_sbuf out;      /* bytes produced and not yet handed to MHD */
   size_t out_off;
 };
 
@@ -298,6 +394,19 @@ const char *sl__srv_finish_openai(sl_finish f);
 const char *sl__srv_finish_anthropic(const sl_srv_job *j,
                                      const sl_tokenizer_t *tok,
                                      const char **stop_seq);
+
+/* The calls in a finished job's answer (toolcall.c): NULL when the request
+ * reads none (no tools, tool_choice none, completions) or the answer holds
+ * none. */
+const sl_srv_toolcalls *sl__srv_job_calls(sl_srv_job *j);
+/* With tools, the content to stream now (*p, the byte count; 0: none):
+ * the text up to where a call may start while the job runs; once it is
+ * done, the rest of the text, or of the calls' content when it holds
+ * calls. Advances j->sent_text. */
+size_t sl__srv_tool_stream_text(sl_srv_job *j, const char **p);
+/* The id of the job's call i: prefix + the job id's own part + i. */
+void sl__srv_tool_id(const sl_srv_job *j, int i, const char *prefix, char *buf,
+                     size_t cap);
 
 /* Builds a job's error when the engine finished it with SL_FINISH_ERROR. */
 void sl__srv_job_error(const sl_srv_job *j, sl_srv_error *e);
@@ -458,7 +567,8 @@ struct sl_server {
   char *host, *api_key, *model_name, *model_alias, *cors;
   const char *names[3]; /* accepted model ids */
   int n_names;
-  char *chat_template; /* NULL: the model has none */
+  char *chat_template;    /* NULL: the model has none */
+  sl_srv_toolfmt toolfmt; /* --tool-call-format (NONE: the template's) */
   struct MHD_Daemon *mhd;
   sl_srv_door *door;   /* NULL: not started */
   sl_srv_watch *watch; /* NULL: not started */
@@ -489,6 +599,8 @@ void sl__srv_metrics_failed(sl_server_t *s);
 void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *out);
 json_t *sl__srv_stats_json(sl_server_t *s);
 
+/* routes.c: what the parser checks a request of this server against. */
+sl_srv_limits sl__srv_limits_of(const sl_server_t *s);
 /* routes.c: the routes that generate nothing. On failure each fills *err
  * (the status and body to answer with) and returns NULL / not SL_OK. */
 json_t *sl__srv_models_json(sl_server_t *s);
@@ -500,5 +612,9 @@ sl_status sl__srv_tokenize(sl_server_t *s, const char *body, size_t len,
                            json_t **out, sl_srv_error *err);
 sl_status sl__srv_detokenize(sl_server_t *s, const char *body, size_t len,
                              json_t **out, sl_srv_error *err);
+/* POST /apply-template: an OpenAI chat body -> {"prompt": the template's
+ * text} (llama.cpp's server has it). */
+sl_status sl__srv_apply_template(sl_server_t *s, const char *body, size_t len,
+                                 json_t **out, sl_srv_error *err);
 
 #endif

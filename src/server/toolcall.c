@@ -191,7 +191,7 @@ undo:
 
 /* A function name as a model writes it after [TOOL_CALLS]: letters,
  * digits, '_', '-', '.'. */
-static bool name_chars(const char *s, size_t n) {
+bool sl__srv_name_chars(const char *s, size_t n) {
   for (size_t i = 0; i < n; i++) {
     char c = s[i];
     if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
@@ -233,7 +233,7 @@ static sl_status parse_mistral(const char *s, size_t n, sl_srv_toolcalls *t,
       break;
     size_t nl = (size_t)(a - (s + i));
     char name[128];
-    if (!nl || nl >= sizeof name || !name_chars(s + i, nl))
+    if (!nl || nl >= sizeof name || !sl__srv_name_chars(s + i, nl))
       break;
     memcpy(name, s + i, nl);
     name[nl] = 0;
@@ -348,4 +348,94 @@ sl_status sl__srv_toolcalls_parse(sl_srv_toolfmt f, const char *text,
   out->content_len = b - a;
   sl__sbuf_free(&content);
   return SL_OK;
+}
+
+static bool is_blank(char c) {
+  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
+
+size_t sl__srv_toolcall_safe(sl_srv_toolfmt f, const char *s, size_t n) {
+  const char *mark = f == SL_TOOLFMT_HERMES    ? "<tool_call>"
+                     : f == SL_TOOLFMT_MISTRAL ? "[TOOL_CALLS]"
+                                               : NULL;
+  size_t end = n;
+  if (f == SL_TOOLFMT_NONE)
+    return n;
+  if (mark) {
+    size_t ml = strlen(mark);
+    const char *m = memmem(s, n, mark, ml);
+    if (m) {
+      end = (size_t)(m - s);
+    } else { /* the start of the mark, cut off at the end */
+      for (size_t k = ml - 1; k > 0; k--)
+        if (k <= n && !memcmp(s + n - k, mark, k)) {
+          end = n - k;
+          break;
+        }
+    }
+  } else { /* Llama 3, generic: the whole answer may be the calls */
+    static const char tag[] = "<|python_tag|>";
+    size_t i = 0;
+    while (i < n && is_blank(s[i]))
+      i++;
+    if (i == n || s[i] == '{' || s[i] == '[')
+      return 0;
+    size_t k = n - i < sizeof tag - 1 ? n - i : sizeof tag - 1;
+    if (f == SL_TOOLFMT_LLAMA3 && !memcmp(s + i, tag, k))
+      return 0;
+  }
+  while (end > 0 && is_blank(s[end - 1]))
+    end--;
+  return end;
+}
+
+const sl_srv_toolcalls *sl__srv_job_calls(sl_srv_job *j) {
+  if (j->req.toolfmt == SL_TOOLFMT_NONE || j->req.api == SL_SRV_COMPLETIONS ||
+      !j->done)
+    return NULL;
+  if (!j->calls_read) {
+    j->calls_read = true;
+    if (sl__srv_toolcalls_parse(j->req.toolfmt, j->text ? j->text : "",
+                                j->text_len, &j->calls) != SL_OK)
+      memset(&j->calls, 0, sizeof j->calls); /* out of memory: as text */
+  }
+  return j->calls.n ? &j->calls : NULL;
+}
+
+size_t sl__srv_tool_stream_text(sl_srv_job *j, const char **p) {
+  const char *text = j->text ? j->text : "";
+  if (!j->sent_text) /* leading blanks are never content */
+    while (j->sent_text < j->text_len && is_blank(text[j->sent_text]))
+      j->sent_text++;
+  *p = text + j->sent_text;
+  if (!j->done) {
+    size_t safe = sl__srv_toolcall_safe(j->req.toolfmt, text, j->text_len);
+    if (safe <= j->sent_text)
+      return 0;
+    size_t n = sl__utf8_valid_prefix(*p, safe - j->sent_text);
+    j->sent_text += n;
+    return n;
+  }
+  const sl_srv_toolcalls *tc = sl__srv_job_calls(j);
+  size_t from = j->sent_text;
+  j->sent_text = j->text_len;
+  if (!tc) /* no call: the rest is text */
+    return j->text_len - from;
+  /* what went out is the start of the calls' content (the text before the
+   * first call, blanks trimmed); the rest of that content follows */
+  size_t lead = 0;
+  while (lead < j->text_len && is_blank(text[lead]))
+    lead++;
+  size_t sent = from - lead;
+  *p = tc->content + (sent <= tc->content_len ? sent : tc->content_len);
+  return sent <= tc->content_len ? tc->content_len - sent : 0;
+}
+
+void sl__srv_tool_id(const sl_srv_job *j, int i, const char *prefix, char *buf,
+                     size_t cap) {
+  const char *own = j->id;
+  for (const char *p = j->id; *p; p++)
+    if (*p == '-' || *p == '_')
+      own = p + 1;
+  snprintf(buf, cap, "%s%s%02d", prefix, own, i);
 }

@@ -1,8 +1,10 @@
 /* libFuzzer harness: the server's request parsers (OpenAI chat, completions,
  * Anthropic messages) over arbitrary bytes. The first byte picks the API;
- * the rest is the body. Every input must end in a validated request or an
- * error with a 4xx/5xx status and a message, and the error body must
- * serialize in both API shapes; nothing may leak or crash. */
+ * the rest is the body; bit 2 of the first byte gives the parser a chat
+ * template that renders tools (Hermes), bit 3 one that does not. Every input
+ * must end in a validated request or an error with a 4xx/5xx status and a
+ * message, and the error body must serialize in both API shapes; nothing may
+ * leak or crash. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +18,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1 || size > 1 << 16)
     return 0;
   sl_srv_api api = (sl_srv_api)(data[0] % 4); /* count_tokens too */
-  const sl_srv_limits lim = {names, 2, 2048};
+  const char *tmpl = data[0] & 4   ? "{{ tools }}<tool_call>"
+                     : data[0] & 8 ? "{{ messages }}"
+                                   : NULL;
+  const sl_srv_limits lim = {names, 2, 2048, tmpl, SL_TOOLFMT_NONE};
   size_t live = sl_malloc_live_bytes();
   sl_srv_request r;
   sl_srv_error e;
@@ -42,6 +47,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       (void)sl_grammar_matcher_accept(m, "{\"a\": [1, true]}", 16);
       sl_grammar_matcher_free(m);
     }
+    /* tools: read back in some format exactly when there are tools and
+     * a call may come; a forced call is a grammar */
+    if ((r.toolfmt != SL_TOOLFMT_NONE) &&
+        (!r.tools || r.tool_choice == SL_SRV_TOOLS_NONE))
+      abort();
+    if (r.tools &&
+        (r.tool_choice == SL_SRV_TOOLS_REQUIRED ||
+         r.tool_choice == SL_SRV_TOOLS_NAMED) &&
+        !r.grammar)
+      abort();
+    if ((r.tmpl_extra != NULL) != (r.tools && r.tools_native))
+      abort();
     /* max_tokens above the context is kept (clamped at submission) */
     if (r.gen.max_tokens < 0 || r.gen.n_stop > max_stop ||
         r.gen.top_logprobs > SL_MAX_TOP_LOGPROBS)

@@ -40,11 +40,11 @@ def free_port():
 
 
 class Server:
-    def __init__(self, args, env=None):
+    def __init__(self, args, env=None, model=None):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = open(f"/tmp/sluice_serve_{self.port}.log", "w+b")
-        cmd = [sluice_bin(), "serve", "-m", model_path(), "--port",
+        cmd = [sluice_bin(), "serve", "-m", model or model_path(), "--port",
                str(self.port), "--model-name", MODEL_NAME] + list(args)
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log,
                                      env=env)
@@ -100,13 +100,14 @@ def _need_everything():
 
 @pytest.fixture(scope="session")
 def sluice_server():
-    """Factory: sluice_server(["--api-key", "k"]) starts one more instance,
-    stopped at the end of the session."""
+    """Factory: sluice_server(["--api-key", "k"]) starts one more instance
+    (of another GGUF file with model=PATH), stopped at the end of the
+    session."""
     _need_everything()
     started = []
 
-    def start(args=()):
-        s = Server(args)
+    def start(args=(), model=None):
+        s = Server(args, model=model)
         started.append(s)
         return s
 
