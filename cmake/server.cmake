@@ -17,6 +17,7 @@ add_library(sluice_server_parse STATIC src/server/json.c src/server/json_scan.c
                                        src/server/prompt.c
                                        src/server/schema.c
                                        src/server/tools.c
+                                       src/server/embed.c
                                        src/server/toolcall.c)
 target_include_directories(sluice_server_parse PUBLIC src
                            ${SL_JANSSON_INCLUDE_DIRS})
@@ -65,6 +66,8 @@ if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
   sl_server_pytest(test_api_agent test_api_agent.py 900)
   # tool calling through the SDKs, jinja2 and an agent framework
   sl_server_pytest(test_api_tools test_api_tools.py 900)
+  # /v1/embeddings against llama.cpp
+  sl_server_pytest(test_api_embed test_api_embed.py 900)
   # the soak test, 60 s (tests/soak/soak.py; 10 minutes by hand): errors
   # of well-behaved clients, fd and thread leaks (RSS is recorded; its
   # flatness is judged on the long run, after warm-up)

@@ -626,9 +626,10 @@ static void test_sampling_on_the_cpu(void) {
     memset(&sp, 0, sizeof sp);
     sl_kcu_sample_out so;
     float *lg = sl_malloc(sizeof(float) * (size_t)hp->n_vocab);
-    sl_batch_seq sq = {table, 4, 0, 0, n, true, false, false, false, &sp};
+    sl_batch_seq sq = {table, 4,     0,     0,   n,    true,
+                       false, false, false, &sp, false};
     sl_batch bt = {ids, n, &sq, 1};
-    sl_batch_out out = {lg, NULL, NULL, &so};
+    sl_batch_out out = {lg, NULL, NULL, &so, NULL};
     CHECK(!sl_batch_ctx_samples_on_device(bc));
     CHECK(sl_batch_ctx_submit(bc, &bt, &out) == SL_ERR_INVALID_ARG);
     CHECK(sl_batch_ctx_fetch_row(bc, 0, lg) == SL_ERR_UNSUPPORTED);

@@ -279,10 +279,10 @@ static void test_bare_clear_races_the_forward_pass(void) {
     table[i] = i;
   for (int i = 0; i < N; i++)
     toks[i] = (int32_t)((i * 7919 + 13) % hp->n_vocab);
-  sl_batch_seq sq = {table, NB, 0, 0, N, true, false, true, false, NULL};
+  sl_batch_seq sq = {table, NB, 0, 0, N, true, false, true, false, NULL, false};
   sl_batch b = {toks, N, &sq, 1};
   int32_t am;
-  sl_batch_out out = {NULL, &am, NULL, NULL};
+  sl_batch_out out = {NULL, &am, NULL, NULL, NULL};
   /* the bare clear */
   CHECK_OK(sl_batch_ctx_submit(bc, &b, &out));
   uint64_t t0 = sl_now_ns();

@@ -125,9 +125,9 @@ static void test_batch_ctx_sampling_and_fetch(void) {
   fb.n_top = -1;
   fb.r = 0.5;
   sl_batch_seq sq[3] = {
-      {table[0], NB, 0, 0, N, true, false, false, false, NULL},
-      {table[1], NB, 0, N, N, true, false, false, false, &greedy},
-      {table[2], NB, 0, 2 * N, N, true, false, false, false, &fb}};
+      {table[0], NB, 0, 0, N, true, false, false, false, NULL, false},
+      {table[1], NB, 0, N, N, true, false, false, false, &greedy, false},
+      {table[2], NB, 0, 2 * N, N, true, false, false, false, &fb, false}};
   sl_batch b = {toks, 3 * N, sq, 3};
   float *lg = sl_malloc(sizeof(float) * (size_t)(3 * nv));
   float *row = sl_malloc(sizeof(float) * (size_t)nv);
@@ -136,7 +136,7 @@ static void test_batch_ctx_sampling_and_fetch(void) {
   int32_t am[3];
   sl_kcu_sample_out so[3];
   memset(so, 0x7f, sizeof so);
-  sl_batch_out out = {lg, am, NULL, so};
+  sl_batch_out out = {lg, am, NULL, so, NULL};
   CHECK(sl_batch_ctx_fetch_row(bc, 0, row) == SL_ERR_STATE);
   CHECK_OK(sl_batch_ctx_submit(bc, &b, &out));
   CHECK_OK(sl_batch_ctx_wait(bc));
@@ -167,7 +167,7 @@ static void test_batch_ctx_sampling_and_fetch(void) {
   sq[1].all_logits = true;
   CHECK(sl_batch_ctx_submit(bc, &b, &out) == SL_ERR_INVALID_ARG);
   sq[1].all_logits = false;
-  sl_batch_out no_sampled = {lg, am, NULL, NULL};
+  sl_batch_out no_sampled = {lg, am, NULL, NULL, NULL};
   CHECK(sl_batch_ctx_submit(bc, &b, &no_sampled) == SL_ERR_INVALID_ARG);
   /* the same step without the fallback: row 2 comes back as it was
    * fetched, and nothing is left to fetch */

@@ -85,8 +85,15 @@ sl_engine_config sl_engine_config_defaults(void);
 #define SL_MAX_TOP_LOGPROBS 20
 #define SL_MAX_LOGIT_BIAS   1024 /* logit_bias entries per request */
 
+/* Embeddings: how a prompt's hidden states become one vector. */
+typedef enum sl_pooling {
+  SL_POOL_NONE = 0, /* generate (the default) */
+  SL_POOL_MEAN = 1, /* the mean of every token's final-normed hidden state */
+  SL_POOL_LAST = 2, /* the last token's */
+} sl_pooling;
+
 typedef struct sl_gen_params {
-  int max_tokens;
+  int max_tokens; /* ignored when embedding */
   sl_sampler_params sampling;
   const char *stop[SL_MAX_STOP]; /* copied at submit; each at most
                                     SL_MAX_STOP_BYTES long */
@@ -101,6 +108,12 @@ typedef struct sl_gen_params {
    * end of generation only where its text is whole (the engine takes a
    * reference at submit). NULL: none. */
   sl_grammar_t *grammar;
+  /* SL_POOL_NONE: generate. Else the prompt is embedded and nothing is
+   * generated: its pooled hidden state, L2-normalized, comes in the DONE
+   * event (as llama.cpp's --embedding gives it). The whole prompt is
+   * computed (no prefix reuse). CPU engines only: SL_ERR_UNSUPPORTED on a
+   * GPU. */
+  sl_pooling pooling;
 } sl_gen_params;
 
 typedef enum sl_finish {
@@ -141,6 +154,10 @@ typedef struct sl_engine_event {
   sl_status error;       /* SL_EV_DONE with SL_FINISH_ERROR: the cause */
   sl_reason reason;      /* ... and what the client is told (sluice/reason.h) */
   const char *error_msg; /* detail; NULL: the reason's own message */
+  /* SL_EV_DONE of an embedding (params.pooling): n_embd floats, valid
+   * during the callback */
+  const float *embedding;
+  int n_embd;
   uint64_t est_bytes, limit_bytes; /* memory-guard refusals */
 } sl_engine_event;
 

@@ -119,6 +119,11 @@ typedef struct sl_batch_seq {
    * the row's logits are then not copied back (out->logits' row is left
    * unwritten). Borrowed: read during sl_batch_ctx_submit only. */
   const sl_kcu_sample_params *sample;
+  /* embeddings: the final-normed hidden state of every one of its tokens
+   * goes to out->hidden (rows in batch order over such sequences, n_embd
+   * floats each) instead of any logits (want_logits and all_logits must be
+   * false). CPU only: a CUDA context refuses it (SL_ERR_UNSUPPORTED). */
+  bool embed;
 } sl_batch_seq;
 
 typedef struct sl_batch {
@@ -144,6 +149,7 @@ typedef struct sl_batch_out {
                                  entries untouched. id -1: the device could
                                  not decide; sl_batch_ctx_fetch_row gives the
                                  row for the host to sample */
+  float *hidden; /* (embed tokens, n_embd): see sl_batch_seq.embed */
 } sl_batch_out;
 
 /* Makes the scratch state for batched forward passes of `m` over `kv`, run

@@ -51,11 +51,13 @@ typedef struct sl_server_config {
   int max_tokens_default;        /* a chat request without max_tokens generates
                                     at most this many (4096; 0: the room left in
                                     the context) */
-  const char *tool_call_format;  /* how the model writes tool calls: "hermes",
-                                   "llama3", "mistral" or "generic"; NULL or
-                                   "": what its chat template shows */
-  const char *cors_origin; /* NULL or "": no CORS headers; "*": any origin;
-                              else a comma-separated list of origins */
+  sl_pooling pooling; /* /v1/embeddings: SL_POOL_MEAN (also for NONE, the
+                         default) or SL_POOL_LAST */
+  const char *tool_call_format; /* how the model writes tool calls: "hermes",
+                                  "llama3", "mistral" or "generic"; NULL or
+                                  "": what its chat template shows */
+  const char *cors_origin;      /* NULL or "": no CORS headers; "*": any origin;
+                                   else a comma-separated list of origins */
 } sl_server_config;
 
 /* Defaults as documented above; model_name NULL, n_ctx 0. */

@@ -42,6 +42,7 @@ static void serve_usage(FILE *f) {
       "                    [--hot-cache-compress lz4|none]\n"
       "                    [--max-tokens-default N] [--cors-origin ORIGINS]\n"
       "                    [--tool-call-format hermes|llama3|mistral|generic]\n"
+      "                    [--pooling mean|last]\n"
       "  serves the OpenAI (/v1/chat/completions, /v1/completions,\n"
       "  /v1/models) and Anthropic (/v1/messages, count_tokens) APIs,\n"
       "  /tokenize and /detokenize, /health, /metrics and\n"
@@ -51,6 +52,8 @@ static void serve_usage(FILE *f) {
       "  left in the context is clamped to it.\n"
       "  --cors-origin: '*' or a comma-separated list of origins allowed to\n"
       "  call from a browser (off by default: no CORS headers).\n"
+      "  --pooling: how /v1/embeddings pools a text's hidden states (mean,\n"
+      "  the default, or the last token's); the vector is L2-normalized.\n"
       "  --tool-call-format: how the model writes tool calls (default: what\n"
       "  its chat template shows; a template that does not render tools gets\n"
       "  them described in a system message and answers in the generic\n"
@@ -226,6 +229,10 @@ int sl_cli_serve_main(int argc, char **argv) {
     } else if (!strcmp(a, "--max-tokens-default")) {
       NEED_VALUE if (!sl_parse_long(v, 0, 1 << 30, &lv))
           BAD_VALUE scfg.max_tokens_default = (int)lv;
+    } else if (!strcmp(a, "--pooling")) {
+      NEED_VALUE if (strcmp(v, "mean") && strcmp(v, "last"))
+          BAD_VALUE scfg.pooling =
+          !strcmp(v, "last") ? SL_POOL_LAST : SL_POOL_MEAN;
     } else if (!strcmp(a, "--tool-call-format")) {
       NEED_VALUE if (strcmp(v, "hermes") && strcmp(v, "llama3") &&
                      strcmp(v, "mistral") && strcmp(v, "generic"))

@@ -51,7 +51,13 @@ sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
                            void *user, uint64_t *id) {
   if (!e || !prompt || n <= 0 || !params || !cb)
     return SL_ERR_INVALID_ARG;
-  if (params->max_tokens <= 0 || params->n_stop < 0 ||
+  bool embed = params->pooling != SL_POOL_NONE;
+  if (embed &&
+      (params->pooling != SL_POOL_MEAN && params->pooling != SL_POOL_LAST))
+    return SL_ERR_INVALID_ARG;
+  if (embed && sl_batch_ctx_samples_on_device(e->bctx))
+    return SL_ERR_UNSUPPORTED; /* a GPU context has no hidden-state rows */
+  if ((params->max_tokens <= 0 && !embed) || params->n_stop < 0 ||
       params->n_stop > SL_MAX_STOP ||
       params->top_logprobs > SL_MAX_TOP_LOGPROBS)
     return SL_ERR_INVALID_ARG;
@@ -75,6 +81,8 @@ sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
   r->tokens = sl_malloc(sizeof(int32_t) * (size_t)cap);
   r->sampler = sl_sampler_create(&params->sampling, (int)hp->n_vocab);
   if (!r->tokens || !r->sampler)
+    goto fail;
+  if (embed && !(r->emb = sl_calloc((size_t)hp->n_embd, sizeof(float))))
     goto fail;
   if (params->grammar &&
       !(r->matcher = sl_grammar_matcher_create(params->grammar)))
@@ -109,6 +117,8 @@ sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
   int max_new = cap - n;
   if (r->params.max_tokens > max_new)
     r->params.max_tokens = max_new;
+  if (embed)
+    r->params.max_tokens = 0; /* nothing is generated */
   r->cb = cb;
   r->user = user;
   r->t_submit = sl_now_ns();
@@ -376,6 +386,7 @@ static void executor_fini(sl_engine_t *e) {
   sl_free(e->logits_tmp);
   sl_grammar_vocab_free(e->gvocab);
   sl_free(e->gmask);
+  sl_free(e->hidden);
   sl_free(e->argmax);
   sl_free(e->batch_samp);
   sl_free(e->sampled);
@@ -448,6 +459,7 @@ sl_status sl_engine_create(sl_model_t *model, const sl_tokenizer_t *tok,
     return SL_ERR_NOMEM;
   e->model = model;
   e->tok = tok;
+  e->n_embd = (int)sl_model_hparams_of(model)->n_embd;
   e->cfg = *cfg;
   if (e->cfg.prefill_chunk > e->cfg.max_batched_tokens)
     e->cfg.prefill_chunk = e->cfg.max_batched_tokens;

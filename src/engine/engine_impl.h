@@ -119,6 +119,7 @@ typedef struct sl__req {
   sl__stops stops; /* over params.stop */
   sl_sampler_t *sampler;
   sl_grammar_matcher_t *matcher; /* constrained decoding, or NULL */
+  float *emb; /* embeddings (params.pooling): the pooled sum (n_embd) */
   /* the uniform draw of the next token, made when its step was built for
    * the device sampler; kept (not drawn again) if that step fails, so the
    * seeded stream of tokens is the host's */
@@ -163,7 +164,11 @@ struct sl_engine {
   /* constrained decoding: the vocabulary's trie (made at the first request
    * with a grammar) and the mask of the token being picked */
   sl_grammar_vocab_t *gvocab;
-  uint8_t *gmask;  /* (n_vocab) */
+  uint8_t *gmask; /* (n_vocab) */
+  /* embeddings: hidden-state rows of a step (max_batched_tokens, n_embd),
+   * made at the first embedding request */
+  float *hidden;
+  int n_embd;
   int32_t *argmax; /* (max_seqs) the device's argmax per logits row */
   /* sampling on the device (sl_batch_ctx_samples_on_device, and not turned
    * off by SLUICE_DEVICE_SAMPLING=0): per batch sequence, its params and

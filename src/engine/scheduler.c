@@ -27,6 +27,7 @@ void sl__req_free(sl__req *r) {
     sl_free((char *)r->params.stop[i]);
   sl_sampler_free(r->sampler);
   sl_grammar_matcher_free(r->matcher);
+  sl_free(r->emb);
   sl_free(r);
 }
 
@@ -140,6 +141,10 @@ static void emit_done(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,
   ev.error_msg = msg;
   ev.est_bytes = r->est_bytes;
   ev.limit_bytes = e->cfg.max_memory;
+  if (r->params.pooling && why != SL_FINISH_ERROR && why != SL_FINISH_ABORT) {
+    ev.embedding = r->emb;
+    ev.n_embd = (int)sl_model_hparams_of(e->model)->n_embd;
+  }
   r->cb(r->user, &ev);
 }
 
@@ -440,8 +445,9 @@ bool sl__admit_one(sl_engine_t *e) {
       return true;
     }
   }
-  /* prefix lookup over full blocks, leaving at least one token to compute */
-  int max_cached = (r->n_target - 1) / T;
+  /* prefix lookup over full blocks, leaving at least one token to compute;
+   * an embedding computes every token (their hidden states are pooled) */
+  int max_cached = r->params.pooling ? 0 : (r->n_target - 1) / T;
   uint64_t h = 0;
   int got = 0;
   for (; got < max_cached; got++) { /* h: the chain up to block got */
@@ -499,6 +505,9 @@ bool sl__admit_one(sl_engine_t *e) {
                              r->blocks + got, on_tier);
   r->n_computed = got * T;
   r->state = SL__REQ_PREFILLING;
+  if (r->emb) /* (again, after a preemption) */
+    memset(r->emb, 0,
+           sizeof(float) * (size_t)sl_model_hparams_of(e->model)->n_embd);
   waiting_pop_head(e);
   e->active[e->n_active++] = r;
   bool first = !r->admitted;
@@ -794,6 +803,35 @@ static void plan_device_sample(sl_engine_t *e, sl__req *r, int s) {
   q->sample = p;
 }
 
+/* Embeddings: adds n hidden-state rows of r's chunk to its pool (the sum,
+ * or the last row for SL_POOL_LAST). */
+static void pool_rows(sl_engine_t *e, sl__req *r, const float *rows, int n) {
+  int d = e->n_embd;
+  if (r->params.pooling == SL_POOL_LAST) {
+    memcpy(r->emb, rows + (size_t)(n - 1) * (size_t)d,
+           sizeof(float) * (size_t)d);
+    return;
+  }
+  for (int t = 0; t < n; t++)
+    for (int k = 0; k < d; k++)
+      r->emb[k] += rows[(size_t)t * (size_t)d + k];
+}
+
+/* The pooled vector, L2-normalized (llama.cpp's default for embeddings). */
+static void embed_finish(sl_engine_t *e, sl__req *r) {
+  int d = e->n_embd;
+  double norm = 0;
+  float scale =
+      r->params.pooling == SL_POOL_MEAN ? 1.0f / (float)r->n_prompt : 1.0f;
+  for (int k = 0; k < d; k++) {
+    r->emb[k] *= scale;
+    norm += (double)r->emb[k] * (double)r->emb[k];
+  }
+  float inv = norm > 0 ? (float)(1.0 / sqrt(norm)) : 0.0f;
+  for (int k = 0; k < d; k++)
+    r->emb[k] *= inv;
+}
+
 /* Builds and runs one batch; returns false when there was nothing to do. */
 bool sl__step(sl_engine_t *e) {
   uint64_t t_step = sl_now_ns();
@@ -811,9 +849,9 @@ bool sl__step(sl_engine_t *e) {
     if (r->state != SL__REQ_RUNNING)
       continue;
     e->batch_tokens[nt] = r->tokens[r->n_tokens - 1];
-    e->batch_seqs[nb] =
-        (sl_batch_seq){r->blocks, r->n_blocks, r->n_computed,  nt,   1,
-                       true,      false,       argmax_only(r), true, NULL};
+    e->batch_seqs[nb] = (sl_batch_seq){
+        r->blocks, r->n_blocks,    r->n_computed, nt,   1,    true,
+        false,     argmax_only(r), true,          NULL, false};
     plan_device_sample(e, r, nb);
     e->batch_reqs[nb++] = r;
     nt++;
@@ -866,9 +904,22 @@ bool sl__step(sl_engine_t *e) {
     memcpy(e->batch_tokens + nt, r->tokens + r->n_computed,
            sizeof(int32_t) * (size_t)chunk);
     bool last = r->n_computed + chunk == r->n_target;
+    bool embed = r->params.pooling != SL_POOL_NONE;
+    if (embed && !e->hidden &&
+        !(e->hidden =
+              sl_malloc(sizeof(float) * (size_t)e->cfg.max_batched_tokens *
+                        (size_t)e->n_embd))) {
+      sl__active_remove(e, r);
+      sl__finish(e, r, SL_FINISH_ERROR, SL_ERR_NOMEM, SL_REASON_OUT_OF_MEMORY,
+                 "no memory for the hidden states of an embedding");
+      i--;
+      continue;
+    }
     e->batch_seqs[nb] =
-        (sl_batch_seq){r->blocks, r->n_blocks, r->n_computed,  nt,    chunk,
-                       last,      false,       argmax_only(r), false, NULL};
+        (sl_batch_seq){r->blocks, r->n_blocks,    r->n_computed,
+                       nt,        chunk,          last && !r->params.pooling,
+                       false,     argmax_only(r), false,
+                       NULL,      embed};
     plan_device_sample(e, r, nb);
     e->batch_reqs[nb++] = r;
     nt += chunk;
@@ -896,7 +947,7 @@ bool sl__step(sl_engine_t *e) {
   /* The step is queued and not waited for: the clear sites it reaches
    * (DESIGN.md) run while its forward pass is in flight on the engine
    * stream, and each drains that stream first. Then its results. */
-  sl_batch_out out = {e->logits, e->argmax, NULL, e->sampled};
+  sl_batch_out out = {e->logits, e->argmax, NULL, e->sampled, e->hidden};
   if (st == SL_OK)
     st = sl_batch_ctx_submit(e->bctx, &batch, &out);
   bool submitted = st == SL_OK;
@@ -950,12 +1001,16 @@ bool sl__step(sl_engine_t *e) {
     }
     return true;
   }
-  int li = 0;
+  int li = 0, hi = 0;
   for (int s = 0; s < nb; s++) {
     sl__req *r = e->batch_reqs[s];
     sl_batch_seq *q = &e->batch_seqs[s];
     r->n_computed += q->n;
     int row = q->want_logits ? li++ : -1;
+    if (q->embed) {
+      pool_rows(e, r, e->hidden + (size_t)hi * (size_t)e->n_embd, q->n);
+      hi += q->n;
+    }
     if (r->state == SL__REQ_PREFILLING) {
       r->first_chunk_done = true;
       /* the chunk's full blocks are written: published now, so that a
@@ -963,6 +1018,12 @@ bool sl__step(sl_engine_t *e) {
       publish_blocks(e, r);
       if (r->n_computed < r->n_target)
         continue;
+      if (r->params.pooling) { /* an embedding: done */
+        embed_finish(e, r);
+        sl__active_remove(e, r);
+        sl__finish(e, r, SL_FINISH_STOP, SL_OK, SL_REASON_NONE, NULL);
+        continue;
+      }
       r->state = SL__REQ_RUNNING;
     }
     if (row >= 0 && sample_and_emit(e, r, s, row))

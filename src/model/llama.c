@@ -397,7 +397,8 @@ sl_status sl_ctx_eval(sl_ctx_t *c, const int32_t *tokens, int n, float *logits,
                         logits && all_logits,
                         false,
                         chunk == 1, /* one sequence: no batch to vary */
-                        NULL};
+                        NULL,
+                        false};
     sl_batch b = {tokens + done, chunk, &seq, 1};
     float *out = !logits      ? NULL
                  : all_logits ? logits + (size_t)done * (size_t)nv

@@ -162,6 +162,7 @@ typedef struct run_arg {
   sl_batch_ctx_t *c;
   const sl_batch *b;
   float *logits;
+  float *hidden;    /* embed sequences' rows (sl_batch_seq.embed) */
   sl_buf_t *act;    /* activations */
   size_t max_len;   /* the longest sequence in the batch, in positions */
   int total_blocks; /* block pointers over all sequences */
@@ -357,6 +358,17 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
     if (cnt)
       st = sl_kern_matmul(c->pool, &m->output, xn, a->logits, cnt);
   }
+  if (st == SL_OK && a->hidden) {
+    /* embeddings: every token of an embed sequence, final-normed */
+    size_t row = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+      const sl_batch_seq *sq = &b->seqs[s];
+      for (int t = 0; sq->embed && t < sq->n; t++, row++)
+        sl_kern_rmsnorm(a->hidden + row * (size_t)d,
+                        x + (size_t)(sq->first + t) * (size_t)d, m->output_norm,
+                        d, hp->rms_eps);
+    }
+  }
   sl_free(scratch);
   sl_free(kb);
   sl_free(vb);
@@ -395,6 +407,11 @@ sl_status sl_batch_ctx_submit(sl_batch_ctx_t *c, const sl_batch *b,
     if (q->sample &&
         (!c->cu || !q->want_logits || q->all_logits || !out->sampled))
       return SL_ERR_INVALID_ARG;
+    if (q->embed &&
+        (q->want_logits || q->all_logits || q->sample || !out->hidden))
+      return SL_ERR_INVALID_ARG;
+    if (q->embed && c->cu)
+      return SL_ERR_UNSUPPORTED; /* not on the GPU yet */
     size_t len = (size_t)(q->pos0 + q->n);
     if (len > max_len)
       max_len = len;
@@ -415,7 +432,7 @@ sl_status sl_batch_ctx_submit(sl_batch_ctx_t *c, const sl_batch *b,
   sl_status st = sl_buf_alloc(c->stream, L.total * 4, &act);
   if (st != SL_OK)
     return st;
-  run_arg a = {c, b, out->logits, act, max_len, total_blocks};
+  run_arg a = {c, b, out->logits, out->hidden, act, max_len, total_blocks};
   sl_buf_t *bufs[2] = {act, c->kv.buf};
   st = sl_stream_submit(c->stream, run_task, &a, sizeof a, bufs, 2, &c->seq);
   if (st != SL_OK) {
@@ -475,7 +492,7 @@ sl_status sl_batch_ctx_fetch_row(sl_batch_ctx_t *c, int row, float *dst) {
 
 sl_status sl_batch_ctx_run(sl_batch_ctx_t *c, const sl_batch *b,
                            float *logits) {
-  sl_batch_out out = {logits, NULL, NULL, NULL};
+  sl_batch_out out = {logits, NULL, NULL, NULL, NULL};
   sl_status st = sl_batch_ctx_submit(c, b, &out);
   if (st != SL_OK)
     return st;

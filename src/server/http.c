@@ -50,6 +50,7 @@ enum route {
   ROUTE_TOKENIZE,       /* POST /tokenize */
   ROUTE_DETOKENIZE,     /* POST /detokenize */
   ROUTE_APPLY_TEMPLATE, /* POST /apply-template */
+  ROUTE_EMBEDDINGS,     /* POST /v1/embeddings */
 };
 
 /* Per-request state of one connection (MHD's con_cls). */
@@ -100,6 +101,8 @@ static void job_unref(sl_srv_job *j) {
   sl_free(j->text);
   sl_free(j->toks);
   sl__srv_toolcalls_free(&j->calls);
+  sl_free(j->parts);
+  sl_free(j->emb);
   sl__sbuf_free(&j->out);
   pthread_cond_destroy(&j->cv);
   pthread_mutex_destroy(&j->mu);
@@ -237,6 +240,49 @@ static void on_event(void *user, const sl_engine_event *ev) {
   }
 }
 
+/* The engine's callback for one input of an embeddings job (executor
+ * thread): its vector, or the job's error; the job is done with its last
+ * input. Each input holds a reference to the job. */
+static void on_embed_event(void *user, const sl_engine_event *ev) {
+  sl_srv_emb_part *p = user;
+  sl_srv_job *j = p->job;
+  if (ev->kind != SL_EV_DONE)
+    return;
+  pthread_mutex_lock(&j->mu);
+  if (ev->finish == SL_FINISH_STOP && ev->embedding &&
+      ev->n_embd == j->n_embd) {
+    memcpy(j->emb + (size_t)p->index * (size_t)j->n_embd, ev->embedding,
+           sizeof(float) * (size_t)j->n_embd);
+    j->prompt_tokens += ev->prompt_tokens;
+  } else if (j->finish != SL_FINISH_ERROR) {
+    j->finish = SL_FINISH_ERROR;
+    j->error = ev->error != SL_OK ? ev->error : SL_ERR_CANCELLED;
+    j->reason = j->cut ? SL_REASON_SHUTTING_DOWN : ev->reason;
+    snprintf(j->error_msg, sizeof j->error_msg, "%s",
+             j->cut || !ev->error_msg ? "" : ev->error_msg);
+    j->est_bytes = ev->est_bytes;
+    j->limit_bytes = ev->limit_bytes;
+  }
+  bool last = ++j->parts_done == j->n_parts;
+  if (last) {
+    j->done = true;
+    j->t_done = sl_now_ns();
+    if (j->finish != SL_FINISH_ERROR)
+      j->finish = SL_FINISH_STOP;
+    if (j->parked && !j->resumed && j->conn) {
+      j->resumed = true;
+      MHD_resume_connection(j->conn);
+    }
+  }
+  pthread_cond_broadcast(&j->cv);
+  pthread_mutex_unlock(&j->mu);
+  if (last) {
+    sl__srv_metrics_job(j->srv, j, j->finish == SL_FINISH_ERROR);
+    server_job_remove(j->srv, j);
+  }
+  job_unref(j);
+}
+
 /* True when the client closed its side of the socket. */
 static bool client_gone(int fd) {
   if (fd < 0)
@@ -247,15 +293,36 @@ static bool client_gone(int fd) {
   return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
+/* The engine requests of a job (j->mu held): its one, or one per input of
+ * an embeddings job; at most cap of them. */
+static int job_ids(const sl_srv_job *j, uint64_t *out, int cap) {
+  if (!j->parts)
+    return cap > 0 ? (out[0] = j->engine_id, 1) : 0;
+  int n = 0;
+  for (int i = 0; i < j->n_parts && n < cap; i++)
+    if (j->parts[i].engine_id)
+      out[n++] = j->parts[i].engine_id;
+  return n;
+}
+
 static void job_abort(sl_srv_job *j) {
   pthread_mutex_lock(&j->mu);
   bool go = j->submitted && !j->done && !j->aborted;
   j->aborted = true;
+  int n = 0;
+  uint64_t one, *ids = &one;
+  if (go && j->parts && !(ids = sl_malloc(sizeof *ids * (size_t)j->n_parts)))
+    go = false; /* out of memory: each input runs to its end */
+  if (go)
+    n = job_ids(j, ids, j->parts ? j->n_parts : 1);
   pthread_mutex_unlock(&j->mu);
-  if (go && sl_engine_abort(j->srv->engine, j->engine_id) != SL_OK)
-    SL_LOGW("server: out of memory recording an abort; request %llu runs "
-            "to its end",
-            (unsigned long long)j->engine_id);
+  for (int i = 0; i < n; i++)
+    if (sl_engine_abort(j->srv->engine, ids[i]) != SL_OK)
+      SL_LOGW("server: out of memory recording an abort; request %llu runs "
+              "to its end",
+              (unsigned long long)ids[i]);
+  if (ids != &one)
+    sl_free(ids);
 }
 
 /* Parks the job's connection until the engine's next event (j->mu held;
@@ -293,8 +360,13 @@ static void reap_parked(void *arg) {
     pthread_mutex_lock(&j->mu);
     if (j->parked && !j->resumed && j->conn && j->submitted && !j->done &&
         !j->aborted && client_gone(j->fd)) {
+      if (job_ids(j, ids + n, 64 - n) < (j->parts ? j->n_parts : 1) &&
+          n > 0) { /* no room for all of its ids: the next tick */
+        pthread_mutex_unlock(&j->mu);
+        break;
+      }
       j->aborted = true;
-      ids[n++] = j->engine_id;
+      n += job_ids(j, ids + n, 64 - n);
     }
     pthread_mutex_unlock(&j->mu);
   }
@@ -462,9 +534,10 @@ static enum MHD_Result generate_next(sl_server_t *s, struct MHD_Connection *c,
     return send_error(c, cn->fam, &err, false);
   }
   if (!j->req.stream) {
-    json_t *body = api == SL_SRV_MESSAGES
-                       ? sl__ant_body(j, j->req.model, s->tok)
-                       : sl__oai_body(j, j->req.model, s->tok);
+    json_t *body =
+        api == SL_SRV_MESSAGES     ? sl__ant_body(j, j->req.model, s->tok)
+        : api == SL_SRV_EMBEDDINGS ? sl__srv_embed_body(j, j->req.model)
+                                   : sl__oai_body(j, j->req.model, s->tok);
     pthread_mutex_unlock(&j->mu);
     return send_json(c, 200, body, false);
   }
@@ -485,10 +558,139 @@ static enum MHD_Result generate_next(sl_server_t *s, struct MHD_Connection *c,
   return ret;
 }
 
+/* Registers a submitted job in the server's list (false: the server is
+ * stopping, *err says so). `refs`: the references its engine requests will
+ * hold. */
+static bool job_register(sl_server_t *s, conn *cn, sl_srv_job *j, int refs,
+                         sl_srv_error *err) {
+  pthread_mutex_lock(&s->jobs_mu);
+  if (s->stopping) {
+    pthread_mutex_unlock(&s->jobs_mu);
+    sl__srv_error_set(err, sl_reason_http(SL_REASON_SHUTTING_DOWN),
+                      sl_reason_code(SL_REASON_SHUTTING_DOWN), NULL, "%s",
+                      sl_reason_message(SL_REASON_SHUTTING_DOWN));
+    return false;
+  }
+  j->next = s->jobs;
+  if (s->jobs)
+    s->jobs->prev = j;
+  s->jobs = j;
+  s->n_jobs++;
+  s->n_open++;
+  cn->open = true;
+  atomic_fetch_add(&j->refs, refs);
+  pthread_mutex_unlock(&s->jobs_mu);
+  return true;
+}
+
+/* A submitted job's connection waits for its answer (generate_next). The
+ * idle timeout guards the request's arrival (slow clients); while the
+ * engine works, the connection is not idle: no timeout until the request
+ * completes (on_completed restores it). */
+static enum MHD_Result await_answer(sl_server_t *s, struct MHD_Connection *c,
+                                    conn *cn, sl_srv_job *j) {
+  MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+  pthread_mutex_lock(&j->mu);
+  j->conn = c;
+  pthread_mutex_unlock(&j->mu);
+  cn->waiting = true;
+  return generate_next(s, c, cn);
+}
+
+/* POST /v1/embeddings, once parsed: each input is one embedding request to
+ * the engine; the answer comes when the last is done (generate_next). */
+static enum MHD_Result handle_embed(sl_server_t *s, struct MHD_Connection *c,
+                                    conn *cn, sl_srv_job *j,
+                                    sl_srv_error *err) {
+  sl_srv_request *r = &j->req;
+  j->n_embd = (int)sl_model_hparams_of(s->model)->n_embd;
+  if (r->emb_dimensions && r->emb_dimensions != j->n_embd) {
+    sl__srv_error_set(err, 400, "unsupported_parameter", "dimensions",
+                      "this model's embeddings have %d dimensions; it "
+                      "cannot give %d",
+                      j->n_embd, r->emb_dimensions);
+    goto fail;
+  }
+  if (sl__srv_embed_ids(r, s->tok, s->cfg.n_ctx, err) != SL_OK)
+    goto fail;
+  int n = r->n_inputs;
+  j->parts = sl_calloc((size_t)n, sizeof *j->parts);
+  j->emb = sl_calloc((size_t)n * (size_t)j->n_embd, sizeof(float));
+  if (!j->parts || !j->emb) {
+    sl__srv_error_set(err, 503, "out_of_memory", NULL,
+                      "the server ran out of memory; retry later");
+    goto fail;
+  }
+  j->n_parts = n;
+  j->created = (long long)time(NULL);
+  make_id(j->id, sizeof j->id, "embd-");
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  j->fd = ci ? ci->connect_fd : -1;
+  if (!job_register(s, cn, j, n, err))
+    goto fail;
+  sl_gen_params gp = r->gen;
+  gp.pooling = s->cfg.pooling == SL_POOL_LAST ? SL_POOL_LAST : SL_POOL_MEAN;
+  gp.n_stop = 0;
+  gp.grammar = NULL;
+  j->t_submit = sl_now_ns();
+  int i = 0;
+  sl_status st = SL_OK;
+  for (; i < n; i++) {
+    j->parts[i].job = j;
+    j->parts[i].index = i;
+    uint64_t eid = 0;
+    st = sl_engine_submit(s->engine, r->inputs[i].ids, r->inputs[i].n_ids, &gp,
+                          on_embed_event, &j->parts[i], &eid);
+    if (st != SL_OK)
+      break;
+    pthread_mutex_lock(&j->mu);
+    j->parts[i].engine_id = eid;
+    j->submitted = true;
+    pthread_mutex_unlock(&j->mu);
+  }
+  if (st != SL_OK) {
+    if (st == SL_ERR_UNSUPPORTED)
+      sl__srv_error_set(err, 400, "unsupported_device", NULL,
+                        "embeddings are not served on this device (%s) yet; "
+                        "serve with --device cpu",
+                        sl_engine_device_name(s->engine));
+    else
+      sl__srv_error_set(err, 503, NULL, NULL, "cannot queue the request: %s",
+                        sl_status_str(st));
+    /* the inputs not submitted give their references back; the others
+     * end by abort */
+    pthread_mutex_lock(&j->mu);
+    j->parts_done += n - i;
+    bool none_left = j->parts_done == j->n_parts;
+    if (j->finish != SL_FINISH_ERROR) {
+      j->finish = SL_FINISH_ERROR;
+      j->error = st;
+      j->reason = SL_REASON_NONE;
+      snprintf(j->error_msg, sizeof j->error_msg, "%.200s", err->message);
+    }
+    if (none_left)
+      j->done = true;
+    pthread_mutex_unlock(&j->mu);
+    atomic_fetch_sub(&j->refs, n - i);
+    if (none_left) { /* nothing runs: answer now */
+      server_job_remove(s, j);
+      sl__srv_metrics_failed(s);
+      return send_error(c, cn->fam, err, false);
+    }
+    job_abort(j);
+  }
+  return await_answer(s, c, cn, j);
+fail:
+  sl__srv_metrics_failed(s);
+  return send_error(c, cn->fam, err, false);
+}
+
 static enum MHD_Result handle_generate(sl_server_t *s, struct MHD_Connection *c,
                                        conn *cn) {
   sl_srv_api api = cn->route == ROUTE_CHAT          ? SL_SRV_CHAT
                    : cn->route == ROUTE_COMPLETIONS ? SL_SRV_COMPLETIONS
+                   : cn->route == ROUTE_EMBEDDINGS  ? SL_SRV_EMBEDDINGS
                                                     : SL_SRV_MESSAGES;
   sl_srv_error err;
   sl_srv_limits lim = sl__srv_limits_of(s);
@@ -506,6 +708,8 @@ static enum MHD_Result handle_generate(sl_server_t *s, struct MHD_Connection *c,
   if (sl__srv_parse(api, cn->body.p ? cn->body.p : "", cn->body.len, &lim,
                     &j->req, &err) != SL_OK)
     goto fail_respond;
+  if (api == SL_SRV_EMBEDDINGS)
+    return handle_embed(s, c, cn, j, &err);
   if (sl__srv_prompt_ids(&j->req, s->tok, s->chat_template,
                          s->cfg.parse_special_in_content, &j->ids, &j->n_ids,
                          &err) != SL_OK)
@@ -546,23 +750,8 @@ static enum MHD_Result handle_generate(sl_server_t *s, struct MHD_Connection *c,
   j->fd = ci ? ci->connect_fd : -1;
 
   /* register, then submit: the engine holds one reference until DONE */
-  pthread_mutex_lock(&s->jobs_mu);
-  if (s->stopping) {
-    pthread_mutex_unlock(&s->jobs_mu);
-    sl__srv_error_set(&err, sl_reason_http(SL_REASON_SHUTTING_DOWN),
-                      sl_reason_code(SL_REASON_SHUTTING_DOWN), NULL, "%s",
-                      sl_reason_message(SL_REASON_SHUTTING_DOWN));
+  if (!job_register(s, cn, j, 1, &err))
     goto fail_respond;
-  }
-  j->next = s->jobs;
-  if (s->jobs)
-    s->jobs->prev = j;
-  s->jobs = j;
-  s->n_jobs++;
-  s->n_open++;
-  cn->open = true;
-  atomic_fetch_add(&j->refs, 1);
-  pthread_mutex_unlock(&s->jobs_mu);
   /* no lock is held across submit: the executor may already be calling
    * back into this job (and into the jobs list) */
   uint64_t eid = 0;
@@ -589,15 +778,7 @@ static enum MHD_Result handle_generate(sl_server_t *s, struct MHD_Connection *c,
     goto fail_respond;
   }
 
-  /* the idle timeout guards the request's arrival (slow clients); while
-   * the engine works, the connection is not idle: no timeout until the
-   * request completes (on_completed restores it) */
-  MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-  pthread_mutex_lock(&j->mu);
-  j->conn = c;
-  pthread_mutex_unlock(&j->mu);
-  cn->waiting = true;
-  return generate_next(s, c, cn);
+  return await_answer(s, c, cn, j);
 
 fail_respond:
   sl__srv_metrics_failed(s);
@@ -625,6 +806,7 @@ static enum route route_of(const char *url, const char *method, bool *post,
       {"/tokenize", true, ROUTE_TOKENIZE},
       {"/detokenize", true, ROUTE_DETOKENIZE},
       {"/apply-template", true, ROUTE_APPLY_TEMPLATE},
+      {"/v1/embeddings", true, ROUTE_EMBEDDINGS},
       {"/v1/models/", false, ROUTE_MODEL}, /* a prefix: /v1/models/{id} */
   };
   *bad_method = *preflight = false;

@@ -1001,6 +1001,9 @@ sl_status sl__srv_parse(sl_srv_api api, const char *body, size_t len,
   case SL_SRV_COUNT_TOKENS:
     st = parse_messages(root, lim, out, err);
     break;
+  case SL_SRV_EMBEDDINGS:
+    st = sl__srv_parse_embeddings(root, lim, out, err);
+    break;
   default:
     BAD(404, NULL, NULL, "unknown API");
   }
@@ -1025,6 +1028,7 @@ void sl__srv_request_free(sl_srv_request *r) {
   sl_free(r->prompt_ids);
   sl_free(r->bias);
   sl_grammar_unref(r->grammar);
+  sl__srv_embed_free(r);
   json_decref(r->tools);
   sl_free(r->tool_name);
   sl_jv_free(r->tmpl_extra);

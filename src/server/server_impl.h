@@ -117,7 +117,19 @@ typedef enum sl_srv_api {
   SL_SRV_MESSAGES = 2,     /* POST /v1/messages */
   SL_SRV_COUNT_TOKENS = 3, /* POST /v1/messages/count_tokens: as messages,
                               without max_tokens; nothing is generated */
+  SL_SRV_EMBEDDINGS = 4,   /* POST /v1/embeddings (embed.c) */
 } sl_srv_api;
+
+/* One input of an embeddings request: text (tokenized by
+ * sl__srv_embed_ids) or token ids. */
+typedef struct sl_srv_input {
+  char *text; /* NUL-terminated, or NULL */
+  size_t len;
+  int32_t *ids;
+  int n_ids;
+} sl_srv_input;
+
+#define SL_SRV_MAX_EMBED_INPUTS 2048 /* OpenAI's limit */
 
 /* The families of tool-call formats a model writes. */
 typedef enum sl_srv_toolfmt {
@@ -179,7 +191,12 @@ typedef struct sl_srv_request {
   /* how the answer's calls are read (NONE: no tools, or tool_choice none:
    * the answer is text) */
   sl_srv_toolfmt toolfmt;
-  sl_jv *tmpl_extra;     /* {"tools": [...]} for the template, or NULL */
+  sl_jv *tmpl_extra; /* {"tools": [...]} for the template, or NULL */
+  /* embeddings (embed.c) */
+  sl_srv_input *inputs;
+  int n_inputs;
+  bool emb_base64;       /* encoding_format base64 */
+  int emb_dimensions;    /* 0: not given */
   sl_logit_bias *bias;   /* gen.logit_bias points here */
   sl_grammar_t *grammar; /* constrained decoding (gen.grammar), or NULL */
   sl_gen_params gen;     /* gen.stop points into stops[] */
@@ -298,6 +315,16 @@ void sl__srv_json_base_gbnf(sl_sbuf *out);
 /* Appends the grammar of any JSON object (response_format json_object). */
 void sl__srv_json_object_gbnf(sl_sbuf *out);
 
+/* ---- embed.c: /v1/embeddings -------------------------------------------- */
+
+sl_status sl__srv_parse_embeddings(json_t *root, const sl_srv_limits *lim,
+                                   sl_srv_request *r, sl_srv_error *err);
+void sl__srv_embed_free(sl_srv_request *r);
+/* Tokenizes the text inputs (special tokens parsed, BOS as the model adds
+ * it) and checks every input's ids: in the vocabulary, fewer than n_ctx. */
+sl_status sl__srv_embed_ids(sl_srv_request *r, const sl_tokenizer_t *tok,
+                            int n_ctx, sl_srv_error *err);
+
 /* ---- prompt.c: the prompt's token ids ------------------------------------ */
 
 /* Renders the chat template (chat / messages) or takes the prompt text or
@@ -333,6 +360,14 @@ typedef struct sl_srv_tok {
 } sl_srv_tok;
 
 typedef struct sl_srv_job sl_srv_job;
+
+/* One input of an embeddings job: the engine callback's user pointer. */
+typedef struct sl_srv_emb_part {
+  sl_srv_job *job;
+  int index;
+  uint64_t engine_id; /* 0: not submitted */
+} sl_srv_emb_part;
+
 struct sl_srv_job {
   atomic_int refs;
   sl_server_t *srv;
@@ -368,6 +403,12 @@ struct sl_srv_job {
   char error_msg[256];
   uint64_t est_bytes, limit_bytes;
   uint64_t t_submit, t_first, t_done;
+
+  /* embeddings: one part per input; the vectors (n_inputs, n_embd) */
+  sl_srv_emb_part *parts;
+  int n_parts, parts_done;
+  float *emb;
+  int n_embd;
 
   /* tools: the answer's calls, read once it is done (sl__srv_job_calls) */
   sl_srv_toolcalls calls;
@@ -421,6 +462,8 @@ bool sl__oai_stream(sl_srv_job *j, const char *model,
                     const sl_tokenizer_t *tok);
 json_t *sl__ant_body(sl_srv_job *j, const char *model,
                      const sl_tokenizer_t *tok);
+/* embed.c: the /v1/embeddings answer of a done job. */
+json_t *sl__srv_embed_body(const sl_srv_job *j, const char *model);
 bool sl__ant_stream(sl_srv_job *j, const char *model,
                     const sl_tokenizer_t *tok);
 

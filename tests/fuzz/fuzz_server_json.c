@@ -17,7 +17,7 @@ static const char *names[] = {"smollm2", "default"};
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1 || size > 1 << 16)
     return 0;
-  sl_srv_api api = (sl_srv_api)(data[0] % 4); /* count_tokens too */
+  sl_srv_api api = (sl_srv_api)(data[0] % 5); /* count_tokens, embeddings */
   const char *tmpl = data[0] & 4   ? "{{ tools }}<tool_call>"
                      : data[0] & 8 ? "{{ messages }}"
                                    : NULL;
@@ -30,8 +30,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (st == SL_OK) {
     if (!r.model)
       abort();
-    if (api == SL_SRV_COMPLETIONS ? !(r.prompt || r.n_prompt_ids > 0)
-                                  : sl_jv_len(r.messages) == 0)
+    if (api == SL_SRV_EMBEDDINGS
+            ? r.n_inputs < 1 || r.n_inputs > SL_SRV_MAX_EMBED_INPUTS
+        : api == SL_SRV_COMPLETIONS ? !(r.prompt || r.n_prompt_ids > 0)
+                                    : sl_jv_len(r.messages) == 0)
       abort();
     int max_stop = api == SL_SRV_MESSAGES || api == SL_SRV_COUNT_TOKENS
                        ? SL_MAX_STOP
