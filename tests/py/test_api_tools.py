@@ -216,6 +216,54 @@ def test_results_round_trip(server):
     assert n.input_tokens == u.input_tokens + u.cache_read_input_tokens
 
 
+def test_results_round_trip_streamed(server):
+    """The same loop with every answer streamed, each SDK accumulating."""
+    c = oai(server)
+    with c.chat.completions.stream(
+            model=MODEL_NAME, messages=ASK, tools=OAI_TOOLS,
+            tool_choice={"type": "function",
+                         "function": {"name": "get_weather"}},
+            temperature=0, max_tokens=200) as s:
+        msg = s.get_final_completion().choices[0].message
+    call = msg.tool_calls[0]
+    check_call(call.function.name, json.loads(call.function.arguments))
+    conv = ASK + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": call.id, "type": "function", "function": {
+            "name": call.function.name,
+            "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id,
+         "content": "Sunny, 21 degrees."}]
+    with c.chat.completions.stream(model=MODEL_NAME, messages=conv,
+                                   tools=OAI_TOOLS, tool_choice="none",
+                                   temperature=0, max_tokens=30) as s:
+        final = s.get_final_completion().choices[0]
+    assert final.message.content and final.message.tool_calls is None
+
+    a = ant(server)
+    with a.messages.stream(model=MODEL_NAME, max_tokens=200, messages=ASK,
+                           tools=ANT_TOOLS, tool_choice={"type": "any"},
+                           extra_body={"temperature": 0}) as s:
+        m = s.get_final_message()
+    use = [b for b in m.content if b.type == "tool_use"][0]
+    check_call(use.name, use.input)
+    with a.messages.stream(
+            model=MODEL_NAME, max_tokens=30, tools=ANT_TOOLS,
+            tool_choice={"type": "none"},
+            messages=ASK + [
+                {"role": "assistant",
+                 "content": [b.model_dump(exclude_none=True,
+                                          include={"type", "id", "name",
+                                                   "input", "text"})
+                             for b in m.content]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": use.id,
+                     "content": "Sunny, 21 degrees."}]}],
+            extra_body={"temperature": 0}) as s:
+        m2 = s.get_final_message()
+    assert m2.stop_reason in ("end_turn", "max_tokens")
+    assert m2.content and m2.content[0].type == "text" and m2.content[0].text
+
+
 def test_tool_choice_none_is_text(server):
     r = oai(server).chat.completions.create(
         model=MODEL_NAME, messages=ASK, tools=OAI_TOOLS, tool_choice="none",
