@@ -93,9 +93,22 @@ static void add_std_headers(struct MHD_Response *r) {
 /* ---- jobs -------------------------------------------------------------------
  */
 
+/* A job's own buffers (a child's too: its req is its parent's). */
+static void job_buffers_free(sl_srv_job *j) {
+  sl_free(j->text);
+  sl_free(j->toks);
+  sl__srv_toolcalls_free(&j->calls);
+  sl__sbuf_free(&j->out);
+  pthread_cond_destroy(&j->cv);
+  pthread_mutex_destroy(&j->mu);
+}
+
 static void job_unref(sl_srv_job *j) {
   if (atomic_fetch_sub(&j->refs, 1) != 1)
     return;
+  for (int i = 0; j->kids && i < j->n_parts; i++)
+    job_buffers_free(&j->kids[i]);
+  sl_free(j->kids);
   sl__srv_request_free(&j->req);
   sl_free(j->ids);
   sl_free(j->text);
@@ -131,6 +144,57 @@ static void server_job_remove(sl_server_t *s, sl_srv_job *j) {
   s->n_jobs--;
   pthread_cond_broadcast(&s->jobs_cv);
   pthread_mutex_unlock(&s->jobs_mu);
+}
+
+/* An event of choice k of parent p (n > 1; executor thread, no lock held):
+ * p starts with its first choice's events and is done with the last
+ * choice's end, its usage and error taken from the choices then. Each
+ * choice holds a reference to p. */
+static void kid_event(sl_srv_job *p, bool kid_done) {
+  pthread_mutex_lock(&p->mu);
+  p->started = true;
+  if (kid_done)
+    p->parts_done++;
+  bool all = kid_done && p->parts_done == p->n_parts;
+  if (all) {
+    p->done = true;
+    p->t_done = sl_now_ns();
+    p->finish = SL_FINISH_STOP;
+    p->completion_tokens = p->n_toks = 0;
+    for (int i = 0; i < p->n_parts; i++) {
+      sl_srv_job *k = &p->kids[i];
+      pthread_mutex_lock(&k->mu);
+      if (i == 0) { /* the prompt once: what the first choice computed */
+        p->prompt_tokens = k->prompt_tokens;
+        p->cached_tokens = k->cached_tokens;
+      }
+      p->completion_tokens += k->completion_tokens;
+      p->n_toks += k->n_toks;
+      if (k->t_first && (!p->t_first || k->t_first < p->t_first))
+        p->t_first = k->t_first;
+      if (k->finish == SL_FINISH_ERROR && p->finish != SL_FINISH_ERROR) {
+        p->finish = SL_FINISH_ERROR;
+        p->error = k->error;
+        p->reason = k->reason;
+        memcpy(p->error_msg, k->error_msg, sizeof p->error_msg);
+        p->est_bytes = k->est_bytes;
+        p->limit_bytes = k->limit_bytes;
+      }
+      pthread_mutex_unlock(&k->mu);
+    }
+  }
+  if (p->parked && !p->resumed && p->conn && (all || p->req.stream)) {
+    p->resumed = true;
+    MHD_resume_connection(p->conn);
+  }
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  if (all) {
+    sl__srv_metrics_job(p->srv, p, p->finish == SL_FINISH_ERROR);
+    server_job_remove(p->srv, p);
+  }
+  if (kid_done)
+    job_unref(p);
 }
 
 /* The engine's callback: executor thread, must not block. */
@@ -224,6 +288,12 @@ static void on_event(void *user, const sl_engine_event *ev) {
     break;
   }
   bool done = j->done;
+  if (j->parent) { /* a choice of n: its parent answers */
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    kid_event(j->parent, done);
+    return;
+  }
   /* a non-streamed answer has nothing to send before the end: its
    * connection stays parked (no pool-thread wake-up per token) */
   if (j->parked && !j->resumed && j->conn && (done || j->req.stream)) {
@@ -583,6 +653,51 @@ static bool job_register(sl_server_t *s, conn *cn, sl_srv_job *j, int refs,
   return true;
 }
 
+/* The error of a refused sl_engine_submit. */
+static void submit_error(sl_status st, int n_ids, sl_srv_error *err) {
+  if (st == SL_ERR_RANGE)
+    sl__srv_error_set(err, 400, "context_length_exceeded", NULL,
+                      "the prompt (%d tokens) does not fit the context", n_ids);
+  else if (st == SL_ERR_INVALID_ARG)
+    sl__srv_error_set(err, 400, "invalid_value", NULL,
+                      "the engine refused the request's parameters");
+  else
+    sl__srv_error_set(err, 503, NULL, NULL, "cannot queue the request: %s",
+                      sl_status_str(st));
+}
+
+/* n > 1: a child job per choice, each its own engine request with the
+ * seed + its index (so that sampled choices differ and stay
+ * reproducible); false when out of memory. */
+static bool make_kids(sl_srv_job *j, int n) {
+  j->kids = sl_calloc((size_t)n, sizeof *j->kids);
+  j->parts = sl_calloc((size_t)n, sizeof *j->parts);
+  if (!j->kids || !j->parts) {
+    sl_free(j->kids);
+    j->kids = NULL;
+    return false;
+  }
+  j->n_parts = n;
+  for (int i = 0; i < n; i++) {
+    sl_srv_job *k = &j->kids[i];
+    atomic_init(&k->refs, 1);
+    k->srv = j->srv;
+    pthread_mutex_init(&k->mu, NULL);
+    pthread_cond_init(&k->cv, NULL);
+    k->req = j->req; /* shared, never freed through k */
+    k->req.gen.sampling.seed = j->req.gen.sampling.seed + (uint64_t)i;
+    k->parent = j;
+    k->index = i;
+    k->fd = -1;
+    memcpy(k->id, j->id, sizeof k->id);
+    k->created = j->created;
+    k->prompt_tokens = j->n_ids;
+    j->parts[i].job = k;
+    j->parts[i].index = i;
+  }
+  return true;
+}
+
 /* A submitted job's connection waits for its answer (generate_next). The
  * idle timeout guards the request's arrival (slow clients); while the
  * engine works, the connection is not idle: no timeout until the request
@@ -749,33 +864,54 @@ static enum MHD_Result handle_generate(sl_server_t *s, struct MHD_Connection *c,
       MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
   j->fd = ci ? ci->connect_fd : -1;
 
-  /* register, then submit: the engine holds one reference until DONE */
-  if (!job_register(s, cn, j, 1, &err))
+  int n = j->req.n_choices > 1 ? j->req.n_choices : 1;
+  if (n > 1 && !make_kids(j, n)) {
+    sl__srv_error_set(&err, 503, "out_of_memory", NULL,
+                      "the server ran out of memory; retry later");
+    goto fail_respond;
+  }
+  /* register, then submit: the engine holds one reference per request
+   * (each choice's) until DONE */
+  if (!job_register(s, cn, j, n, &err))
     goto fail_respond;
   /* no lock is held across submit: the executor may already be calling
    * back into this job (and into the jobs list) */
-  uint64_t eid = 0;
   j->t_submit = sl_now_ns();
-  sl_status st = sl_engine_submit(s->engine, j->ids, j->n_ids, &j->req.gen,
-                                  on_event, j, &eid);
-  pthread_mutex_lock(&j->mu);
-  j->engine_id = eid;
-  j->submitted = st == SL_OK;
-  pthread_mutex_unlock(&j->mu);
-  if (st != SL_OK) {
-    server_job_remove(s, j);
-    atomic_fetch_sub(&j->refs, 1);
-    if (st == SL_ERR_RANGE)
-      sl__srv_error_set(&err, 400, "context_length_exceeded", NULL,
-                        "the prompt (%d tokens) does not fit the context",
-                        j->n_ids);
-    else if (st == SL_ERR_INVALID_ARG)
-      sl__srv_error_set(&err, 400, "invalid_value", NULL,
-                        "the engine refused the request's parameters");
-    else
-      sl__srv_error_set(&err, 503, NULL, NULL, "cannot queue the request: %s",
-                        sl_status_str(st));
-    goto fail_respond;
+  for (int i = 0; i < n; i++) {
+    sl_srv_job *k = j->kids ? &j->kids[i] : j;
+    uint64_t eid = 0;
+    k->t_submit = j->t_submit;
+    sl_status st = sl_engine_submit(s->engine, j->ids, j->n_ids, &k->req.gen,
+                                    on_event, k, &eid);
+    if (st != SL_OK && i == 0) { /* nothing runs: answer now */
+      server_job_remove(s, j);
+      atomic_fetch_sub(&j->refs, n);
+      submit_error(st, j->n_ids, &err);
+      goto fail_respond;
+    }
+    if (st != SL_OK) { /* a later choice: it ends at once, failed */
+      submit_error(st, j->n_ids, &err);
+      pthread_mutex_lock(&k->mu);
+      k->done = true;
+      k->finish = SL_FINISH_ERROR;
+      k->error = st;
+      k->reason = SL_REASON_NONE;
+      snprintf(k->error_msg, sizeof k->error_msg, "choice %d: %.200s", i,
+               err.message);
+      pthread_mutex_unlock(&k->mu);
+      kid_event(j, true);
+      continue;
+    }
+    pthread_mutex_lock(&k->mu);
+    k->engine_id = eid;
+    k->submitted = true;
+    pthread_mutex_unlock(&k->mu);
+    if (k != j) {
+      pthread_mutex_lock(&j->mu);
+      j->parts[i].engine_id = eid;
+      j->submitted = true;
+      pthread_mutex_unlock(&j->mu);
+    }
   }
 
   return await_answer(s, c, cn, j);
@@ -1453,8 +1589,17 @@ static int cut_jobs(sl_server_t *s, bool queued_only) {
     pthread_mutex_lock(&j->mu);
     if (j->submitted && !j->done && !(queued_only && j->started) &&
         !(queued_only && j->cut)) {
+      if (n > 0 && n + (j->parts ? j->n_parts : 1) > 64) {
+        pthread_mutex_unlock(&j->mu); /* the next pass */
+        break;
+      }
       j->cut = true;
-      ids[n++] = j->engine_id;
+      for (int i = 0; j->kids && i < j->n_parts; i++) {
+        pthread_mutex_lock(&j->kids[i].mu);
+        j->kids[i].cut = true;
+        pthread_mutex_unlock(&j->kids[i].mu);
+      }
+      n += job_ids(j, ids + n, 64 - n);
     }
     pthread_mutex_unlock(&j->mu);
   }

@@ -89,8 +89,8 @@ static json_t *tool_calls_json(const sl_srv_job *j,
   return a;
 }
 
-json_t *sl__oai_body(sl_srv_job *j, const char *model,
-                     const sl_tokenizer_t *tok) {
+/* One choice of a done job (a lone job, or a child of one with n > 1). */
+static json_t *choice_json(sl_srv_job *j, const sl_tokenizer_t *tok) {
   json_t *text = sl__json_str_lossy(j->text ? j->text : "", j->text_len);
   json_t *lp = json_null();
   if (j->req.logprobs) {
@@ -117,20 +117,35 @@ json_t *sl__oai_body(sl_srv_job *j, const char *model,
   }
   json_t *choice;
   if (j->req.api == SL_SRV_CHAT) {
-    choice = json_pack("{s:i,s:{s:s,s:o,s:n},s:o,s:s}", "index", 0, "message",
-                       "role", "assistant", "content", text, "refusal",
-                       "logprobs", lp, "finish_reason", fin);
+    choice = json_pack("{s:i,s:{s:s,s:o,s:n},s:o,s:s}", "index", j->index,
+                       "message", "role", "assistant", "content", text,
+                       "refusal", "logprobs", lp, "finish_reason", fin);
     if (choice && tc)
       json_object_set_new(json_object_get(choice, "message"), "tool_calls",
                           tool_calls_json(j, tc));
   } else
-    choice = json_pack("{s:o,s:i,s:o,s:s}", "text", text, "index", 0,
+    choice = json_pack("{s:o,s:i,s:o,s:s}", "text", text, "index", j->index,
                        "logprobs", lp, "finish_reason", fin);
-  return json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", j->id, "object",
+  return choice;
+}
+
+json_t *sl__oai_body(sl_srv_job *j, const char *model,
+                     const sl_tokenizer_t *tok) {
+  json_t *choices = json_array();
+  int n = j->kids ? j->n_parts : 1;
+  for (int i = 0; choices && i < n; i++) {
+    sl_srv_job *k = j->kids ? &j->kids[i] : j;
+    if (k != j)
+      pthread_mutex_lock(&k->mu);
+    json_array_append_new(choices, choice_json(k, tok));
+    if (k != j)
+      pthread_mutex_unlock(&k->mu);
+  }
+  return json_pack("{s:s,s:s,s:I,s:s,s:o,s:o}", "id", j->id, "object",
                    j->req.api == SL_SRV_CHAT ? "chat.completion"
                                              : "text_completion",
                    "created", (json_int_t)j->created, "model", model, "choices",
-                   choice, "usage", usage_json(j));
+                   choices, "usage", usage_json(j));
 }
 
 /* {id, object, created, model, choices: [choice]} (+ usage: null). */
@@ -151,7 +166,7 @@ static void content_delta(sl_srv_job *j, const char *model, const char *p,
                           size_t n) {
   if (n)
     emit_chunk(j, model,
-               json_pack("{s:i,s:{s:o},s:n,s:n}", "index", 0, "delta",
+               json_pack("{s:i,s:{s:o},s:n,s:n}", "index", j->index, "delta",
                          "content", sl__json_str_lossy(p, n), "logprobs",
                          "finish_reason"));
 }
@@ -174,28 +189,31 @@ static const char *stream_tools(sl_srv_job *j, const char *model) {
     sl__srv_tool_id(j, i, "call_", id, sizeof id);
     emit_chunk(j, model,
                json_pack("{s:i,s:{s:[{s:i,s:s,s:s,s:{s:s,s:s}}]},s:n,s:n}",
-                         "index", 0, "delta", "tool_calls", "index", i, "id",
-                         id, "type", "function", "function", "name",
+                         "index", j->index, "delta", "tool_calls", "index", i,
+                         "id", id, "type", "function", "function", "name",
                          tc->v[i].name, "arguments", "", "logprobs",
                          "finish_reason"));
     emit_chunk(j, model,
-               json_pack("{s:i,s:{s:[{s:i,s:{s:s}}]},s:n,s:n}", "index", 0,
-                         "delta", "tool_calls", "index", i, "function",
-                         "arguments", tc->v[i].arguments, "logprobs",
-                         "finish_reason"));
+               json_pack("{s:i,s:{s:[{s:i,s:{s:s}}]},s:n,s:n}", "index",
+                         j->index, "delta", "tool_calls", "index", i,
+                         "function", "arguments", tc->v[i].arguments,
+                         "logprobs", "finish_reason"));
   }
   return "tool_calls";
 }
 
-bool sl__oai_stream(sl_srv_job *j, const char *model,
-                    const sl_tokenizer_t *tok) {
+/* One choice's chunks, into j->out: the role, the new tokens, and its
+ * finish (or the error) once done. Returns 0 while it runs, 1 once it
+ * finished, -1 when it ended in an error (the error chunk is written). */
+static int choice_stream(sl_srv_job *j, const char *model,
+                         const sl_tokenizer_t *tok) {
   bool chat = j->req.api == SL_SRV_CHAT;
   if (j->phase == 0) {
     if (chat && !(j->done && j->finish == SL_FINISH_ERROR && j->n_toks == 0))
       emit_chunk(j, model,
-                 json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", 0, "delta",
-                           "role", "assistant", "content", "", "logprobs",
-                           "finish_reason"));
+                 json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", j->index,
+                           "delta", "role", "assistant", "content", "",
+                           "logprobs", "finish_reason"));
     j->phase = 1;
   }
   if (j->phase == 1) {
@@ -217,16 +235,16 @@ bool sl__oai_stream(sl_srv_job *j, const char *model,
       }
       if (chat)
         emit_chunk(j, model,
-                   json_pack("{s:i,s:{s:o},s:o,s:n}", "index", 0, "delta",
-                             "content", piece, "logprobs", lp,
+                   json_pack("{s:i,s:{s:o},s:o,s:n}", "index", j->index,
+                             "delta", "content", piece, "logprobs", lp,
                              "finish_reason"));
       else
         emit_chunk(j, model,
-                   json_pack("{s:o,s:i,s:o,s:n}", "text", piece, "index", 0,
-                             "logprobs", lp, "finish_reason"));
+                   json_pack("{s:o,s:i,s:o,s:n}", "text", piece, "index",
+                             j->index, "logprobs", lp, "finish_reason"));
     }
     if (!j->done)
-      return false;
+      return 0;
     if (j->finish == SL_FINISH_ERROR) {
       sl_srv_error e;
       sl__srv_job_error(j, &e);
@@ -235,35 +253,67 @@ bool sl__oai_stream(sl_srv_job *j, const char *model,
       sl__sbuf_add_json(&j->out, ej);
       sl__sbuf_adds(&j->out, "\n\n");
       json_decref(ej);
-      /* no [DONE]: the stream did not complete (the SDKs raise on the
-       * error chunk; a client that waits for [DONE] sees the close) */
       j->phase = 2;
-      return true;
-    } else {
-      const char *fin =
-          tools_fin ? tools_fin : sl__srv_finish_openai(j->finish);
-      if (chat)
-        emit_chunk(j, model,
-                   json_pack("{s:i,s:{},s:n,s:s}", "index", 0, "delta",
-                             "logprobs", "finish_reason", fin));
-      else
-        emit_chunk(j, model,
-                   json_pack("{s:s,s:i,s:n,s:s}", "text", "", "index", 0,
-                             "logprobs", "finish_reason", fin));
-      if (j->req.include_usage) {
-        json_t *c =
-            json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", j->id, "object",
-                      chat ? "chat.completion.chunk" : "text_completion",
-                      "created", (json_int_t)j->created, "model", model,
-                      "choices", "usage", usage_json(j));
-        sl__sbuf_adds(&j->out, "data: ");
-        sl__sbuf_add_json(&j->out, c);
-        sl__sbuf_adds(&j->out, "\n\n");
-        json_decref(c);
-      }
+      return -1;
     }
-    sl__sbuf_adds(&j->out, "data: [DONE]\n\n");
+    const char *fin = tools_fin ? tools_fin : sl__srv_finish_openai(j->finish);
+    if (chat)
+      emit_chunk(j, model,
+                 json_pack("{s:i,s:{},s:n,s:s}", "index", j->index, "delta",
+                           "logprobs", "finish_reason", fin));
+    else
+      emit_chunk(j, model,
+                 json_pack("{s:s,s:i,s:n,s:s}", "text", "", "index", j->index,
+                           "logprobs", "finish_reason", fin));
     j->phase = 2;
   }
+  return j->phase == 2 && j->finish == SL_FINISH_ERROR ? -1 : 1;
+}
+
+bool sl__oai_stream(sl_srv_job *j, const char *model,
+                    const sl_tokenizer_t *tok) {
+  if (j->phase == 2)
+    return true;
+  int n = j->kids ? j->n_parts : 1, finished = 0;
+  bool failed = false;
+  for (int i = 0; i < n && !failed; i++) {
+    sl_srv_job *k = j->kids ? &j->kids[i] : j;
+    if (k == j) {
+      int r = choice_stream(j, model, tok);
+      finished += r != 0;
+      failed = r < 0;
+      continue;
+    }
+    pthread_mutex_lock(&k->mu);
+    int r = choice_stream(k, model, tok);
+    sl__sbuf_add(&j->out, k->out.p, k->out.len); /* the child's chunks */
+    if (k->out.oom)
+      j->out.oom = true;
+    k->out.len = 0;
+    pthread_mutex_unlock(&k->mu);
+    finished += r != 0;
+    failed = r < 0;
+  }
+  if (failed) {
+    /* no [DONE]: the stream did not complete (the SDKs raise on the
+     * error chunk; a client that waits for [DONE] sees the close) */
+    j->phase = 2;
+    return true;
+  }
+  if (finished < n || (j->kids && !j->done))
+    return false;
+  if (j->req.include_usage) {
+    json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", j->id, "object",
+                          j->req.api == SL_SRV_CHAT ? "chat.completion.chunk"
+                                                    : "text_completion",
+                          "created", (json_int_t)j->created, "model", model,
+                          "choices", "usage", usage_json(j));
+    sl__sbuf_adds(&j->out, "data: ");
+    sl__sbuf_add_json(&j->out, c);
+    sl__sbuf_adds(&j->out, "\n\n");
+    json_decref(c);
+  }
+  sl__sbuf_adds(&j->out, "data: [DONE]\n\n");
+  j->phase = 2;
   return true;
 }

@@ -488,12 +488,11 @@ static sl_status parse_openai_common(json_t *root, const sl_srv_limits *lim,
     r->gen.sampling.repeat_penalty = (float)d;
   if ((st = parse_logit_bias(member(root, "logit_bias"), r, err)) != SL_OK)
     return st;
-  if ((k = opt_int(root, "n", 1, 1, &ll, err)) < 0) {
-    err->http = 400;
-    snprintf(err->code, sizeof err->code, "unsupported_parameter");
-    snprintf(err->message, sizeof err->message, "only n = 1 is supported");
-    return SL_ERR_UNSUPPORTED;
-  }
+  r->n_choices = 1;
+  if ((k = opt_int(root, "n", 1, SL_SRV_MAX_N, &ll, err)) < 0)
+    goto fail_value;
+  if (k)
+    r->n_choices = (int)ll;
   if ((k = opt_bool(root, "stream", &r->stream, err)) < 0)
     goto fail_value;
   json_t *so = member(root, "stream_options");

@@ -130,6 +130,7 @@ typedef struct sl_srv_input {
 } sl_srv_input;
 
 #define SL_SRV_MAX_EMBED_INPUTS 2048 /* OpenAI's limit */
+#define SL_SRV_MAX_N            16   /* choices per request (n) */
 
 /* The families of tool-call formats a model writes. */
 typedef enum sl_srv_toolfmt {
@@ -175,6 +176,7 @@ typedef struct sl_srv_request {
   int32_t *prompt_ids; /* completions, token form */
   int n_prompt_ids;
   bool stream;
+  int n_choices;      /* n (OpenAI): choices, each its own engine request */
   bool include_usage; /* stream_options.include_usage */
   bool logprobs;      /* chat: logprobs; completions: logprobs != null */
   int top_logprobs;   /* number of alternatives per token */
@@ -404,7 +406,13 @@ struct sl_srv_job {
   uint64_t est_bytes, limit_bytes;
   uint64_t t_submit, t_first, t_done;
 
-  /* embeddings: one part per input; the vectors (n_inputs, n_embd) */
+  /* n > 1: one child job per choice (its text, tokens, finish), which the
+   * engine's events fill; the parent holds the connection and answers for
+   * all. A child's req is a shallow copy of the parent's (never freed). */
+  sl_srv_job *kids, *parent;
+  int index; /* the choice's index (0 for a lone job) */
+  /* embeddings: one part per input; the vectors (n_inputs, n_embd);
+   * children: their engine ids */
   sl_srv_emb_part *parts;
   int n_parts, parts_done;
   float *emb;

@@ -200,6 +200,52 @@ def test_sampling_fields(server):
         assert ei.value.body["param"] in bad, (bad, ei.value.body)
 
 
+def stats(srv):
+    import urllib.request
+    with urllib.request.urlopen(srv.base + "/admin/api/stats") as r:
+        d = json.load(r)
+    return d.get("engine", d)
+
+
+def test_n_choices(server):
+    """n choices: each its own seed (seed + index), so sampled choices
+    differ and repeat; streamed choices (by index) equal the non-streamed
+    ones; the prompt is computed once: the other choices wait for its
+    blocks (in-flight sharing) and take them from the prefix cache."""
+    c = oai(server)
+    # a prompt nobody sent before: its blocks are not cached yet
+    msgs = [{"role": "user", "content": "n-test: write one line about "
+                                        "lighthouses, foghorns and gulls."}]
+    before = stats(server)["cached_tokens_total"]
+    r = c.chat.completions.create(model=MODEL_NAME, messages=msgs, n=4,
+                                  seed=11, max_tokens=24)
+    shared = stats(server)["cached_tokens_total"] - before
+    full = (r.usage.prompt_tokens - 1) // 16 * 16  # full blocks but the last
+    assert shared >= 3 * full > 0, (shared, full)
+    assert [ch.index for ch in r.choices] == [0, 1, 2, 3]
+    texts = [ch.message.content for ch in r.choices]
+    assert len(set(texts)) >= 2, texts
+    assert 4 <= r.usage.completion_tokens <= 4 * 24
+    s = c.chat.completions.create(model=MODEL_NAME, messages=msgs, n=4,
+                                  seed=11, max_tokens=24, stream=True)
+    acc = {}
+    for chunk in s:
+        for ch in chunk.choices:
+            acc[ch.index] = acc.get(ch.index, "") + (ch.delta.content or "")
+    assert [acc[i] for i in range(4)] == texts
+    # greedy choices are all the same answer
+    g = c.chat.completions.create(model=MODEL_NAME, messages=msgs, n=2,
+                                  temperature=0, max_tokens=16)
+    assert g.choices[0].message.content == g.choices[1].message.content
+    # completions too
+    p = c.completions.create(model=MODEL_NAME, prompt="The lighthouse", n=3,
+                             seed=4, max_tokens=8)
+    assert [ch.index for ch in p.choices] == [0, 1, 2]
+    with pytest.raises(openai.BadRequestError):
+        c.chat.completions.create(model=MODEL_NAME, messages=msgs, n=17,
+                                  max_tokens=4)
+
+
 def test_models_routes(server):
     o = oai(server)
     m = o.models.retrieve(MODEL_NAME)

@@ -411,7 +411,7 @@ BAD = [
     ("/v1/chat/completions", _with(max_tokens=0), 400, "invalid_value"),
     ("/v1/chat/completions", _with(max_tokens=-3), 400, "invalid_value"),
     ("/v1/chat/completions", _with(max_tokens="many"), 400, "invalid_type"),
-    ("/v1/chat/completions", _with(n=3), 400, "unsupported_parameter"),
+    ("/v1/chat/completions", _with(n=17), 400, "invalid_value"),
     ("/v1/chat/completions",
      _with(response_format={"type": "json_schema"}), 400,
      "missing_required_parameter"),
