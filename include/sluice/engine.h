@@ -213,6 +213,9 @@ typedef struct sl_engine_stats {
    * logits row copied back); fallbacks: the device sampler could not decide
    * and the host sampled the row (counted in sampled_host too) */
   uint64_t argmax_device, sampled_device, sampled_host, sample_fallbacks;
+  /* tokens of grammar requests: picked after a mask was made, or greedy
+   * picks the grammar took with no mask (both within sampled_host) */
+  uint64_t grammar_masks, grammar_unmasked;
   /* running requests sent back to the queue to free KV blocks (they are
    * recomputed, mostly from the prefix cache), and queued requests failed
    * by the queue timeout */

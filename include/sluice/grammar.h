@@ -41,6 +41,14 @@ sl_status sl_grammar_compile(const char *src, size_t len, const char *root,
                              sl_grammar_t **out, char *err, size_t errcap);
 void sl_grammar_unref(sl_grammar_t *g);
 
+/* sl_grammar_compile (start rule "root"), sharing the compiled grammar with
+ * earlier calls on the same text (a process-wide LRU of a few grammars):
+ * their matchers then share one cache of masks. A new reference in *out;
+ * errors as sl_grammar_compile. Thread-safe. */
+sl_status sl_grammar_compile_shared(const char *src, size_t len,
+                                    sl_grammar_t **out, char *err,
+                                    size_t errcap);
+
 /* A matcher at the start of the grammar (it holds a reference). NULL when
  * out of memory. */
 sl_grammar_matcher_t *sl_grammar_matcher_create(sl_grammar_t *g);

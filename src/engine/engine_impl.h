@@ -119,7 +119,8 @@ typedef struct sl__req {
   sl__stops stops; /* over params.stop */
   sl_sampler_t *sampler;
   sl_grammar_matcher_t *matcher; /* constrained decoding, or NULL */
-  float *emb; /* embeddings (params.pooling): the pooled sum (n_embd) */
+  float *emb;         /* embeddings (params.pooling): the pooled sum (n_embd) */
+  bool grammar_taken; /* the matcher already took the picked token */
   /* the uniform draw of the next token, made when its step was built for
    * the device sampler; kept (not drawn again) if that step fails, so the
    * seeded stream of tokens is the host's */
@@ -179,6 +180,7 @@ struct sl_engine {
   /* tokens by where they were picked, for stats (executor thread; copied
    * into `stats` at the end of each step) */
   uint64_t n_argmax, n_sampled_device, n_sampled_host, n_fallbacks;
+  uint64_t n_grammar_masks, n_grammar_unmasked;
   sl_device_t *dev; /* where the model runs */
   int32_t *batch_tokens;
   sl_batch_seq *batch_seqs;

@@ -153,6 +153,8 @@ static void publish_picks(sl_engine_t *e) {
   e->stats.argmax_device = e->n_argmax;
   e->stats.sampled_device = e->n_sampled_device;
   e->stats.sampled_host = e->n_sampled_host;
+  e->stats.grammar_masks = e->n_grammar_masks;
+  e->stats.grammar_unmasked = e->n_grammar_unmasked;
   e->stats.sample_fallbacks = e->n_fallbacks;
 }
 
@@ -179,6 +181,24 @@ void sl__finish(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,
   e->stats.generated_tokens_total += (uint64_t)r->n_generated;
   pthread_mutex_unlock(&e->mu);
   sl__req_free(r);
+}
+
+/* Whether r's grammar takes token tok next (a greedy pick, checked before
+ * any mask is made). An end-of-generation token: when the grammar is done
+ * (as the mask has it); any other: its bytes, which the matcher then has
+ * taken (r->grammar_taken). */
+static bool grammar_takes(sl_engine_t *e, sl__req *r, int32_t tok) {
+  if (sl_tokenizer_is_eog(e->tok, tok))
+    return sl_grammar_matcher_done(r->matcher);
+  char piece[256];
+  size_t len = 0;
+  if (sl_tokenizer_token_to_piece(e->tok, tok, false, piece, sizeof piece,
+                                  &len) != SL_OK ||
+      len == 0 || /* control tokens: never (the vocabulary's trie) */
+      !sl_grammar_matcher_accept(r->matcher, piece, len))
+    return false;
+  r->grammar_taken = true;
+  return true;
 }
 
 /* Picks the next token of r, batch sequence s whose logits row is `row`:
@@ -212,7 +232,24 @@ static int32_t pick_token(sl_engine_t *e, sl__req *r, int s, int row, float *lp,
     if ((*st = sl_batch_ctx_fetch_row(e->bctx, row, lg)) != SL_OK)
       return -1;
   }
+  if (r->matcher && n_top < 0 && sl_sampler_is_argmax(r->sampler)) {
+    /* greedy: the argmax is the masked argmax whenever the grammar takes
+     * it (the lowest id among equals, as the sampler picks), so the mask
+     * is made only when it does not (llama.cpp samples first and checks
+     * too). Most steps of a JSON answer never walk the vocabulary. */
+    int32_t best = 0;
+    for (int i = 1; i < nv; i++)
+      if (lg[i] > lg[best])
+        best = i;
+    if (grammar_takes(e, r, best)) {
+      r->has_draw = false;
+      e->n_sampled_host++;
+      e->n_grammar_unmasked++;
+      return best;
+    }
+  }
   if (r->matcher) { /* constrained: what the grammar cannot take is out */
+    e->n_grammar_masks++;
     if (!e->gvocab && !e->gmask) {
       e->gvocab = sl_grammar_vocab_create(e->tok);
       e->gmask = sl_malloc((size_t)nv);
@@ -260,7 +297,9 @@ static bool sample_and_emit(sl_engine_t *e, sl__req *r, int s, int row) {
     sl__finish(e, r, SL_FINISH_STOP, SL_OK, SL_REASON_NONE, NULL);
     return true;
   }
-  if (r->matcher) { /* the mask allowed it: the matcher takes it */
+  if (r->matcher && r->grammar_taken) {
+    r->grammar_taken = false; /* taken when it was picked */
+  } else if (r->matcher) {    /* the mask allowed it: the matcher takes it */
     char piece[256];
     size_t len = 0;
     if (sl_tokenizer_token_to_piece(e->tok, tok, false, piece, sizeof piece,

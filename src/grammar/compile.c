@@ -2,6 +2,7 @@
  * grammar_impl.h), with the checks that keep the matcher finite: every
  * rule defined, no left recursion, a bounded size once repetitions are
  * expanded. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -518,7 +519,7 @@ sl_status sl_grammar_compile(const char *src, size_t len, const char *root,
     goto done;
   }
   st = SL_ERR_NOMEM;
-  if (!(g = calloc(1, sizeof *g)) ||
+  if (!(g = calloc(1, sizeof *g)) || !(g->masks = sl__mask_cache_new()) ||
       !(g->rules = calloc((size_t)ps.n, sizeof *g->rules)) ||
       !(nullable = calloc((size_t)ps.n, sizeof *nullable)) ||
       !(mark = calloc((size_t)ps.n, 1)))
@@ -575,5 +576,64 @@ void sl_grammar_unref(sl_grammar_t *g) {
   for (int i = 0; i < g->n_rules; i++)
     free(g->rules[i]);
   free(g->rules);
+  sl__mask_cache_free(g->masks);
   free(g);
+}
+
+/* ---- grammars shared by their text --------------------------------------
+ * Requests with the same schema compile the same GBNF; sharing the compiled
+ * grammar shares its mask cache, so the states every request of that
+ * schema goes through are walked once, not once per request. A few
+ * grammars are kept (LRU), each at most SHARED_MAX_SRC bytes of source. */
+#define SHARED_N       16
+#define SHARED_MAX_SRC (64 * 1024)
+
+static struct {
+  pthread_mutex_t mu;
+  struct {
+    char *src;
+    size_t len;
+    sl_grammar_t *g;
+    uint64_t used;
+  } e[SHARED_N];
+  uint64_t clock;
+} shared = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+sl_status sl_grammar_compile_shared(const char *src, size_t len,
+                                    sl_grammar_t **out, char *err,
+                                    size_t errcap) {
+  *out = NULL;
+  pthread_mutex_lock(&shared.mu);
+  shared.clock++;
+  for (int i = 0; i < SHARED_N; i++)
+    if (shared.e[i].g && shared.e[i].len == len &&
+        !memcmp(shared.e[i].src, src, len)) {
+      atomic_fetch_add(&shared.e[i].g->refs, 1);
+      shared.e[i].used = shared.clock;
+      *out = shared.e[i].g;
+      pthread_mutex_unlock(&shared.mu);
+      return SL_OK;
+    }
+  pthread_mutex_unlock(&shared.mu);
+  sl_status st = sl_grammar_compile(src, len, NULL, out, err, errcap);
+  char *copy = st == SL_OK && len <= SHARED_MAX_SRC ? malloc(len + 1) : NULL;
+  if (!copy)
+    return st; /* not kept: only shared by later requests */
+  memcpy(copy, src, len);
+  pthread_mutex_lock(&shared.mu);
+  int lru = 0;
+  for (int i = 1; i < SHARED_N; i++)
+    if (shared.e[i].used < shared.e[lru].used)
+      lru = i;
+  sl_grammar_t *old = shared.e[lru].g;
+  char *old_src = shared.e[lru].src;
+  atomic_fetch_add(&(*out)->refs, 1); /* the cache's */
+  shared.e[lru].g = *out;
+  shared.e[lru].src = copy;
+  shared.e[lru].len = len;
+  shared.e[lru].used = shared.clock;
+  pthread_mutex_unlock(&shared.mu);
+  sl_grammar_unref(old);
+  free(old_src);
+  return SL_OK;
 }

@@ -9,6 +9,8 @@
  * E_ANY is '.', E_REF a rule. A stack holds element positions: its top is
  * a character element to match next; below it, where each enclosing rule
  * goes on. An empty stack is a finished parse. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,25 +197,52 @@ static bool part_range(const utf8_part *p, uint32_t *lo, uint32_t *hi) {
   return *lo <= *hi;
 }
 
-/* A mask computed before, by the state it was computed in: a state comes
- * back again and again (every character of a long string leaves the same
- * stacks), and its mask is then a copy, not a walk of the trie. */
-#define MASK_CACHE 16
+/* A mask computed before, by the state it was computed in and the
+ * vocabulary it was computed for: a state comes back again and again
+ * (every character of a long string leaves the same stacks, and every
+ * request of a schema goes through the same states), and its mask is then
+ * a copy, not a walk of the trie. One cache per grammar, shared by its
+ * matchers (sl_grammar_compile_shared shares the grammar between requests
+ * of one text). */
+#define MASK_CACHE 64
 
 typedef struct mask_ent {
   stackset key;
   utf8_part part;
-  uint8_t *bits; /* one per token */
+  uint64_t vocab; /* the vocabulary's id */
+  uint8_t *bits;  /* one per token */
   size_t n_vocab, n_allowed;
   uint64_t used; /* 0: empty */
 } mask_ent;
+
+struct sl__mask_cache {
+  pthread_mutex_t mu;
+  mask_ent e[MASK_CACHE];
+  uint64_t clock;
+};
+
+sl__mask_cache *sl__mask_cache_new(void) {
+  sl__mask_cache *c = calloc(1, sizeof *c);
+  if (c)
+    pthread_mutex_init(&c->mu, NULL);
+  return c;
+}
+
+void sl__mask_cache_free(sl__mask_cache *c) {
+  if (!c)
+    return;
+  for (int i = 0; i < MASK_CACHE; i++) {
+    ss_free(&c->e[i].key);
+    free(c->e[i].bits);
+  }
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
 
 struct sl_grammar_matcher {
   sl_grammar_t *g;
   stackset cur, tmp;
   utf8_part part;
-  mask_ent cache[MASK_CACHE];
-  uint64_t clock;
 };
 
 sl_grammar_matcher_t *sl_grammar_matcher_create(sl_grammar_t *g) {
@@ -241,10 +270,6 @@ void sl_grammar_matcher_free(sl_grammar_matcher_t *m) {
     return;
   ss_free(&m->cur);
   ss_free(&m->tmp);
-  for (int i = 0; i < MASK_CACHE; i++) {
-    ss_free(&m->cache[i].key);
-    free(m->cache[i].bits);
-  }
   sl_grammar_unref(m->g);
   free(m);
 }
@@ -333,6 +358,7 @@ struct sl_grammar_vocab {
   int32_t n_nodes, cap;
   int32_t *next_tok; /* tokens of equal bytes: a list per node */
   size_t n_vocab;
+  uint64_t id; /* unique in the process: the mask cache's key */
 };
 
 static int32_t trie_child(sl_grammar_vocab_t *v, int32_t at, uint8_t b) {
@@ -357,6 +383,8 @@ sl_grammar_vocab_t *sl_grammar_vocab_create(const sl_tokenizer_t *tok) {
   sl_grammar_vocab_t *v = calloc(1, sizeof *v);
   if (!v)
     return NULL;
+  static atomic_uint_fast64_t next_id;
+  v->id = atomic_fetch_add(&next_id, 1) + 1;
   v->n_vocab = sl_tokenizer_vocab_size(tok);
   v->cap = 1 << 16;
   v->n = malloc(sizeof *v->n * (size_t)v->cap);
@@ -448,49 +476,63 @@ static bool ss_equal(const stackset *a, const stackset *b) {
   return true;
 }
 
-size_t sl_grammar_matcher_mask(sl_grammar_matcher_t *m,
-                               const sl_grammar_vocab_t *v,
-                               const sl_tokenizer_t *tok, uint8_t *allowed) {
-  m->clock++;
-  mask_ent *lru = &m->cache[0];
+/* The cached mask of m's state for v, copied into allowed: its count, or
+ * 0 when there is none (mc->mu held). */
+static size_t cache_find(sl__mask_cache *mc, const sl_grammar_matcher_t *m,
+                         const sl_grammar_vocab_t *v, uint8_t *allowed) {
   for (int i = 0; i < MASK_CACHE; i++) {
-    mask_ent *c = &m->cache[i];
-    if (c->used && c->n_vocab == v->n_vocab && c->part.left == m->part.left &&
-        c->part.v == m->part.v && c->part.min == m->part.min &&
-        ss_equal(&c->key, &m->cur)) {
-      c->used = m->clock;
+    mask_ent *c = &mc->e[i];
+    if (c->used && c->vocab == v->id && c->n_vocab == v->n_vocab &&
+        c->part.left == m->part.left && c->part.v == m->part.v &&
+        c->part.min == m->part.min && ss_equal(&c->key, &m->cur)) {
+      c->used = ++mc->clock;
       for (size_t id = 0; id < v->n_vocab; id++)
         allowed[id] = (c->bits[id >> 3] >> (id & 7)) & 1;
       return c->n_allowed;
     }
-    if (c->used < lru->used)
-      lru = c;
   }
-  size_t n = mask_walk_all(m, v, tok, allowed);
-  if (!n)
+  return 0;
+}
+
+size_t sl_grammar_matcher_mask(sl_grammar_matcher_t *m,
+                               const sl_grammar_vocab_t *v,
+                               const sl_tokenizer_t *tok, uint8_t *allowed) {
+  sl__mask_cache *mc = m->g->masks;
+  pthread_mutex_lock(&mc->mu);
+  size_t n = cache_find(mc, m, v, allowed);
+  pthread_mutex_unlock(&mc->mu);
+  if (n)
+    return n;
+  /* the walk runs without the lock: other matchers of this grammar (other
+   * engines) are not held up by it */
+  if (!(n = mask_walk_all(m, v, tok, allowed)))
     return 0;
   /* kept for the next time this state comes back (a failed copy only
    * costs that) */
   size_t nb = (v->n_vocab + 7) / 8;
+  pthread_mutex_lock(&mc->mu);
+  mask_ent *lru = &mc->e[0];
+  for (int i = 1; i < MASK_CACHE; i++)
+    if (mc->e[i].used < lru->used)
+      lru = &mc->e[i];
+  lru->used = 0;
   if (lru->n_vocab != v->n_vocab) {
     free(lru->bits);
     lru->bits = NULL;
-    lru->used = 0;
   }
-  if (!lru->bits && !(lru->bits = malloc(nb ? nb : 1)))
-    return n;
-  lru->n_vocab = v->n_vocab;
-  if (!ss_copy(&lru->key, &m->cur)) {
-    lru->used = 0;
-    return n;
+  if ((lru->bits || (lru->bits = malloc(nb ? nb : 1))) &&
+      ss_copy(&lru->key, &m->cur)) {
+    memset(lru->bits, 0, nb);
+    for (size_t id = 0; id < v->n_vocab; id++)
+      if (allowed[id])
+        lru->bits[id >> 3] |= (uint8_t)(1u << (id & 7));
+    lru->n_vocab = v->n_vocab;
+    lru->vocab = v->id;
+    lru->part = m->part;
+    lru->n_allowed = n;
+    lru->used = ++mc->clock;
   }
-  memset(lru->bits, 0, nb);
-  for (size_t id = 0; id < v->n_vocab; id++)
-    if (allowed[id])
-      lru->bits[id >> 3] |= (uint8_t)(1u << (id & 7));
-  lru->part = m->part;
-  lru->n_allowed = n;
-  lru->used = m->clock;
+  pthread_mutex_unlock(&mc->mu);
   return n;
 }
 

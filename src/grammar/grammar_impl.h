@@ -14,11 +14,21 @@ typedef struct gel {
   uint32_t type, value;
 } gel;
 
+typedef struct sl__mask_cache sl__mask_cache;
+
 struct sl_grammar {
   atomic_int refs;
   int n_rules, root;
   gel **rules;
+  /* masks made before, by state: shared by every matcher of this grammar
+   * (grammar.c; its own lock) */
+  sl__mask_cache *masks;
 };
+
+/* grammar.c: a grammar's mask cache (NULL when out of memory), and its
+ * end. */
+sl__mask_cache *sl__mask_cache_new(void);
+void sl__mask_cache_free(sl__mask_cache *c);
 
 /* The start of the alternative after the one p is in, or NULL after the
  * last. */

@@ -368,13 +368,15 @@ json_t *sl__srv_stats_json(sl_server_t *s) {
   /* where the generated tokens were picked: the device's argmax, the device
    * sampler, the host sampler (fallbacks: the device sampler's rows that
    * the host sampled, within sampled_host) */
-  json_object_set_new(o, "sampling",
-                      json_pack("{s:I,s:I,s:I,s:I}", "argmax_device",
-                                (json_int_t)sn.e.argmax_device,
-                                "sampled_device",
-                                (json_int_t)sn.e.sampled_device, "sampled_host",
-                                (json_int_t)sn.e.sampled_host, "fallbacks",
-                                (json_int_t)sn.e.sample_fallbacks));
+  json_object_set_new(
+      o, "sampling",
+      json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "argmax_device",
+                (json_int_t)sn.e.argmax_device, "sampled_device",
+                (json_int_t)sn.e.sampled_device, "sampled_host",
+                (json_int_t)sn.e.sampled_host, "fallbacks",
+                (json_int_t)sn.e.sample_fallbacks, "grammar_masks",
+                (json_int_t)sn.e.grammar_masks, "grammar_unmasked",
+                (json_int_t)sn.e.grammar_unmasked));
   json_object_set_new(
       o, "memory",
       json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "active",

@@ -323,7 +323,7 @@ sl_status sl__srv_set_grammar(sl_srv_request *r, const char *gbnf, size_t len,
                               const char *param, sl_srv_error *err) {
   char gerr[256] = "";
   sl_grammar_t *g = NULL;
-  sl_status st = sl_grammar_compile(gbnf, len, NULL, &g, gerr, sizeof gerr);
+  sl_status st = sl_grammar_compile_shared(gbnf, len, &g, gerr, sizeof gerr);
   if (st == SL_ERR_NOMEM) {
     sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
     return st;
