@@ -570,15 +570,6 @@ done:
   return st;
 }
 
-void sl_grammar_unref(sl_grammar_t *g) {
-  if (!g || atomic_fetch_sub(&g->refs, 1) != 1)
-    return;
-  for (int i = 0; i < g->n_rules; i++)
-    free(g->rules[i]);
-  free(g->rules);
-  sl__mask_cache_free(g->masks);
-  free(g);
-}
 
 /* ---- grammars shared by their text --------------------------------------
  * Requests with the same schema compile the same GBNF; sharing the compiled

@@ -239,6 +239,18 @@ void sl__mask_cache_free(sl__mask_cache *c) {
   free(c);
 }
 
+/* Here, not in compile.c: the grammar's end frees its mask cache, and
+ * compile.c calls into this file only (no cycle between the two). */
+void sl_grammar_unref(sl_grammar_t *g) {
+  if (!g || atomic_fetch_sub(&g->refs, 1) != 1)
+    return;
+  for (int i = 0; i < g->n_rules; i++)
+    free(g->rules[i]);
+  free(g->rules);
+  sl__mask_cache_free(g->masks);
+  free(g);
+}
+
 struct sl_grammar_matcher {
   sl_grammar_t *g;
   stackset cur, tmp;
