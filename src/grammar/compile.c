@@ -570,7 +570,6 @@ done:
   return st;
 }
 
-
 /* ---- grammars shared by their text --------------------------------------
  * Requests with the same schema compile the same GBNF; sharing the compiled
  * grammar shares its mask cache, so the states every request of that
