@@ -150,9 +150,11 @@ static void server_job_remove(sl_server_t *s, sl_srv_job *j) {
  * p starts with its first choice's events and is done with the last
  * choice's end, its usage and error taken from the choices then. Each
  * choice holds a reference to p. */
-static void kid_event(sl_srv_job *p, bool kid_done) {
+static void kid_event(sl_srv_job *p, bool kid_done, bool kid_started) {
   pthread_mutex_lock(&p->mu);
-  p->started = true;
+  if (kid_started) /* (a choice refused before it started does not start
+                      the stream: the request then fails with its status) */
+    p->started = true;
   if (kid_done)
     p->parts_done++;
   bool all = kid_done && p->parts_done == p->n_parts;
@@ -289,9 +291,10 @@ static void on_event(void *user, const sl_engine_event *ev) {
   }
   bool done = j->done;
   if (j->parent) { /* a choice of n: its parent answers */
+    bool started = j->started || j->n_toks > 0;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    kid_event(j->parent, done);
+    kid_event(j->parent, done, started);
     return;
   }
   /* a non-streamed answer has nothing to send before the end: its
@@ -899,7 +902,7 @@ static enum MHD_Result handle_generate(sl_server_t *s, struct MHD_Connection *c,
       snprintf(k->error_msg, sizeof k->error_msg, "choice %d: %.200s", i,
                err.message);
       pthread_mutex_unlock(&k->mu);
-      kid_event(j, true);
+      kid_event(j, true, false);
       continue;
     }
     pthread_mutex_lock(&k->mu);
