@@ -806,11 +806,27 @@ static void test_alloc_failures(void) {
       "\"stop\":[\"x\",\"y\"],\"logprobs\":true}",
       "{" M ",\"prompt\":[1,2,3],\"stop\":\"z\"}",
       "{" M ",\"max_tokens\":4,\"system\":\"s\",\"messages\":[{\"role\":"
-      "\"user\",\"content\":\"q\"}],\"stop_sequences\":[\"k\"]}"};
-  const sl_srv_api apis[] = {SL_SRV_CHAT, SL_SRV_COMPLETIONS, SL_SRV_MESSAGES};
-  for (int b = 0; b < 3; b++) {
+      "\"user\",\"content\":\"q\"}],\"stop_sequences\":[\"k\"]}",
+      /* tools: calls and results in the conversation, a forced call */
+      "{" M ",\"messages\":[{\"role\":\"user\",\"content\":\"q\"},"
+      "{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c1\",\"type\":"
+      "\"function\",\"function\":{\"name\":\"get_time\",\"arguments\":"
+      "\"{\\\"tz\\\":\\\"utc\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":"
+      "\"c1\",\"content\":\"noon\"}],\"tools\":[" TIME_TOOL
+      "],\"tool_choice\":\"required\"}",
+      "{" M ",\"max_tokens\":9,\"messages\":[{\"role\":\"user\",\"content\":"
+      "\"q\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"text\","
+      "\"text\":\"a\"},{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":"
+      "\"w\",\"input\":{\"c\":1}}]},{\"role\":\"user\",\"content\":[{"
+      "\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"ok\"}]}],"
+      "\"tools\":[{\"name\":\"w\",\"input_schema\":{\"type\":\"object\"}}]}",
+      "{" M ",\"input\":[\"a\",[1,2]]}"};
+  const sl_srv_api apis[] = {SL_SRV_CHAT,     SL_SRV_COMPLETIONS,
+                             SL_SRV_MESSAGES, SL_SRV_CHAT,
+                             SL_SRV_MESSAGES, SL_SRV_EMBEDDINGS};
+  for (int b = 0; b < 6; b++) {
     int ok_at = -1;
-    for (int n = 1; n < 400 && ok_at < 0; n++) {
+    for (int n = 1; n < 3000 && ok_at < 0; n++) {
       size_t live = sl_malloc_live_bytes();
       sl_srv_request r;
       sl_srv_error e;

@@ -340,9 +340,10 @@ sl_status sl__srv_tools_template(sl_srv_request *r) {
       goto nomem;
     }
   }
-  if (!(r->tmpl_extra = sl_jv_dict()) ||
-      sl_jv_dict_set(r->tmpl_extra, "tools", list) != SL_OK) {
-    list = NULL;
+  if (!(r->tmpl_extra = sl_jv_dict()))
+    goto nomem;
+  if (sl_jv_dict_set(r->tmpl_extra, "tools", list) != SL_OK) {
+    list = NULL; /* freed by the failed set */
     goto nomem;
   }
   sl_jv_mark_untrusted(r->tmpl_extra);
@@ -368,12 +369,14 @@ static sl_jv *call_jv(const char *id, const char *name, json_t *args) {
             sl_jv_dict_set(fn, "arguments",
                            a ? sl__srv_json_to_jv(a) : sl_jv_dict()) == SL_OK &&
             sl_jv_dict_set(c, "id", sl_jv_string(id ? id : "")) == SL_OK &&
-            sl_jv_dict_set(c, "type", sl_jv_string("function")) == SL_OK &&
-            sl_jv_dict_set(c, "function", fn) == SL_OK;
+            sl_jv_dict_set(c, "type", sl_jv_string("function")) == SL_OK;
+  if (ok) { /* fn is c's now, or was freed by the failed set */
+    ok = sl_jv_dict_set(c, "function", fn) == SL_OK;
+    fn = NULL;
+  }
   json_decref(parsed);
   if (!ok) {
-    if (c && !sl_jv_dict_get(c, "function"))
-      sl_jv_free(fn);
+    sl_jv_free(fn);
     sl_jv_free(c);
     return NULL;
   }
@@ -397,19 +400,21 @@ static void calls_text(json_t *calls, sl_sbuf *text) {
 }
 
 /* Adds role/content (+ tool_calls / tool_call_id) to the list, marked
- * untrusted. */
+ * untrusted. Takes tool_calls in every case. */
 static sl_status push(sl_jv *list, const char *role, const sl_sbuf *text,
                       sl_jv *tool_calls, const char *tool_call_id) {
   sl_jv *m = sl_jv_dict();
-  if (!m || sl_jv_dict_set(m, "role", sl_jv_string(role)) != SL_OK ||
-      sl_jv_dict_set(m, "content",
-                     sl_jv_string_n(text->p ? text->p : "", text->len)) !=
-          SL_OK ||
-      (tool_calls && sl_jv_dict_set(m, "tool_calls", tool_calls) != SL_OK) ||
-      (tool_call_id && sl_jv_dict_set(m, "tool_call_id",
-                                      sl_jv_string(tool_call_id)) != SL_OK)) {
-    if (m && tool_calls && !sl_jv_dict_get(m, "tool_calls"))
-      sl_jv_free(tool_calls);
+  bool ok = m && sl_jv_dict_set(m, "role", sl_jv_string(role)) == SL_OK &&
+            sl_jv_dict_set(m, "content",
+                           sl_jv_string_n(text->p ? text->p : "", text->len)) ==
+                SL_OK;
+  if (tool_calls && ok) /* m's now, or freed by the failed set */
+    ok = sl_jv_dict_set(m, "tool_calls", tool_calls) == SL_OK;
+  else if (tool_calls)
+    sl_jv_free(tool_calls);
+  if (ok && tool_call_id)
+    ok = sl_jv_dict_set(m, "tool_call_id", sl_jv_string(tool_call_id)) == SL_OK;
+  if (!ok) {
     sl_jv_free(m);
     return SL_ERR_NOMEM;
   }
