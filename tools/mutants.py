@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Mutation check: applies one documented break at a time to a copy of the
+r"""Mutation check: applies one documented break at a time to a copy of the
 tree and shows that the named test fails for each (a mutant "killed").
 A surviving mutant means a test that cannot fail: the script exits 1.
 
