@@ -114,7 +114,7 @@ def main():
         sys.exit("mutants: the unmutated build failed\n" + r.stdout[-4000:])
     # the unmutated tests must pass, or a "kill" proves nothing
     for m in muts:
-        r = run(["ctest", "--test-dir", bld, "-R", m["test"],
+        r = run(["ctest", "--test-dir", bld, "-R", m["test"], "--output-on-failure",
                  "--timeout", str(a.timeout)], work)
         if r.returncode or "No tests were found" in r.stdout:
             sys.exit(f"mutants: {m['test']} fails (or is missing) without any "
@@ -140,7 +140,7 @@ def main():
                 try:
                     # a hung death-test child is killed after 20 s
                     env = dict(os.environ, SL_TEST_CHILD_TIMEOUT_S="20")
-                    r = run(["ctest", "--test-dir", bld, "-R", m["test"],
+                    r = run(["ctest", "--test-dir", bld, "-R", m["test"], "--output-on-failure",
                              "--timeout", str(a.timeout)], work,
                             timeout=a.timeout * 4, env=env)
                     failed = re.findall(r"\d+ - (\S+) \(", r.stdout)
