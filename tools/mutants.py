@@ -59,6 +59,7 @@ def targets_of(m):
 def run(cmd, cwd, timeout=None, env=None):
     return subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True,
+                          encoding="utf-8", errors="replace",
                           timeout=timeout, env=env)
 
 
