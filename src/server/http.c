@@ -146,6 +146,14 @@ static void server_job_remove(sl_server_t *s, sl_srv_job *j) {
   pthread_mutex_unlock(&s->jobs_mu);
 }
 
+/* Resumes the job's parked connection, once (j->mu held). */
+static void wake(sl_srv_job *j) {
+  if (j->parked && !j->resumed && j->conn) {
+    j->resumed = true;
+    MHD_resume_connection(j->conn);
+  }
+}
+
 /* An event of choice k of parent p (n > 1; executor thread, no lock held):
  * p starts with its first choice's events and is done with the last
  * choice's end, its usage and error taken from the choices then. Each
@@ -185,10 +193,8 @@ static void kid_event(sl_srv_job *p, bool kid_done, bool kid_started) {
       pthread_mutex_unlock(&k->mu);
     }
   }
-  if (p->parked && !p->resumed && p->conn && (all || p->req.stream)) {
-    p->resumed = true;
-    MHD_resume_connection(p->conn);
-  }
+  if (all || p->req.stream)
+    wake(p);
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
   if (all) {
@@ -299,10 +305,8 @@ static void on_event(void *user, const sl_engine_event *ev) {
   }
   /* a non-streamed answer has nothing to send before the end: its
    * connection stays parked (no pool-thread wake-up per token) */
-  if (j->parked && !j->resumed && j->conn && (done || j->req.stream)) {
-    j->resumed = true;
-    MHD_resume_connection(j->conn);
-  }
+  if (done || j->req.stream)
+    wake(j);
   pthread_cond_broadcast(&j->cv);
   pthread_mutex_unlock(&j->mu);
   if (done) {
@@ -342,10 +346,7 @@ static void on_embed_event(void *user, const sl_engine_event *ev) {
     j->t_done = sl_now_ns();
     if (j->finish != SL_FINISH_ERROR)
       j->finish = SL_FINISH_STOP;
-    if (j->parked && !j->resumed && j->conn) {
-      j->resumed = true;
-      MHD_resume_connection(j->conn);
-    }
+    wake(j);
   }
   pthread_cond_broadcast(&j->cv);
   pthread_mutex_unlock(&j->mu);
@@ -1622,10 +1623,7 @@ static void unpark_all(sl_server_t *s) {
     pthread_mutex_lock(&s->jobs_mu);
     for (sl_srv_job *j = s->jobs; j; j = j->next) {
       pthread_mutex_lock(&j->mu);
-      if (j->parked && !j->resumed && j->conn) {
-        j->resumed = true;
-        MHD_resume_connection(j->conn);
-      }
+      wake(j);
       pthread_mutex_unlock(&j->mu);
     }
     pthread_mutex_unlock(&s->jobs_mu);
