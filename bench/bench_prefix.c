@@ -236,17 +236,7 @@ static double median(const double *v, int n) {
 
 /* Writes s as a JSON string literal. */
 static void json_put_str(const char *s) {
-  putchar('"');
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      printf("\\%c", c);
-    else if (c < 0x20)
-      printf("\\u%04x", c);
-    else
-      putchar(c);
-  }
-  putchar('"');
+  sl_fput_json_str(stdout, s, strlen(s));
 }
 
 /* The CPU's model name from /proc/cpuinfo, or "unknown". */

@@ -152,17 +152,7 @@ static double percentile(double *v, int n, double q) {
 
 /* Writes s as a JSON string literal to f. */
 static void json_put_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      fprintf(f, "\\%c", c);
-    else if (c < 0x20)
-      fprintf(f, "\\u%04x", c);
-    else
-      fputc(c, f);
-  }
-  fputc('"', f);
+  sl_fput_json_str(f, s, strlen(s));
 }
 
 /* "1,4,16" -> out[], returns the count, or -1 when malformed. */

@@ -25,7 +25,7 @@ endif()
 # The engine's threads run under TSan too (the kernels' per-ISA entries get the
 # same labels in cmake/kern_cpu.cmake).
 foreach(t test_engine test_engine_guard test_engine_store test_engine_share
-          test_engine_embed)
+          test_engine_embed test_pool)
   if(TEST ${t})
     # the engine test runs the real model: minutes under TSan
     set_tests_properties(${t} PROPERTIES LABELS "c;threaded" TIMEOUT 1800)

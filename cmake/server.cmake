@@ -24,10 +24,20 @@ target_include_directories(sluice_server_parse PUBLIC src
 target_link_libraries(sluice_server_parse PUBLIC sluice_core
                       ${SL_JANSSON_LINK_LIBRARIES})
 
+# the dashboard's page, built in (GET /admin)
+set(SL_DASHBOARD_C ${CMAKE_BINARY_DIR}/generated/dashboard_html.c)
+add_custom_command(OUTPUT ${SL_DASHBOARD_C}
+  COMMAND ${CMAKE_COMMAND}
+          -DIN=${CMAKE_SOURCE_DIR}/src/server/dashboard/index.html
+          -DOUT=${SL_DASHBOARD_C} -DNAME=sl__srv_dashboard_html
+          -P ${CMAKE_SOURCE_DIR}/tools/embed_file.cmake
+  DEPENDS ${CMAKE_SOURCE_DIR}/src/server/dashboard/index.html
+          ${CMAKE_SOURCE_DIR}/tools/embed_file.cmake
+  COMMENT "embedding the dashboard page")
 add_library(sluice_server STATIC src/server/http.c src/server/openai.c
                                  src/server/anthropic.c src/server/admin.c
                                  src/server/sockwatch.c src/server/door.c
-                                 src/server/routes.c)
+                                 src/server/routes.c ${SL_DASHBOARD_C})
 target_include_directories(sluice_server PUBLIC ${SL_MHD_INCLUDE_DIRS})
 target_link_libraries(sluice_server PUBLIC sluice_server_parse sluice_core
                       ${SL_MHD_LINK_LIBRARIES})
@@ -93,6 +103,8 @@ if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
   sl_server_pytest(test_kv_ssd test_kv_ssd.py 1500)
   # sluice bench prefix end to end: counts only, no timing
   sl_server_pytest(test_bench_prefix test_bench_prefix.py 900)
+  # the engine pool (issue 13): load on use, LRU, pin, TTL, one shared load
+  sl_server_pytest(test_pool_py test_pool.py 900)
 endif()
 if(TARGET fuzz_http)
   target_link_libraries(fuzz_http PRIVATE sluice_server)

@@ -10,7 +10,8 @@ SUDO=""
 pkgs=(build-essential cmake ninja-build pkg-config clang clang-format
       libclang-rt-14-dev
       unzip libopenblas-dev libpcre2-dev libutf8proc-dev libjansson-dev
-      libmicrohttpd-dev libxxhash-dev libzstd-dev liblz4-dev python3-pip)
+      libmicrohttpd-dev libxxhash-dev libzstd-dev liblz4-dev python3-pip
+      chromium chromium-driver)  # the dashboard's test drives a real browser
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

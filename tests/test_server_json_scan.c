@@ -13,7 +13,11 @@
 #include "sluice/util.h"
 
 static const char *names[] = {"m"};
-static const sl_srv_limits lim = {names, 1, 2048, NULL, SL_TOOLFMT_NONE};
+static const sl_srv_limits lim = {.model_names = names,
+                                  .n_model_names = 1,
+                                  .n_ctx = 2048,
+                                  .chat_template = NULL,
+                                  .toolfmt = SL_TOOLFMT_NONE};
 
 static const char *k_head = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\","
                             "\"content\":\"hi\"}]";

@@ -11,7 +11,11 @@
 
 static const char *names[] = {"smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
                               "default"};
-static const sl_srv_limits lim = {names, 3, 2048, NULL, SL_TOOLFMT_NONE};
+static const sl_srv_limits lim = {.model_names = names,
+                                  .n_model_names = 3,
+                                  .n_ctx = 2048,
+                                  .chat_template = NULL,
+                                  .toolfmt = SL_TOOLFMT_NONE};
 
 static sl_status parse(sl_srv_api api, const char *body, sl_srv_request *r,
                        sl_srv_error *e) {
@@ -612,10 +616,13 @@ static void test_tools(void) {
 
   /* a Hermes template: tools go to the template, calls stay structured */
   static const char *names[] = {"m"};
-  sl_srv_limits hl = {names, 1, 2048,
-                      "{% if tools %}{{ tools | tojson }}{% endif %}"
-                      "<tool_call>",
-                      SL_TOOLFMT_NONE};
+  sl_srv_limits hl = {.model_names = names,
+                      .n_model_names = 1,
+                      .n_ctx = 2048,
+                      .chat_template =
+                          "{% if tools %}{{ tools | tojson }}{% endif %}"
+                          "<tool_call>",
+                      .toolfmt = SL_TOOLFMT_NONE};
   req = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
         "\"q\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{"
         "\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":"

@@ -17,7 +17,11 @@ static sl_tokenizer_t *g_tok;
 static char *g_template;
 
 static const char *names[] = {"smollm2"};
-static const sl_srv_limits lim = {names, 1, 1 << 20, NULL, SL_TOOLFMT_NONE};
+static const sl_srv_limits lim = {.model_names = names,
+                                  .n_model_names = 1,
+                                  .n_ctx = 1 << 20,
+                                  .chat_template = NULL,
+                                  .toolfmt = SL_TOOLFMT_NONE};
 
 /* Appends s to a JSON string literal being built in buf (cap bytes). */
 static void json_escape(char *buf, size_t cap, size_t *o, const char *s,

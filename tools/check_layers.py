@@ -44,7 +44,7 @@ HEADER_LAYER = {
     "grammar": "grammar",
     "kv": "kv", "kv_tier": "kv",
     "model": "model",
-    "engine": "engine", "sampler": "engine",
+    "engine": "engine", "sampler": "engine", "pool": "engine",
     "server": "server",
 }
 

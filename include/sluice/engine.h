@@ -168,6 +168,17 @@ typedef void (*sl_engine_cb)(void *user, const sl_engine_event *ev);
 sl_status sl_engine_create(sl_model_t *model, const sl_tokenizer_t *tok,
                            const sl_engine_config *cfg, sl_engine_t **out);
 
+/* The admin's "clear cache": the engine's executor runs a clear on its own
+ * stream (the admin.clear_cache site) between steps; waits for it.
+ * SL_ERR_CANCELLED when the engine stops first. */
+sl_status sl_engine_clear_cache(sl_engine_t *e);
+
+/* The memory an engine for `model` with `cfg` plans to hold: the weights
+ * as they are now (sl_model_weight_bytes), its KV pool and its hot tier's
+ * budget. The engine pool admits loads against its budget with it. */
+uint64_t sl_engine_plan_bytes(const sl_model_t *model,
+                              const sl_engine_config *cfg);
+
 /* Ends every request (SL_FINISH_ABORT), stops the executor thread, drains
  * and frees its streams (I5), and frees the engine. */
 void sl_engine_free(sl_engine_t *e);

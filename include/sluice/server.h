@@ -1,4 +1,5 @@
-/* sluice — server: HTTP front end of one engine. OpenAI-compatible
+/* sluice — server: HTTP front end of an engine pool (sluice/pool.h): each
+ * request names its model, which the pool loads on first use. OpenAI-compatible
  * (/v1/chat/completions, /v1/completions, /v1/models), Anthropic-compatible
  * (/v1/messages), /health, /metrics (Prometheus text) and /admin/api/stats.
  *
@@ -18,28 +19,24 @@
 #include <stdint.h>
 
 #include "sluice/engine.h"
-#include "sluice/model.h"
+#include "sluice/pool.h"
 #include "sluice/status.h"
-#include "sluice/tokenizer.h"
 
 typedef struct sl_server sl_server_t;
 
 typedef struct sl_server_config {
-  const char *host;          /* address to bind (default "127.0.0.1") */
-  int port;                  /* 0: any free port (see sl_server_port) */
-  const char *api_key;       /* NULL or "": no authentication */
-  const char *model_name;    /* the served model's id (required) */
-  const char *model_alias;   /* another accepted id, e.g. the file's basename */
-  int n_ctx;                 /* the engine's context, tokens per sequence */
-  size_t max_body_bytes;     /* request bodies over this get 413 (8 MiB) */
-  unsigned http_timeout_s;   /* idle connection timeout (30 s) */
-  unsigned max_conns;        /* open connections, all clients (4096; more
-                                are refused at once) */
-  unsigned max_conns_per_ip; /* open connections per client address
-                                (256; 0: no limit) */
-  unsigned http_threads;     /* libmicrohttpd's thread pool (4) */
-  unsigned head_timeout_ms;  /* a request head's first byte to its end:
-                                408 past this (10 s) */
+  const char *host;              /* address to bind (default "127.0.0.1") */
+  int port;                      /* 0: any free port (see sl_server_port) */
+  const char *api_key;           /* NULL or "": no authentication */
+  size_t max_body_bytes;         /* request bodies over this get 413 (8 MiB) */
+  unsigned http_timeout_s;       /* idle connection timeout (30 s) */
+  unsigned max_conns;            /* open connections, all clients (4096; more
+                                    are refused at once) */
+  unsigned max_conns_per_ip;     /* open connections per client address
+                                    (256; 0: no limit) */
+  unsigned http_threads;         /* libmicrohttpd's thread pool (4) */
+  unsigned head_timeout_ms;      /* a request head's first byte to its end:
+                                    408 past this (10 s) */
   unsigned request_timeout_ms;   /* a request's first byte to its body's
                                     end: 408 past this (60 s) */
   unsigned grace_ms;             /* shutdown: wait this long for in-flight
@@ -60,26 +57,26 @@ typedef struct sl_server_config {
                                    else a comma-separated list of origins */
 } sl_server_config;
 
-/* Defaults as documented above; model_name NULL, n_ctx 0. */
+/* Defaults as documented above. */
 sl_server_config sl_server_config_defaults(void);
 
-/* Starts serving `engine` (with its `model` and `tok`, all borrowed: they
- * must outlive the server). The config's strings are copied. On failure
- * returns SL_ERR_INVALID_ARG (bad config, e.g. an unparsable host),
- * SL_ERR_IO (cannot bind) or SL_ERR_NOMEM, with a message in err, and
- * *out is NULL. The caller stops and frees the server with sl_server_stop. */
-sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
-                          const sl_tokenizer_t *tok,
-                          const sl_server_config *cfg, sl_server_t **out,
-                          char *err, size_t errcap);
+/* Starts serving the models of `pool` (borrowed: it must outlive the
+ * server; at least one model). A request's "model" is a pool name or alias,
+ * or "default" (the pool's first model). The config's strings are copied.
+ * On failure returns SL_ERR_INVALID_ARG (bad config, e.g. an unparsable
+ * host), SL_ERR_IO (cannot bind) or SL_ERR_NOMEM, with a message in err,
+ * and *out is NULL. The caller stops and frees the server with
+ * sl_server_stop, then the pool. */
+sl_status sl_server_start(sl_pool_t *pool, const sl_server_config *cfg,
+                          sl_server_t **out, char *err, size_t errcap);
 
 /* The TCP port the server listens on (useful with port 0). */
 int sl_server_port(const sl_server_t *s);
 
 /* Stops accepting connections, lets in-flight requests end for up to the
- * configured grace period, aborts the rest through the engine, waits for
+ * configured grace period, aborts the rest through their engines, waits for
  * their connections to finish and frees the server. NULL is a no-op. The
- * engine is not freed. */
+ * pool is not freed. */
 void sl_server_stop(sl_server_t *s);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "sluice/status.h"
 
@@ -73,6 +74,11 @@ size_t sl_malloc_live_bytes(void);
 /* A whole decimal integer within [lo, hi]; false on junk, overflow or out
  * of range (nothing stored then). For flags and settings. */
 bool sl_parse_long(const char *s, long lo, long hi, long *out);
+
+/* Writes s[0..n) to f as a JSON string literal (quotes, backslashes and
+ * control bytes escaped; other bytes as they are). For the CLI's and the
+ * benches' JSON output. */
+void sl_fput_json_str(FILE *f, const char *s, size_t n);
 
 /* ---- clocks ------------------------------------------------------------- */
 

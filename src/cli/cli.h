@@ -10,6 +10,7 @@
 int sl_cli_run_main(int argc, char **argv);
 int sl_cli_tokenize_main(int argc, char **argv);
 int sl_cli_serve_main(int argc, char **argv);
+int sl_cli_models_main(int argc, char **argv);
 
 /* Parse a whole decimal number within [lo, hi]; false on junk, overflow
  * or out of range (nothing stored then). Integers: sl_parse_long (util). */

@@ -3,6 +3,7 @@
  *
  * Signals: SIGINT and SIGTERM are blocked before any thread starts, so every
  * thread inherits the mask and only this thread, in sigwait(), sees them. */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -15,6 +16,7 @@
 #include "sluice/engine.h"
 #include "sluice/memsync.h"
 #include "sluice/model.h"
+#include "sluice/pool.h"
 #include "sluice/rt.h"
 #include "sluice/server.h"
 #include "sluice/tokenizer.h"
@@ -26,8 +28,10 @@ int sl_cli_serve_main(int argc, char **argv);
 static void serve_usage(FILE *f) {
   fprintf(
       f,
-      "usage: sluice serve [-m MODEL] [--host H] [--port P] [--api-key K]\n"
-      "                    [--model-name NAME] [-c CTX] [-t THREADS]\n"
+      "usage: sluice serve [-m MODEL]... [--models DIR] [--model-name NAME]\n"
+      "                    [--alias NAME=FILE]... [--pin NAME]...\n"
+      "                    [--idle-ttl S] [--host H] [--port P] [--api-key K]\n"
+      "                    [-c CTX] [-t THREADS]\n"
       "                    [--max-memory BYTES] [--max-seqs N]\n"
       "                    [--device auto|cpu|cuda] [--clear-every-tokens N]\n"
       "                    [--max-batched-tokens N] [--prefill-chunk N]\n"
@@ -47,6 +51,18 @@ static void serve_usage(FILE *f) {
       "  /v1/models) and Anthropic (/v1/messages, count_tokens) APIs,\n"
       "  /tokenize and /detokenize, /health, /metrics and\n"
       "  /admin/api/stats; binds 127.0.0.1:8080 unless told otherwise.\n"
+      "  Models: each -m file and each .gguf file in --models DIR is served\n"
+      "  under its file name without .gguf (and with it); --model-name\n"
+      "  renames the first -m model; --alias NAME=FILE gives the model of\n"
+      "  that file (path, name or stem) another name. A request names its\n"
+      "  model (\"default\": the first); a model loads on first use, or at\n"
+      "  start when it is the only one or --pin NAME keeps it loaded.\n"
+      "  --max-memory (0: none) is the budget of every loaded model: a load\n"
+      "  that would pass it unloads the least recently used idle model\n"
+      "  first (never a pinned one, nor one serving requests), and fails\n"
+      "  that request with a 503 when nothing can go. --idle-ttl S (0:\n"
+      "  never) unloads a model nobody used for S seconds. With several\n"
+      "  models, --ssd-cache-dir holds one folder per model.\n"
       "  --max-tokens-default (4096; 0: the room left in the context) caps a\n"
       "  chat request that gives no max_tokens; a max_tokens above the room\n"
       "  left in the context is clamped to it.\n"
@@ -139,9 +155,49 @@ static void model_names(const char *path, char *base, size_t bcap, char *stem,
     stem[n - 5] = 0;
 }
 
+#define MAX_MODELS 256
+
+/* The .gguf files of `dir`, sorted by name, appended to paths[] (owned
+ * copies in *owned); false with a message when the folder cannot be read. */
+static bool scan_models(const char *dir, char **paths, int *n, int cap) {
+  struct dirent **ents = NULL;
+  int k = scandir(dir, &ents, NULL, alphasort);
+  if (k < 0) {
+    fprintf(stderr, "sluice serve: cannot read --models '%s': %s\n", dir,
+            strerror(errno));
+    return false;
+  }
+  bool ok = true;
+  for (int i = 0; i < k; i++) {
+    const char *nm = ents[i]->d_name;
+    size_t l = strlen(nm);
+    if (ok && nm[0] != '.' && l > 5 && !strcmp(nm + l - 5, ".gguf")) {
+      if (*n == cap) {
+        fprintf(stderr, "sluice serve: more than %d models\n", cap);
+        ok = false;
+      } else {
+        size_t pl = strlen(dir) + l + 2;
+        if (!(paths[*n] = malloc(pl)))
+          ok = false;
+        else
+          snprintf(paths[(*n)++], pl, "%s/%s", dir, nm);
+      }
+    }
+    free(ents[i]);
+  }
+  free(ents);
+  return ok;
+}
+
 int sl_cli_serve_main(int argc, char **argv) {
   char defbuf[PATH_MAX];
-  const char *model = NULL, *name = NULL;
+  const char *name = NULL;
+  const char *files[MAX_MODELS], *aliases[MAX_MODELS], *pins[MAX_MODELS];
+  int n_files = 0, n_aliases = 0, n_pins = 0;
+  const char *models_dir = NULL;
+  char *scanned[MAX_MODELS];
+  int n_scanned = 0;
+  long idle_ttl = 0;
   sl_server_config scfg = sl_server_config_defaults();
   sl_engine_config ecfg = sl_engine_config_defaults();
   /* the KV pool resident from the start, as llama.cpp clears its KV buffer
@@ -165,7 +221,16 @@ int sl_cli_serve_main(int argc, char **argv) {
     return 2;                                                                  \
   }
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-      NEED_VALUE model = v;
+      NEED_VALUE if (n_files == MAX_MODELS) BAD_VALUE files[n_files++] = v;
+    } else if (!strcmp(a, "--models")) {
+      NEED_VALUE models_dir = v;
+    } else if (!strcmp(a, "--alias")) {
+      NEED_VALUE if (!strchr(v, '=') || v[0] == '=' || n_aliases == MAX_MODELS)
+          BAD_VALUE aliases[n_aliases++] = v;
+    } else if (!strcmp(a, "--pin")) {
+      NEED_VALUE if (n_pins == MAX_MODELS) BAD_VALUE pins[n_pins++] = v;
+    } else if (!strcmp(a, "--idle-ttl")) {
+      NEED_VALUE if (!sl_parse_long(v, 0, 365L * 86400, &idle_ttl)) BAD_VALUE
     } else if (!strcmp(a, "--host")) {
       NEED_VALUE scfg.host = v;
     } else if (!strcmp(a, "--port")) {
@@ -267,8 +332,11 @@ int sl_cli_serve_main(int argc, char **argv) {
 #undef NEED_VALUE
 #undef BAD_VALUE
   }
-  if (!model)
-    model = sl_model_default_path(defbuf, sizeof defbuf);
+  if (models_dir &&
+      !scan_models(models_dir, scanned, &n_scanned, MAX_MODELS - n_files))
+    return 2;
+  if (!n_files && !n_scanned)
+    files[n_files++] = sl_model_default_path(defbuf, sizeof defbuf);
   /* every running sequence decodes one token a step */
   if (ecfg.max_batched_tokens < ecfg.max_seqs) {
     if (mbt_set) {
@@ -293,43 +361,98 @@ int sl_cli_serve_main(int argc, char **argv) {
   int rc = 1;
   char err[512] = "";
   sl_status st;
-  sl_tokenizer_t *tok = NULL;
-  sl_engine_t *engine = NULL;
+  sl_pool_t *pool = NULL;
   sl_server_t *srv = NULL;
-  sl_model_t *m = sl_model_load(model, &st, err, sizeof err);
-  if (!m) {
-    fprintf(stderr, "sluice serve: cannot load '%s': %s\n", model, err);
+  sl_pool_config pc = sl_pool_config_defaults();
+  pc.engine = ecfg;
+  pc.max_memory = ecfg.max_memory;
+  pc.idle_ttl_s = (unsigned)idle_ttl;
+  pc.prefault = true; /* a CPU model's weights, at load */
+  pc.progress = true;
+  pc.n_ctx_fixed = ctx_set;
+  if ((st = sl_pool_create(&pc, &pool)) != SL_OK) {
+    fprintf(stderr, "sluice serve: %s\n", sl_status_str(st));
     goto out;
   }
-  if (ecfg.device == SL_ENGINE_DEVICE_CPU || !sl_cuda_available())
-    sl_model_prefault(m, true); /* on a GPU the upload reads them */
-  if (sl_tokenizer_load(sl_model_gguf(m), &tok, err, sizeof err) != SL_OK) {
-    fprintf(stderr, "sluice serve: tokenizer: %s\n", err);
-    goto out_model;
+  /* names: the file's stem (--model-name for the first -m), and its base
+   * name as an alias */
+  for (int i = 0; i < n_files + n_scanned; i++) {
+    const char *path = i < n_files ? files[i] : scanned[i - n_files];
+    char base[256], stem[256];
+    model_names(path, base, sizeof base, stem, sizeof stem);
+    const char *nm = i == 0 && name ? name : stem;
+    if ((st = sl_pool_add(pool, nm, path, err, sizeof err)) != SL_OK) {
+      fprintf(stderr, "sluice serve: %s\n", err);
+      goto out;
+    }
+    if (strcmp(base, nm) && sl_pool_find(pool, base) < 0)
+      (void)sl_pool_add_alias(pool, base, nm, err, sizeof err);
   }
-  const sl_model_hparams *hp = sl_model_hparams_of(m);
-  if (!ctx_set && hp->n_ctx_train > 0 && hp->n_ctx_train < ecfg.n_ctx)
-    ecfg.n_ctx = (int)hp->n_ctx_train;
-  if ((st = sl_engine_create(m, tok, &ecfg, &engine)) != SL_OK) {
-    fprintf(stderr, "sluice serve: cannot start the engine: %s\n",
-            sl_status_str(st));
-    goto out_tok;
+  for (int i = 0; i < n_aliases; i++) {
+    char an[256];
+    const char *eq = strchr(aliases[i], '=');
+    snprintf(an, sizeof an, "%.*s", (int)(eq - aliases[i]), aliases[i]);
+    const char *file = eq + 1;
+    int k = -1;
+    for (int j = 0; k < 0 && j < sl_pool_count(pool); j++) {
+      sl_pool_info in;
+      sl_pool_info_at(pool, j, &in);
+      char base[256], stem[256];
+      model_names(in.path, base, sizeof base, stem, sizeof stem);
+      if (!strcmp(file, in.path) || !strcmp(file, base) ||
+          !strcmp(file, stem) || !strcmp(file, in.name))
+        k = j;
+    }
+    sl_pool_info in;
+    if (k < 0 || !sl_pool_info_at(pool, k, &in)) {
+      fprintf(stderr, "sluice serve: --alias %s: no served model is '%s'\n",
+              aliases[i], file);
+      goto out;
+    }
+    if (sl_pool_add_alias(pool, an, in.name, err, sizeof err) != SL_OK) {
+      fprintf(stderr, "sluice serve: --alias %s: %s\n", aliases[i], err);
+      goto out;
+    }
   }
-  char base[256], stem[256];
-  model_names(model, base, sizeof base, stem, sizeof stem);
-  scfg.model_name = name ? name : stem;
-  scfg.model_alias = base;
-  scfg.n_ctx = ecfg.n_ctx;
-  if ((st = sl_server_start(engine, m, tok, &scfg, &srv, err, sizeof err)) !=
-      SL_OK) {
+  for (int i = 0; i < n_pins; i++)
+    if (sl_pool_set_pinned(pool, pins[i], true) != SL_OK) {
+      fprintf(stderr, "sluice serve: --pin %s: no such model\n", pins[i]);
+      goto out;
+    }
+  /* load what must be loaded: the only model, and the pinned ones */
+  for (int i = 0; i < sl_pool_count(pool); i++) {
+    sl_pool_info in;
+    sl_pool_info_at(pool, i, &in);
+    if (sl_pool_count(pool) > 1 && !in.pinned)
+      continue;
+    if ((st = sl_pool_load(pool, in.name, err, sizeof err)) != SL_OK) {
+      fprintf(stderr, "sluice serve: cannot load '%s': %s\n", in.path, err);
+      goto out;
+    }
+  }
+  if ((st = sl_server_start(pool, &scfg, &srv, err, sizeof err)) != SL_OK) {
     fprintf(stderr, "sluice serve: %s\n", err);
-    goto out_engine;
+    goto out;
+  }
+  sl_pool_info first;
+  sl_pool_info_at(pool, 0, &first);
+  const char *dev_name = "cpu";
+  sl_pool_lease fl;
+  char devbuf[64] = "";
+  if (sl_pool_acquire_loaded(pool, 0, &fl)) {
+    snprintf(devbuf, sizeof devbuf, "%s", sl_engine_device_name(fl.engine));
+    dev_name = devbuf;
+    sl_pool_release(pool, &fl);
+  } else if (ecfg.device != SL_ENGINE_DEVICE_CPU && sl_cuda_available()) {
+    dev_name = "cuda (on load)";
   }
   const char *host = scfg.host ? scfg.host : "127.0.0.1";
   bool v6 = strchr(host, ':') != NULL;
-  fprintf(stderr, "sluice: serving %s on %s at http://%s%s%s:%d\n",
-          scfg.model_name, sl_engine_device_name(engine), v6 ? "[" : "", host,
-          v6 ? "]" : "", sl_server_port(srv));
+  if (sl_pool_count(pool) > 1)
+    fprintf(stderr, "sluice: %d models, the first %s\n", sl_pool_count(pool),
+            first.name);
+  fprintf(stderr, "sluice: serving %s on %s at http://%s%s%s:%d\n", first.name,
+          dev_name, v6 ? "[" : "", host, v6 ? "]" : "", sl_server_port(srv));
   fflush(stderr);
 
   int sig = 0;
@@ -339,12 +462,9 @@ int sl_cli_serve_main(int argc, char **argv) {
           sig == SIGINT ? "SIGINT" : "SIGTERM");
   sl_server_stop(srv);
   rc = 0;
-out_engine:
-  sl_engine_free(engine);
-out_tok:
-  sl_tokenizer_free(tok);
-out_model:
-  sl_model_free(m);
 out:
+  sl_pool_free(pool);
+  for (int i = 0; i < n_scanned; i++)
+    free(scanned[i]);
   return rc;
 }

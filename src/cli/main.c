@@ -28,6 +28,7 @@ static void usage(FILE *f) {
       "  run [-m MODEL] [-p PROMPT | --chat] [-n N] [--temp T] ...\n"
       "                 generate text (sluice run --help)\n"
       "  tokenize [-m MODEL] [--decode]   text on stdin -> token ids\n"
+      "  models [DIR|FILE]... [--json]    what GGUF files hold\n"
       "  version        print the version\n"
       "  help           this message\n");
 }
@@ -70,6 +71,8 @@ int main(int argc, char **argv) {
     rc = sl_cli_run_main(argc - 2, argv + 2);
   else if (strcmp(cmd, "tokenize") == 0)
     rc = sl_cli_tokenize_main(argc - 2, argv + 2);
+  else if (strcmp(cmd, "models") == 0)
+    rc = sl_cli_models_main(argc - 2, argv + 2);
   else if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
     printf("sluice 0.1.0\n");
     rc = 0;

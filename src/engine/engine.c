@@ -25,6 +25,9 @@
 #include "sluice/memsync.h"
 #include "sluice/util.h"
 
+/* sl__engine_default_test_hooks: what a new engine starts with */
+static sl__engine_test_hooks g_default_hooks;
+
 sl_engine_config sl_engine_config_defaults(void) {
   sl_engine_config c = {
       .n_threads = 0,
@@ -136,7 +139,7 @@ sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
     e->inbox = r;
   e->inbox_tail = r;
   e->stats.waiting++;
-  pthread_cond_signal(&e->cv);
+  pthread_cond_broadcast(&e->cv); /* the admin clear waits on it too */
   pthread_mutex_unlock(&e->mu);
   if (id)
     *id = r->id;
@@ -160,8 +163,8 @@ sl_status sl_engine_abort(sl_engine_t *e, uint64_t id) {
   if (e->n_aborts < e->cap_aborts)
     e->aborts[e->n_aborts++] = id;
   else
-    st = SL_ERR_NOMEM; /* not recorded: the caller still knows */
-  pthread_cond_signal(&e->cv);
+    st = SL_ERR_NOMEM;            /* not recorded: the caller still knows */
+  pthread_cond_broadcast(&e->cv); /* the admin clear waits on it too */
   pthread_mutex_unlock(&e->mu);
   return st;
 }
@@ -229,6 +232,35 @@ sl_device_t *sl_engine_resolve_device(sl_engine_device d) {
   return sl_cpu_device();
 }
 
+/* The KV pool's blocks: cfg->kv_blocks, or enough for max_seqs full
+ * contexts, within a quarter of the memory limit when there is one. */
+static int kv_block_count(const sl_model_t *m, const sl_engine_config *cfg) {
+  if (cfg->kv_blocks > 0)
+    return cfg->kv_blocks;
+  const sl_model_hparams *hp = sl_model_hparams_of(m);
+  int T = cfg->kv_block_tokens;
+  uint64_t bb = sl_kv_block_bytes((int)hp->n_layer,
+                                  (int)(hp->n_head_kv * hp->head_dim), T);
+  uint64_t want =
+      (uint64_t)cfg->max_seqs * (uint64_t)((cfg->n_ctx + T - 1) / T);
+  if (cfg->max_memory) {
+    uint64_t cap = cfg->max_memory / 4 / bb;
+    if (want > cap)
+      want = cap > 16 ? cap : 16;
+  }
+  return (int)(want > (1u << 22) ? (1u << 22) : want);
+}
+
+uint64_t sl_engine_plan_bytes(const sl_model_t *m,
+                              const sl_engine_config *cfg) {
+  const sl_model_hparams *hp = sl_model_hparams_of(m);
+  uint64_t bb =
+      sl_kv_block_bytes((int)hp->n_layer, (int)(hp->n_head_kv * hp->head_dim),
+                        cfg->kv_block_tokens);
+  return sl_model_weight_bytes(m) + (uint64_t)kv_block_count(m, cfg) * bb +
+         cfg->hot_cache_bytes;
+}
+
 static sl_status executor_init(sl_engine_t *e) {
   const sl_model_hparams *hp = sl_model_hparams_of(e->model);
   e->dev = sl_engine_resolve_device(e->cfg.device);
@@ -237,21 +269,9 @@ static sl_status executor_init(sl_engine_t *e) {
   if (!e->stream)
     return SL_ERR_NOMEM;
   int T = e->cfg.kv_block_tokens;
-  int n_blocks = e->cfg.kv_blocks;
   uint64_t bb = sl_kv_block_bytes((int)hp->n_layer,
                                   (int)(hp->n_head_kv * hp->head_dim), T);
-  if (n_blocks <= 0) {
-    /* enough for max_seqs full contexts, within a quarter of the memory
-     * limit when there is one */
-    uint64_t want =
-        (uint64_t)e->cfg.max_seqs * (uint64_t)((e->cfg.n_ctx + T - 1) / T);
-    if (e->cfg.max_memory) {
-      uint64_t cap = e->cfg.max_memory / 4 / bb;
-      if (want > cap)
-        want = cap > 16 ? cap : 16;
-    }
-    n_blocks = (int)(want > (1u << 22) ? (1u << 22) : want);
-  }
+  int n_blocks = kv_block_count(e->model, &e->cfg);
   sl_kv_config kc = {(int)hp->n_layer, (int)(hp->n_head_kv * hp->head_dim), T,
                      n_blocks,
                      sl_kv_fingerprint(sl_model_fingerprint(e->model), T)};
@@ -410,11 +430,15 @@ static void *executor_main(void *p) {
     executor_fini(e);
     return NULL;
   }
+  /* the load's transforms (repacked weights, the device upload) ran on the
+   * engine stream: their temporaries go at the engine's own clear */
+  sl__clear_at_site(e, SL__SITE_LOAD);
+  uint64_t evictions_seen = sl_kv_stats_of(e->kv).evictions;
   bool idle_cleared = true;
   for (;;) {
     pthread_mutex_lock(&e->mu);
     while (!e->stopping && !e->inbox && !e->n_aborts && !e->waiting &&
-           e->n_active == 0) {
+           e->n_active == 0 && e->clears_asked == e->clears_done) {
       if (!idle_cleared) {
         pthread_mutex_unlock(&e->mu);
         sl__clear_at_site(e, SL__SITE_IDLE); /* idle reclaim */
@@ -428,13 +452,27 @@ static void *executor_main(void *p) {
       pthread_mutex_unlock(&e->mu);
       break;
     }
+    uint64_t asked = e->clears_asked;
     pthread_mutex_unlock(&e->mu);
+    if (asked != e->clears_done) { /* the admin's clear, on our stream */
+      sl__clear_at_site(e, SL__SITE_ADMIN);
+      pthread_mutex_lock(&e->mu);
+      e->clears_done = asked;
+      pthread_cond_broadcast(&e->cv);
+      pthread_mutex_unlock(&e->mu);
+    }
     sl__take_inbox(e);
     sl__store_collect(e);
     idle_cleared = false;
     sl__apply_aborts(e);
     sl__admit_waiting(e);
     sl__step(e);
+    /* prefix blocks evicted for this step's room: clear on our stream */
+    uint64_t ev = sl_kv_stats_of(e->kv).evictions;
+    if (ev != evictions_seen) {
+      evictions_seen = ev;
+      sl__clear_at_site(e, SL__SITE_KV_EVICT);
+    }
     if (e->clear_error != SL_OK) { /* errors reach the requests */
       sl__fail_active(e, e->clear_error);
       e->clear_error = SL_OK;
@@ -463,6 +501,7 @@ sl_status sl_engine_create(sl_model_t *model, const sl_tokenizer_t *tok,
   e->cfg = *cfg;
   if (e->cfg.prefill_chunk > e->cfg.max_batched_tokens)
     e->cfg.prefill_chunk = e->cfg.max_batched_tokens;
+  e->hooks = g_default_hooks;
   pthread_mutex_init(&e->mu, NULL);
   pthread_cond_init(&e->cv, NULL);
   if (pthread_create(&e->thread, NULL, executor_main, e) != 0) {
@@ -492,13 +531,33 @@ void sl_engine_free(sl_engine_t *e) {
     return;
   pthread_mutex_lock(&e->mu);
   e->stopping = true;
-  pthread_cond_signal(&e->cv);
+  pthread_cond_broadcast(&e->cv); /* the admin clear waits on it too */
   pthread_mutex_unlock(&e->mu);
   pthread_join(e->thread, NULL);
   pthread_cond_destroy(&e->cv);
   pthread_mutex_destroy(&e->mu);
   sl_free(e->aborts);
   sl_free(e);
+}
+
+sl_status sl_engine_clear_cache(sl_engine_t *e) {
+  if (!e)
+    return SL_ERR_INVALID_ARG;
+  pthread_mutex_lock(&e->mu);
+  uint64_t want = ++e->clears_asked;
+  pthread_cond_broadcast(&e->cv);
+  while (e->clears_done < want && !e->stopping)
+    pthread_cond_wait(&e->cv, &e->mu);
+  bool done = e->clears_done >= want;
+  pthread_mutex_unlock(&e->mu);
+  return done ? SL_OK : SL_ERR_CANCELLED;
+}
+
+void sl__engine_default_test_hooks(const sl__engine_test_hooks *h) {
+  if (h)
+    g_default_hooks = *h;
+  else
+    memset(&g_default_hooks, 0, sizeof g_default_hooks);
 }
 
 void sl__engine_set_test_hooks(sl_engine_t *e, const sl__engine_test_hooks *h) {

@@ -24,7 +24,10 @@
   X(SL__SITE_DECODE_AFTER_FINISH, "decode.after_finish")                       \
   X(SL__SITE_DECODE_RUNTIME_ERR, "decode.runtime_error")                       \
   X(SL__SITE_IDLE, "engine.idle_reclaim")                                      \
-  X(SL__SITE_SHUTDOWN, "engine.shutdown")
+  X(SL__SITE_SHUTDOWN, "engine.shutdown")                                      \
+  X(SL__SITE_LOAD, "engine.load")                                              \
+  X(SL__SITE_KV_EVICT, "kv.eviction")                                          \
+  X(SL__SITE_ADMIN, "admin.clear_cache")
 
 typedef enum sl__clear_site {
 #define SL__SITE_ENUM(id, name) id,
@@ -54,6 +57,9 @@ sl__site_stats sl__engine_site_stats(sl_engine_t *e, sl__clear_site site);
 typedef struct sl__engine_test_hooks {
   void (*before_clear)(void *ud, sl_stream_t *engine_stream,
                        sl__clear_site site);
+  /* after each clear, with the site's counters as they are now */
+  void (*after_clear)(void *ud, sl_stream_t *engine_stream, sl__clear_site site,
+                      const sl__site_stats *now);
   void *ud;
   int fail_guard_admit, fail_guard_chunk;
   int fail_oom_admit, fail_oom_chunk;
@@ -61,6 +67,10 @@ typedef struct sl__engine_test_hooks {
 
 /* Must be called before any request is submitted. */
 void sl__engine_set_test_hooks(sl_engine_t *e, const sl__engine_test_hooks *h);
+/* The hooks every engine created from now on starts with (NULL: none), so
+ * that the load site is reached with them (tests/test_pool.c). Call it
+ * while no engine is being created. */
+void sl__engine_default_test_hooks(const sl__engine_test_hooks *h);
 
 typedef enum sl__req_state {
   SL__REQ_WAITING = 0,
@@ -148,6 +158,9 @@ struct sl_engine {
   uint64_t *aborts; /* growable: no abort is ever dropped */
   size_t n_aborts, cap_aborts;
   bool stopping;
+  /* admin "clear cache": asked (under mu) and done, counted */
+  uint64_t clears_asked, clears_done;
+  sl_status admin_clear_status;
   uint64_t next_id;
   sl_engine_stats stats;
   sl__site_stats sites[SL__SITE_COUNT];

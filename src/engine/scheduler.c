@@ -82,7 +82,10 @@ static void clear_at(sl_engine_t *e, sl__clear_site site) {
     s->inflight_bytes_max = after.own.bytes_last;
   if (after.own.ms_max > s->inflight_ms_max)
     s->inflight_ms_max = after.own.ms_max;
+  sl__site_stats now = *s;
   pthread_mutex_unlock(&e->mu);
+  if (e->hooks.after_clear)
+    e->hooks.after_clear(e->hooks.ud, e->stream, site, &now);
 }
 
 void sl__list_push(sl__req **head, sl__req **tail, sl__req *r) {

@@ -150,11 +150,19 @@ sl_status sl_sync_and_clear_cache(sl_stream_t *stream) {
   if (!stream)
     return SL_ERR_INVALID_ARG;
   sl_device_t *dev = stream->dev;
+  /* The drains come before the buffer-access lock: only the release needs
+   * it, and a clear that held it while its own stream drained would make
+   * every other stream's clear (another engine's) and the store worker
+   * wait for this stream's work. Nothing new reaches the caller's stream
+   * meanwhile (its owner is here); the default stream, which any thread
+   * may use, is drained again under the lock. */
+  sl_status st = drain_for_clear(stream);
+  sl_status st2 = drain_for_clear(dev->default_stream);
   uint64_t asked = sl_now_ns();
   sl_buffer_access_lock(dev);
   uint64_t locked = sl_now_ns();
-  sl_status st = drain_for_clear(stream);
-  sl_status st2 = drain_for_clear(dev->default_stream);
+  if (st2 == SL_OK)
+    st2 = drain_for_clear(dev->default_stream);
   sl_stream_t *own[2] = {stream, dev->default_stream};
   clear_locked(dev, "sl_sync_and_clear_cache", stream, own, 2, false);
   note_clear_hold(dev, asked, locked);

@@ -33,9 +33,51 @@ static void observe(uint64_t *counts, const double *bounds, int n, double v) {
       counts[i]++;
 }
 
+static const char *api_name(sl_srv_api a) {
+  switch (a) {
+  case SL_SRV_CHAT:
+    return "chat";
+  case SL_SRV_COMPLETIONS:
+    return "completions";
+  case SL_SRV_MESSAGES:
+    return "messages";
+  case SL_SRV_EMBEDDINGS:
+    return "embeddings";
+  default:
+    return "";
+  }
+}
+
+/* The next slot of the ring (under m->mu), filled with `r`'s names. */
+static sl_srv_recent *recent_slot(sl_srv_metrics *m, const sl_srv_request *r,
+                                  int http) {
+  sl_srv_recent *e = &m->recent[m->recent_n++ % SL_SRV_RECENT];
+  memset(e, 0, sizeof *e);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  e->t = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+  e->http = http;
+  if (r) {
+    snprintf(e->model, sizeof e->model, "%s", r->model ? r->model : "");
+    snprintf(e->api, sizeof e->api, "%s", api_name(r->api));
+  }
+  return e;
+}
+
 void sl__srv_metrics_job(sl_server_t *s, const sl_srv_job *j, bool failed) {
   sl_srv_metrics *m = &s->m;
   pthread_mutex_lock(&m->mu);
+  sl_srv_recent *e = recent_slot(
+      m, &j->req,
+      failed ? (j->reason != SL_REASON_NONE ? sl_reason_http(j->reason) : 500)
+             : 200);
+  static const char *fin[] = {"", "stop", "length", "abort", "error"};
+  snprintf(e->finish, sizeof e->finish, "%s",
+           (unsigned)j->finish < sizeof fin / sizeof fin[0] ? fin[j->finish]
+                                                            : "");
+  e->prompt_tokens = j->prompt_tokens;
+  e->cached_tokens = j->cached_tokens;
+  e->completion_tokens = j->completion_tokens;
   m->requests++;
   if (failed)
     m->requests_failed++;
@@ -47,36 +89,103 @@ void sl__srv_metrics_job(sl_server_t *s, const sl_srv_job *j, bool failed) {
     observe(m->ttft_counts, sl__srv_ttft_bounds, SL_SRV_TTFT_BUCKETS, ttft);
     m->ttft_sum += ttft;
     m->ttft_n++;
+    e->ttft_ms = ttft * 1e3;
     if (j->completion_tokens > 1 && j->t_done > j->t_first) {
       double tpot = (double)(j->t_done - j->t_first) / 1e9 /
                     (double)(j->completion_tokens - 1);
       observe(m->tpot_counts, sl__srv_tpot_bounds, SL_SRV_TPOT_BUCKETS, tpot);
       m->tpot_sum += tpot;
       m->tpot_n++;
+      e->tpot_ms = tpot * 1e3;
     }
   }
   pthread_mutex_unlock(&m->mu);
 }
 
-void sl__srv_metrics_failed(sl_server_t *s) {
+void sl__srv_metrics_failed(sl_server_t *s, const sl_srv_request *r, int http) {
   pthread_mutex_lock(&s->m.mu);
+  snprintf(recent_slot(&s->m, r, http)->finish, 16, "error");
   s->m.requests++;
   s->m.requests_failed++;
   pthread_mutex_unlock(&s->m.mu);
 }
 
-/* A consistent snapshot of everything both endpoints report. */
+/* A consistent snapshot of everything both endpoints report. The loaded
+ * engines are leased (kept loaded) until release(). */
+#define SNAP_MAX_ENGINES 64
 typedef struct snapshot {
-  sl_srv_metrics m; /* copied counters (mu and estimator unused) */
-  sl_engine_stats e;
+  sl_srv_metrics m;  /* copied counters (mu and estimator unused) */
+  sl_engine_stats e; /* summed over the loaded engines */
   sl_alloc_stats a;
-  uint64_t footprint, unreleased;
+  uint64_t footprint, unreleased, weights;
   int in_flight;
+  sl_pool_lease l[SNAP_MAX_ENGINES];
+  sl_engine_stats el[SNAP_MAX_ENGINES]; /* each engine's own */
+  int n_loaded;
+  /* the pool's entries, read before the snapshot's own leases */
+  sl_pool_info info[SNAP_MAX_ENGINES];
+  int n_info;
 } snapshot;
 
+/* a += b, counter by counter */
+static void add_stats(sl_engine_stats *a, const sl_engine_stats *b) {
+  a->waiting += b->waiting;
+  a->running += b->running;
+  a->requests_total += b->requests_total;
+  a->requests_failed += b->requests_failed;
+  a->prompt_tokens_total += b->prompt_tokens_total;
+  a->cached_tokens_total += b->cached_tokens_total;
+  a->generated_tokens_total += b->generated_tokens_total;
+  a->kv_blocks_total += b->kv_blocks_total;
+  a->kv_blocks_used += b->kv_blocks_used;
+  a->kv_blocks_cached += b->kv_blocks_cached;
+  a->steps += b->steps;
+  a->step_ns += b->step_ns;
+  a->clears += b->clears;
+  a->clear_ns += b->clear_ns;
+  a->clear_idle_ns += b->clear_idle_ns;
+  a->argmax_device += b->argmax_device;
+  a->sampled_device += b->sampled_device;
+  a->sampled_host += b->sampled_host;
+  a->sample_fallbacks += b->sample_fallbacks;
+  a->grammar_masks += b->grammar_masks;
+  a->grammar_unmasked += b->grammar_unmasked;
+  a->preemptions += b->preemptions;
+  a->queue_timeouts += b->queue_timeouts;
+  a->restored_blocks += b->restored_blocks;
+  a->restore_ns += b->restore_ns;
+  a->prefix_waits += b->prefix_waits;
+}
+
+static void release(sl_server_t *s, snapshot *sn) {
+  for (int i = 0; i < sn->n_loaded; i++)
+    sl_pool_release(s->pool, &sn->l[i]);
+  sn->n_loaded = 0;
+}
+
 static void take(sl_server_t *s, snapshot *sn) {
-  sl_device_t *dev = sl_engine_device_of(s->engine);
-  sn->e = sl_engine_get_stats(s->engine);
+  memset(&sn->e, 0, sizeof sn->e);
+  sn->n_loaded = 0;
+  sn->weights = 0;
+  sl_device_t *dev = NULL;
+  int n = sl_pool_count(s->pool);
+  sn->n_info = 0;
+  for (int i = 0; i < n && i < SNAP_MAX_ENGINES; i++)
+    if (sl_pool_info_at(s->pool, i, &sn->info[sn->n_info]))
+      sn->n_info++;
+  for (int i = 0; i < n && sn->n_loaded < SNAP_MAX_ENGINES; i++) {
+    sl_pool_lease *l = &sn->l[sn->n_loaded];
+    if (!sl_pool_acquire_loaded(s->pool, i, l))
+      continue;
+    sn->el[sn->n_loaded] = sl_engine_get_stats(l->engine);
+    add_stats(&sn->e, &sn->el[sn->n_loaded]);
+    sn->weights += sl_model_weight_bytes(l->model);
+    if (!dev)
+      dev = sl_engine_device_of(l->engine);
+    sn->n_loaded++;
+  }
+  if (!dev)
+    dev = sl_cpu_device(); /* nothing loaded: the host's figures */
   sn->a = sl_alloc_get_stats(dev);
   sn->footprint = sl_footprint_bytes(dev);
   pthread_mutex_lock(&s->m.mu);
@@ -151,11 +260,61 @@ static void prom_rows(sl_sbuf *o, const metric_row *rows, size_t n,
 
 /* The tiers (hot, SSD) and their store worker, when the engine has them:
  * one family of rows per tier, sluice_kv_<tier>_... */
+/* Tier i's and the store's counters summed over the loaded engines; false
+ * when none has tier i. */
+static bool tier_sum(const snapshot *sn, int i, sl_kv_tier_stats *t,
+                     sl_engine_store_stats *w) {
+  bool any = false;
+  memset(t, 0, sizeof *t);
+  memset(w, 0, sizeof *w);
+  for (int k = 0; k < sn->n_loaded; k++) {
+    sl_kv_tier_stats a;
+    sl_engine_store_stats b;
+    if (!sl_engine_tier_stats(sn->l[k].engine, i, &a, &b))
+      continue;
+    if (!any) {
+      *t = a;
+      *w = b;
+      any = true;
+      continue;
+    }
+    t->enabled = t->enabled || a.enabled;
+    t->entries += a.entries;
+    t->bytes += a.bytes;
+    t->budget += a.budget;
+    t->hits += a.hits;
+    t->misses += a.misses;
+    t->puts += a.puts;
+    t->put_bytes += a.put_bytes;
+    t->get_bytes += a.get_bytes;
+    t->evictions += a.evictions;
+    t->corrupt += a.corrupt;
+    t->skipped += a.skipped;
+    t->faults += a.faults;
+    t->compressed += a.compressed;
+    t->get_ms_total += a.get_ms_total;
+    t->put_ms_total += a.put_ms_total;
+    w->queued += b.queued;
+    w->written += b.written;
+    w->failed += b.failed;
+    w->dropped += b.dropped;
+    w->pending += b.pending;
+    w->lock_holds += b.lock_holds;
+    w->lock_ns_total += b.lock_ns_total;
+    if (b.lock_ns_max > w->lock_ns_max)
+      w->lock_ns_max = b.lock_ns_max;
+    for (int h = 0; h < SL_STORE_HOLD_BUCKETS; h++)
+      w->lock_hold_hist[h] += b.lock_hold_hist[h];
+  }
+  return any;
+}
+
 static void tier_metrics(sl_server_t *s, sl_sbuf *o, const snapshot *sn) {
+  (void)s;
   sl_kv_tier_stats t;
   sl_engine_store_stats w;
   int n = 0;
-  for (; sl_engine_tier_stats(s->engine, n, &t, &w); n++) {
+  for (; tier_sum(sn, n, &t, &w); n++) {
     const metric_row rows[] = {
         {"enabled", 'g', "1 while it serves; 0 after a write fault.",
          t.enabled ? 1 : 0},
@@ -213,13 +372,56 @@ static void tier_metrics(sl_server_t *s, sl_sbuf *o, const snapshot *sn) {
             w.lock_hold_hist, w.lock_ns_total, w.lock_holds);
 }
 
+/* The pool's models: one labelled series each (sluice_info names every
+ * model the server serves, loaded or not). */
+static void model_metrics(const snapshot *sn, sl_sbuf *o) {
+  static const struct {
+    const char *name, *type, *help;
+  } fam[] = {
+      {"sluice_info", "gauge", "A served model (1 each, loaded or not)."},
+      {"sluice_model_loaded", "gauge", "1 while the model is loaded."},
+      {"sluice_model_pinned", "gauge", "1 when the model is pinned."},
+      {"sluice_model_memory_bytes", "gauge",
+       "Memory the model plans to hold while loaded (weights, KV, hot tier)."},
+      {"sluice_model_requests_in_flight", "gauge",
+       "Requests holding the model now."},
+      {"sluice_model_requests_total", "counter", "Requests for the model."},
+      {"sluice_model_loads_total", "counter", "Completed loads."},
+      {"sluice_model_unloads_total", "counter",
+       "Unloads (asked for, evicted, idle, shutdown)."},
+      {"sluice_model_evictions_total", "counter",
+       "Unloads to make room for another model."},
+      {"sluice_model_reclaims_total", "counter", "Unloads by --idle-ttl."},
+      {"sluice_model_load_failures_total", "counter",
+       "Loads that did not end loaded."},
+      {"sluice_model_load_seconds", "gauge", "The last load's time."},
+  };
+  for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+    sl__sbuf_addf(o, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help,
+                  fam[f].name, fam[f].type);
+    for (int i = 0; i < sn->n_info; i++) {
+      sl_pool_info in = sn->info[i];
+      double v[] = {1,
+                    in.state == SL_POOL_LOADED,
+                    in.pinned,
+                    (double)in.bytes,
+                    in.in_use,
+                    (double)in.requests,
+                    (double)in.loads,
+                    (double)in.unloads,
+                    (double)in.evictions,
+                    (double)in.reclaims,
+                    (double)in.load_failures,
+                    in.last_load_ms / 1e3};
+      sl__sbuf_addf(o, "%s{model=\"%s\"} %.17g\n", fam[f].name, in.name, v[f]);
+    }
+  }
+}
+
 void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *o) {
   snapshot sn;
   take(s, &sn);
-  sl__sbuf_addf(o,
-                "# HELP sluice_info The served model.\n"
-                "# TYPE sluice_info gauge\nsluice_info{model=\"%s\"} 1\n",
-                s->model_name);
+  model_metrics(&sn, o);
   prom(o, "sluice_http_requests_total", "counter", "HTTP requests received.",
        (double)sn.m.http_requests);
   sl_srv_door_stats ds;
@@ -303,7 +505,9 @@ void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *o) {
   prom(o, "sluice_inflight_at_clear_bytes_max", "gauge",
        "Most bytes with pending uses at a clear.",
        (double)sn.a.inflight_bytes_max);
-  sl_access_lock_stats lk = sl_engine_clear_lock_stats(s->engine);
+  sl_access_lock_stats lk = {0};
+  if (sn.n_loaded) /* the device's lock: any engine of it answers */
+    lk = sl_engine_clear_lock_stats(sn.l[0].engine);
   lock_hist(o, "sluice_clear_lock_wait_seconds",
             "Time each cache clear waited for the buffer-access lock (a store "
             "batch holding it).",
@@ -320,17 +524,110 @@ void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *o) {
   prom(o, "sluice_inflight_at_clear_ms_max", "gauge",
        "Longest in-flight time at a clear.", sn.a.inflight_ms_max);
   tier_metrics(s, o, &sn);
+  release(s, &sn);
+}
+
+/* The answered requests, newest first. */
+static json_t *recent_json(const snapshot *sn) {
+  json_t *a = json_array();
+  uint64_t n = sn->m.recent_n;
+  for (uint64_t k = 0; a && k < n && k < SL_SRV_RECENT; k++) {
+    const sl_srv_recent *e = &sn->m.recent[(n - 1 - k) % SL_SRV_RECENT];
+    json_t *r =
+        json_pack("{s:f,s:s,s:s,s:i,s:s,s:i,s:i,s:i,s:f,s:f}", "t", e->t,
+                  "model", e->model, "api", e->api, "status", e->http, "finish",
+                  e->finish, "prompt_tokens", e->prompt_tokens, "cached_tokens",
+                  e->cached_tokens, "completion_tokens", e->completion_tokens,
+                  "ttft_ms", e->ttft_ms, "tpot_ms", e->tpot_ms);
+    if (!r || json_array_append_new(a, r) != 0) {
+      json_decref(a);
+      return NULL;
+    }
+  }
+  return a;
+}
+
+/* The tiers (hot, SSD), summed over the loaded engines. */
+static json_t *tiers_json(const snapshot *sn) {
+  json_t *a = json_array();
+  sl_kv_tier_stats t;
+  sl_engine_store_stats w;
+  for (int i = 0; a && tier_sum(sn, i, &t, &w); i++) {
+    json_t *r = json_pack(
+        "{s:s,s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "name", t.name, "enabled",
+        t.enabled, "blocks", (json_int_t)t.entries, "bytes",
+        (json_int_t)t.bytes, "budget", (json_int_t)t.budget, "hits",
+        (json_int_t)t.hits, "misses", (json_int_t)t.misses, "dropped",
+        (json_int_t)w.dropped, "corrupt", (json_int_t)t.corrupt);
+    if (!r || json_array_append_new(a, r) != 0) {
+      json_decref(a);
+      return NULL;
+    }
+  }
+  return a;
+}
+
+/* Each model of the pool: its state and counters, and a loaded one's
+ * engine figures. */
+static json_t *models_json(const snapshot *sn) {
+  json_t *a = json_array();
+  for (int i = 0; a && i < sn->n_info; i++) {
+    sl_pool_info in = sn->info[i];
+    json_t *m = json_pack(
+        "{s:s,s:s,s:s,s:b,s:I,s:I,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f}", "name",
+        in.name, "path", in.path, "state", sl_pool_state_name(in.state),
+        "pinned", in.pinned, "file_bytes", (json_int_t)in.file_bytes,
+        "memory_bytes", (json_int_t)in.bytes, "in_use", in.in_use, "requests",
+        (json_int_t)in.requests, "loads", (json_int_t)in.loads, "unloads",
+        (json_int_t)in.unloads, "evictions", (json_int_t)in.evictions,
+        "reclaims", (json_int_t)in.reclaims, "load_failures",
+        (json_int_t)in.load_failures, "last_load_ms", in.last_load_ms, "idle_s",
+        in.idle_s);
+    for (int k = 0; m && k < sn->n_loaded; k++) {
+      if (sn->l[k].index != i)
+        continue;
+      const sl_engine_stats *e = &sn->el[k];
+      json_object_set_new(m, "context_length", json_integer(in.n_ctx));
+      json_object_set_new(m, "arch", json_string(in.arch ? in.arch : "?"));
+      json_object_set_new(
+          m, "engine",
+          json_pack("{s:s,s:i,s:i,s:I,s:I,s:I,s:i,s:i,s:i,s:I,s:I}", "device",
+                    sl_engine_device_name(sn->l[k].engine), "running",
+                    e->running, "waiting", e->waiting, "prompt_tokens_total",
+                    (json_int_t)e->prompt_tokens_total, "cached_tokens_total",
+                    (json_int_t)e->cached_tokens_total,
+                    "generated_tokens_total",
+                    (json_int_t)e->generated_tokens_total, "kv_blocks_total",
+                    e->kv_blocks_total, "kv_blocks_used", e->kv_blocks_used,
+                    "kv_blocks_cached", e->kv_blocks_cached, "clears",
+                    (json_int_t)e->clears, "step_ns", (json_int_t)e->step_ns));
+    }
+    if (!m || json_array_append_new(a, m) != 0) {
+      json_decref(a);
+      return NULL;
+    }
+  }
+  return a;
 }
 
 json_t *sl__srv_stats_json(sl_server_t *s) {
   snapshot sn;
   take(s, &sn);
   json_t *o = json_object();
-  if (!o)
+  if (!o) {
+    release(s, &sn);
     return NULL;
-  json_object_set_new(o, "model", json_string(s->model_name));
+  }
+  sl_pool_info first;
+  sl_pool_info_at(s->pool, 0, &first);
+  json_object_set_new(o, "model", json_string(first.name));
   json_object_set_new(o, "device",
-                      json_string(sl_engine_device_name(s->engine)));
+                      sn.n_loaded
+                          ? json_string(sl_engine_device_name(sn.l[0].engine))
+                          : json_null());
+  json_object_set_new(o, "models", models_json(&sn));
+  json_object_set_new(o, "recent", recent_json(&sn));
+  json_object_set_new(o, "tiers", tiers_json(&sn));
   json_object_set_new(o, "uptime_s",
                       json_real((double)(sl_now_ns() - s->t_start_ns) / 1e9));
   json_object_set_new(
@@ -385,7 +682,7 @@ json_t *sl__srv_stats_json(sl_server_t *s) {
                 "reserved", (json_int_t)sn.a.reserved, "limit",
                 (json_int_t)sn.a.limit, "footprint", (json_int_t)sn.footprint,
                 "unreleased", (json_int_t)sn.unreleased, "weights",
-                (json_int_t)sl_model_weight_bytes(s->model)));
+                (json_int_t)sn.weights));
   /* the allocator's clears (what was in flight at each), and the engine's
    * clear sites' share of the steps' time (issue 8's goal: < 1%) */
   json_object_set_new(
@@ -400,5 +697,6 @@ json_t *sl__srv_stats_json(sl_server_t *s) {
                 (double)sn.e.clear_ns / 1e6, "idle_ms_total",
                 (double)sn.e.clear_idle_ns / 1e6, "step_ms_total",
                 (double)sn.e.step_ns / 1e6));
+  release(s, &sn);
   return o;
 }

@@ -46,6 +46,9 @@ enum route {
   ROUTE_COMPLETIONS,
   ROUTE_MESSAGES,
   ROUTE_MODEL,          /* GET /v1/models/{id} */
+  ROUTE_ADMIN_MODEL,    /* POST /admin/api/models/{id}/{action} */
+  ROUTE_ADMIN_CLEAR,    /* POST /admin/api/clear-cache */
+  ROUTE_ADMIN_PAGE,     /* GET /admin: the dashboard (no data, no key) */
   ROUTE_COUNT_TOKENS,   /* POST /v1/messages/count_tokens */
   ROUTE_TOKENIZE,       /* POST /tokenize */
   ROUTE_DETOKENIZE,     /* POST /detokenize */
@@ -110,6 +113,7 @@ static void job_unref(sl_srv_job *j) {
     job_buffers_free(&j->kids[i]);
   sl_free(j->kids);
   sl__srv_request_free(&j->req);
+  sl__srv_model_release(&j->mdl); /* the engine no longer calls back */
   sl_free(j->ids);
   sl_free(j->text);
   sl_free(j->toks);
@@ -120,6 +124,11 @@ static void job_unref(sl_srv_job *j) {
   pthread_cond_destroy(&j->cv);
   pthread_mutex_destroy(&j->mu);
   sl_free(j);
+}
+
+/* The job's model (a child's is its parent's). */
+static const sl_pool_lease *job_lease(const sl_srv_job *j) {
+  return &(j->parent ? j->parent : j)->mdl.lease;
 }
 
 static void make_id(char *buf, size_t cap, const char *prefix) {
@@ -391,7 +400,7 @@ static void job_abort(sl_srv_job *j) {
     n = job_ids(j, ids, j->parts ? j->n_parts : 1);
   pthread_mutex_unlock(&j->mu);
   for (int i = 0; i < n; i++)
-    if (sl_engine_abort(j->srv->engine, ids[i]) != SL_OK)
+    if (sl_engine_abort(job_lease(j)->engine, ids[i]) != SL_OK)
       SL_LOGW("server: out of memory recording an abort; request %llu runs "
               "to its end",
               (unsigned long long)ids[i]);
@@ -428,6 +437,7 @@ static void unparked(sl_srv_job *j) {
 static void reap_parked(void *arg) {
   sl_server_t *s = arg;
   uint64_t ids[64];
+  sl_srv_job *owner[64]; /* each id's job, referenced until its abort */
   int n = 0;
   pthread_mutex_lock(&s->jobs_mu);
   for (sl_srv_job *j = s->jobs; j && n < 64; j = j->next) {
@@ -440,16 +450,23 @@ static void reap_parked(void *arg) {
         break;
       }
       j->aborted = true;
-      n += job_ids(j, ids + n, 64 - n);
+      int k = job_ids(j, ids + n, 64 - n);
+      for (int i = 0; i < k; i++) {
+        owner[n + i] = j;
+        atomic_fetch_add(&j->refs, 1); /* its engine stays loaded */
+      }
+      n += k;
     }
     pthread_mutex_unlock(&j->mu);
   }
   pthread_mutex_unlock(&s->jobs_mu);
-  for (int i = 0; i < n; i++)
-    if (sl_engine_abort(s->engine, ids[i]) != SL_OK)
+  for (int i = 0; i < n; i++) {
+    if (sl_engine_abort(job_lease(owner[i])->engine, ids[i]) != SL_OK)
       SL_LOGW("server: out of memory recording an abort; request %llu runs "
               "to its end",
               (unsigned long long)ids[i]);
+    job_unref(owner[i]);
+  }
 }
 
 /* ---- responses
@@ -549,9 +566,9 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
       return MHD_CONTENT_READER_END_OF_STREAM;
     }
     if (j->req.api == SL_SRV_MESSAGES)
-      sl__ant_stream(j, model, s->tok);
+      sl__ant_stream(j, model, job_lease(j)->tok);
     else
-      sl__oai_stream(j, model, s->tok);
+      sl__oai_stream(j, model, job_lease(j)->tok);
     if (j->out.len > 0 || j->phase == 2)
       continue;
     if (atomic_load(&s->closing) || !j->conn)
@@ -608,10 +625,11 @@ static enum MHD_Result generate_next(sl_server_t *s, struct MHD_Connection *c,
     return send_error(c, cn->fam, &err, false);
   }
   if (!j->req.stream) {
-    json_t *body =
-        api == SL_SRV_MESSAGES     ? sl__ant_body(j, j->req.model, s->tok)
-        : api == SL_SRV_EMBEDDINGS ? sl__srv_embed_body(j, j->req.model)
-                                   : sl__oai_body(j, j->req.model, s->tok);
+    json_t *body = api == SL_SRV_MESSAGES
+                       ? sl__ant_body(j, j->req.model, job_lease(j)->tok)
+                   : api == SL_SRV_EMBEDDINGS
+                       ? sl__srv_embed_body(j, j->req.model)
+                       : sl__oai_body(j, j->req.model, job_lease(j)->tok);
     pthread_mutex_unlock(&j->mu);
     return send_json(c, 200, body, false);
   }
@@ -722,7 +740,8 @@ static enum MHD_Result handle_embed(sl_server_t *s, struct MHD_Connection *c,
                                     conn *cn, sl_srv_job *j,
                                     sl_srv_error *err) {
   sl_srv_request *r = &j->req;
-  j->n_embd = (int)sl_model_hparams_of(s->model)->n_embd;
+  const sl_pool_lease *ml = &j->mdl.lease;
+  j->n_embd = (int)sl_model_hparams_of(ml->model)->n_embd;
   if (r->emb_dimensions && r->emb_dimensions != j->n_embd) {
     sl__srv_error_set(err, 400, "unsupported_parameter", "dimensions",
                       "this model's embeddings have %d dimensions; it "
@@ -730,7 +749,7 @@ static enum MHD_Result handle_embed(sl_server_t *s, struct MHD_Connection *c,
                       j->n_embd, r->emb_dimensions);
     goto fail;
   }
-  if (sl__srv_embed_ids(r, s->tok, s->cfg.n_ctx, err) != SL_OK)
+  if (sl__srv_embed_ids(r, ml->tok, ml->n_ctx, err) != SL_OK)
     goto fail;
   int n = r->n_inputs;
   j->parts = sl_calloc((size_t)n, sizeof *j->parts);
@@ -759,7 +778,7 @@ static enum MHD_Result handle_embed(sl_server_t *s, struct MHD_Connection *c,
     j->parts[i].job = j;
     j->parts[i].index = i;
     uint64_t eid = 0;
-    st = sl_engine_submit(s->engine, r->inputs[i].ids, r->inputs[i].n_ids, &gp,
+    st = sl_engine_submit(ml->engine, r->inputs[i].ids, r->inputs[i].n_ids, &gp,
                           on_embed_event, &j->parts[i], &eid);
     if (st != SL_OK)
       break;
@@ -773,7 +792,7 @@ static enum MHD_Result handle_embed(sl_server_t *s, struct MHD_Connection *c,
       sl__srv_error_set(err, 400, "unsupported_device", NULL,
                         "embeddings are not served on this device (%s) yet; "
                         "serve with --device cpu",
-                        sl_engine_device_name(s->engine));
+                        sl_engine_device_name(ml->engine));
     else
       sl__srv_error_set(err, 503, NULL, NULL, "cannot queue the request: %s",
                         sl_status_str(st));
@@ -794,14 +813,14 @@ static enum MHD_Result handle_embed(sl_server_t *s, struct MHD_Connection *c,
     atomic_fetch_sub(&j->refs, n - i);
     if (none_left) { /* nothing runs: answer now */
       server_job_remove(s, j);
-      sl__srv_metrics_failed(s);
+      sl__srv_metrics_failed(s, &j->req, err->http);
       return send_error(c, cn->fam, err, false);
     }
     job_abort(j);
   }
   return await_answer(s, c, cn, j);
 fail:
-  sl__srv_metrics_failed(s);
+  sl__srv_metrics_failed(s, &j->req, err->http);
   return send_error(c, cn->fam, err, false);
 }
 
@@ -812,12 +831,13 @@ static enum MHD_Result handle_generate(sl_server_t *s, struct MHD_Connection *c,
                    : cn->route == ROUTE_EMBEDDINGS  ? SL_SRV_EMBEDDINGS
                                                     : SL_SRV_MESSAGES;
   sl_srv_error err;
-  sl_srv_limits lim = sl__srv_limits_of(s);
   sl_srv_job *j = sl_calloc(1, sizeof *j);
   if (!j) {
     sl__srv_error_set(&err, 500, NULL, NULL, "out of memory");
     goto fail_respond;
   }
+  /* the parse leases the model the body names (released with the job) */
+  sl_srv_limits lim = sl__srv_limits_of(s, &j->mdl);
   atomic_init(&j->refs, 1);
   j->srv = s;
   pthread_mutex_init(&j->mu, NULL);
@@ -829,19 +849,20 @@ static enum MHD_Result handle_generate(sl_server_t *s, struct MHD_Connection *c,
     goto fail_respond;
   if (api == SL_SRV_EMBEDDINGS)
     return handle_embed(s, c, cn, j, &err);
-  if (sl__srv_prompt_ids(&j->req, s->tok, s->chat_template,
+  const sl_pool_lease *ml = &j->mdl.lease;
+  if (sl__srv_prompt_ids(&j->req, ml->tok, ml->chat_template,
                          s->cfg.parse_special_in_content, &j->ids, &j->n_ids,
                          &err) != SL_OK)
     goto fail_respond;
-  if (j->n_ids >= s->cfg.n_ctx) {
+  if (j->n_ids >= ml->n_ctx) {
     sl__srv_error_set(&err, 400, "context_length_exceeded",
                       api == SL_SRV_COMPLETIONS ? "prompt" : "messages",
                       "this model's maximum context length is %d tokens, "
                       "but the prompt has %d tokens",
-                      s->cfg.n_ctx, j->n_ids);
+                      ml->n_ctx, j->n_ids);
     goto fail_respond;
   }
-  size_t nv = sl_tokenizer_vocab_size(s->tok);
+  size_t nv = sl_tokenizer_vocab_size(ml->tok);
   for (int i = 0; i < j->req.gen.n_logit_bias; i++)
     if ((size_t)j->req.gen.logit_bias[i].id >= nv) {
       sl__srv_error_set(&err, 400, "invalid_value", "logit_bias",
@@ -852,7 +873,7 @@ static enum MHD_Result handle_generate(sl_server_t *s, struct MHD_Connection *c,
     }
   /* no max_tokens: --max-tokens-default (0: the room left); above the
    * room left in the context: clamped to it */
-  int room = s->cfg.n_ctx - j->n_ids;
+  int room = ml->n_ctx - j->n_ids;
   if (!j->req.max_tokens_set && api == SL_SRV_CHAT)
     j->req.gen.max_tokens =
         s->cfg.max_tokens_default > 0 ? s->cfg.max_tokens_default : room;
@@ -885,7 +906,7 @@ static enum MHD_Result handle_generate(sl_server_t *s, struct MHD_Connection *c,
     sl_srv_job *k = j->kids ? &j->kids[i] : j;
     uint64_t eid = 0;
     k->t_submit = j->t_submit;
-    sl_status st = sl_engine_submit(s->engine, j->ids, j->n_ids, &k->req.gen,
+    sl_status st = sl_engine_submit(ml->engine, j->ids, j->n_ids, &k->req.gen,
                                     on_event, k, &eid);
     if (st != SL_OK && i == 0) { /* nothing runs: answer now */
       server_job_remove(s, j);
@@ -921,7 +942,7 @@ static enum MHD_Result handle_generate(sl_server_t *s, struct MHD_Connection *c,
   return await_answer(s, c, cn, j);
 
 fail_respond:
-  sl__srv_metrics_failed(s);
+  sl__srv_metrics_failed(s, j ? &j->req : NULL, err.http);
   return send_error(c, cn->fam, &err, false);
 }
 
@@ -947,12 +968,16 @@ static enum route route_of(const char *url, const char *method, bool *post,
       {"/detokenize", true, ROUTE_DETOKENIZE},
       {"/apply-template", true, ROUTE_APPLY_TEMPLATE},
       {"/v1/embeddings", true, ROUTE_EMBEDDINGS},
+      {"/admin/api/clear-cache", true, ROUTE_ADMIN_CLEAR},
+      {"/admin", false, ROUTE_ADMIN_PAGE},
+      {"/admin/", false, ROUTE_ADMIN_PAGE},
       {"/v1/models/", false, ROUTE_MODEL}, /* a prefix: /v1/models/{id} */
+      {"/admin/api/models/", true, ROUTE_ADMIN_MODEL}, /* a prefix */
   };
   *bad_method = *preflight = false;
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
     size_t pl = strlen(table[i].path);
-    bool hit = table[i].r == ROUTE_MODEL
+    bool hit = table[i].r == ROUTE_MODEL || table[i].r == ROUTE_ADMIN_MODEL
                    ? strncmp(url, table[i].path, pl) == 0 && url[pl]
                    : strcmp(url, table[i].path) == 0;
     if (!hit)
@@ -1129,6 +1154,32 @@ static enum MHD_Result send_preflight(struct MHD_Connection *c) {
   return ret;
 }
 
+/* The dashboard (src/server/dashboard/index.html, built in by
+ * tools/embed_file.cmake). It holds no data: what it shows comes from the
+ * routes behind the key. Its scripts and styles are inline; the policy
+ * lets it reach this server only. */
+extern const unsigned char sl__srv_dashboard_html[];
+extern const size_t sl__srv_dashboard_html_len;
+
+static enum MHD_Result send_page(struct MHD_Connection *c) {
+  struct MHD_Response *r = MHD_create_response_from_buffer(
+      sl__srv_dashboard_html_len, (void *)sl__srv_dashboard_html,
+      MHD_RESPMEM_PERSISTENT);
+  if (!r)
+    return MHD_NO;
+  add_std_headers(r);
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                          "text/html; charset=utf-8");
+  MHD_add_response_header(r, "Content-Security-Policy",
+                          "default-src 'self'; script-src 'self' "
+                          "'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+                          "img-src 'self' data:; frame-ancestors 'none'");
+  MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+  enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
 /* A route that generates nothing, from its body: its JSON or its error. */
 typedef sl_status (*body_route)(sl_server_t *s, const char *body, size_t len,
                                 json_t **out, sl_srv_error *err);
@@ -1184,12 +1235,13 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
   ret = MHD_YES;
   if (framing_bad(c, version, &err)) {
     cn->responded = true;
-    sl__srv_metrics_failed(s);
+    sl__srv_metrics_failed(s, NULL, err.http);
     ret = send_error(c, cn->fam, &err, true);
   } else if (preflight) {
     cn->responded = true;
     ret = send_preflight(c);
-  } else if (cn->route != ROUTE_HEALTH && !authorized(s, c)) {
+  } else if (cn->route != ROUTE_HEALTH && cn->route != ROUTE_ADMIN_PAGE &&
+             !authorized(s, c)) {
     sl__srv_error_set(&err, 401, "invalid_api_key", NULL,
                       "invalid or missing API key");
     cn->responded = true;
@@ -1212,7 +1264,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
                         "the request body exceeds %zu bytes",
                         s->cfg.max_body_bytes);
       cn->responded = true;
-      sl__srv_metrics_failed(s);
+      sl__srv_metrics_failed(s, NULL, err.http);
       ret = send_error(c, cn->fam, &err, true);
     }
   }
@@ -1248,7 +1300,7 @@ static enum MHD_Result on_access_req(sl_server_t *s, conn *cn,
     sl__srv_error_set(&err, 413, "request_too_large", NULL,
                       "the request body exceeds %zu bytes",
                       s->cfg.max_body_bytes);
-    sl__srv_metrics_failed(s);
+    sl__srv_metrics_failed(s, NULL, err.http);
     return send_error(c, cn->fam, &err, true);
   }
   if (cn->body.oom) {
@@ -1268,6 +1320,19 @@ static enum MHD_Result on_access_req(sl_server_t *s, conn *cn,
     return send_json(c, 200, sl__srv_models_json(s), false);
   case ROUTE_MODEL: {
     json_t *m = sl__srv_model_json(s, url + strlen("/v1/models/"), &err);
+    return m ? send_json(c, 200, m, false)
+             : send_error(c, cn->fam, &err, false);
+  }
+  case ROUTE_ADMIN_MODEL: {
+    json_t *m =
+        sl__srv_admin_model(s, url + strlen("/admin/api/models/"), &err);
+    return m ? send_json(c, 200, m, false)
+             : send_error(c, cn->fam, &err, false);
+  }
+  case ROUTE_ADMIN_PAGE:
+    return send_page(c);
+  case ROUTE_ADMIN_CLEAR: {
+    json_t *m = sl__srv_admin_clear(s, &err);
     return m ? send_json(c, 200, m, false)
              : send_error(c, cn->fam, &err, false);
   }
@@ -1397,13 +1462,11 @@ static char *dup_or_null(const char *s) {
   return s && s[0] ? sl_strdup(s) : NULL;
 }
 
-sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
-                          const sl_tokenizer_t *tok,
-                          const sl_server_config *cfg, sl_server_t **out,
-                          char *err, size_t errcap) {
+sl_status sl_server_start(sl_pool_t *pool, const sl_server_config *cfg,
+                          sl_server_t **out, char *err, size_t errcap) {
   *out = NULL;
-  if (!engine || !model || !tok || !cfg || !cfg->model_name ||
-      cfg->n_ctx <= 0 || cfg->port < 0 || cfg->port > 65535) {
+  if (!pool || sl_pool_count(pool) < 1 || !cfg || cfg->port < 0 ||
+      cfg->port > 65535) {
     snprintf(err, errcap, "bad server configuration");
     return SL_ERR_INVALID_ARG;
   }
@@ -1413,9 +1476,7 @@ sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
   sl_server_t *s = sl_calloc(1, sizeof *s);
   if (!s)
     goto fail_nomem;
-  s->engine = engine;
-  s->model = model;
-  s->tok = tok;
+  s->pool = pool;
   s->cfg = *cfg;
   if (!s->cfg.max_body_bytes)
     s->cfg.max_body_bytes = 8u << 20;
@@ -1432,11 +1493,7 @@ sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
   s->host = sl_strdup(cfg->host ? cfg->host : "127.0.0.1");
   s->api_key = dup_or_null(cfg->api_key);
   s->cors = dup_or_null(cfg->cors_origin);
-  s->model_name = sl_strdup(cfg->model_name);
-  s->model_alias = dup_or_null(cfg->model_alias);
-  if (!s->host || !s->model_name ||
-      (cfg->api_key && cfg->api_key[0] && !s->api_key) ||
-      (cfg->model_alias && cfg->model_alias[0] && !s->model_alias) ||
+  if (!s->host || (cfg->api_key && cfg->api_key[0] && !s->api_key) ||
       (cfg->cors_origin && cfg->cors_origin[0] && !s->cors))
     goto fail_strings;
   s->cfg.cors_origin = s->cors;
@@ -1451,19 +1508,6 @@ sl_status sl_server_start(sl_engine_t *engine, const sl_model_t *model,
   }
   s->cfg.host = s->host;
   s->cfg.api_key = s->api_key;
-  s->cfg.model_name = s->model_name;
-  s->cfg.model_alias = s->model_alias;
-  s->names[s->n_names++] = s->model_name;
-  if (s->model_alias)
-    s->names[s->n_names++] = s->model_alias;
-  s->names[s->n_names++] = "default";
-  sl_str tmpl;
-  if (sl_gguf_get_str(sl_model_gguf(model), "tokenizer.chat_template", &tmpl)) {
-    if (!(s->chat_template = sl_malloc(tmpl.len + 1)))
-      goto fail_strings;
-    memcpy(s->chat_template, tmpl.ptr, tmpl.len);
-    s->chat_template[tmpl.len] = 0;
-  }
   pthread_mutex_init(&s->jobs_mu, NULL);
   pthread_cond_init(&s->jobs_cv, NULL);
   sl__srv_metrics_init(&s->m);
@@ -1540,11 +1584,8 @@ fail_sync:
   pthread_cond_destroy(&s->jobs_cv);
   pthread_mutex_destroy(&s->jobs_mu);
 fail_strings:
-  sl_free(s->chat_template);
   sl_free(s->host);
   sl_free(s->api_key);
-  sl_free(s->model_name);
-  sl_free(s->model_alias);
   sl_free(s->cors);
   sl_free(s);
   if (st != SL_ERR_NOMEM)
@@ -1587,6 +1628,7 @@ static int wait_jobs(sl_server_t *s, unsigned ms) {
  * 64 a call; ids are copied under the lock, aborted outside it). */
 static int cut_jobs(sl_server_t *s, bool queued_only) {
   uint64_t ids[64];
+  sl_srv_job *owner[64]; /* each id's job, referenced until its abort */
   int n = 0;
   pthread_mutex_lock(&s->jobs_mu);
   for (sl_srv_job *j = s->jobs; j && n < 64; j = j->next) {
@@ -1603,13 +1645,21 @@ static int cut_jobs(sl_server_t *s, bool queued_only) {
         j->kids[i].cut = true;
         pthread_mutex_unlock(&j->kids[i].mu);
       }
-      n += job_ids(j, ids + n, 64 - n);
+      int k = job_ids(j, ids + n, 64 - n);
+      for (int i = 0; i < k; i++) {
+        owner[n + i] = j;
+        atomic_fetch_add(&j->refs, 1); /* its engine stays loaded */
+      }
+      n += k;
     }
     pthread_mutex_unlock(&j->mu);
   }
   pthread_mutex_unlock(&s->jobs_mu);
-  for (int i = 0; i < n; i++)
-    (void)sl_engine_abort(s->engine, ids[i]); /* retried next pass */
+  for (int i = 0; i < n; i++) {
+    /* retried next pass */
+    (void)sl_engine_abort(job_lease(owner[i])->engine, ids[i]);
+    job_unref(owner[i]);
+  }
   return n;
 }
 
@@ -1662,11 +1712,8 @@ void sl_server_stop(sl_server_t *s) {
   sl__srv_metrics_destroy(&s->m);
   pthread_cond_destroy(&s->jobs_cv);
   pthread_mutex_destroy(&s->jobs_mu);
-  sl_free(s->chat_template);
   sl_free(s->host);
   sl_free(s->api_key);
-  sl_free(s->model_name);
-  sl_free(s->model_alias);
   sl_free(s->cors);
   sl_free(s);
 }

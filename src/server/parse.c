@@ -960,8 +960,9 @@ json_t *sl__srv_body_object(const char *body, size_t len, sl_srv_error *err) {
 }
 
 sl_status sl__srv_parse(sl_srv_api api, const char *body, size_t len,
-                        const sl_srv_limits *lim, sl_srv_request *out,
+                        const sl_srv_limits *lim_in, sl_srv_request *out,
                         sl_srv_error *err) {
+  sl_srv_limits lim_own = *lim_in, *lim = &lim_own;
   sl__srv_json_init();
   memset(out, 0, sizeof *out);
   memset(err, 0, sizeof *err);
@@ -978,7 +979,11 @@ sl_status sl__srv_parse(sl_srv_api api, const char *body, size_t len,
     BAD(400, "missing_required_parameter", "model", "'model' is required");
   if (!json_is_string(model))
     BAD(400, "invalid_type", "model", "'model' must be a string");
-  if (!model_known(json_string_value(model), lim)) {
+  if (lim->resolve) {
+    if ((st = lim->resolve(lim->resolve_user, json_string_value(model), lim,
+                           err)) != SL_OK)
+      goto fail;
+  } else if (!model_known(json_string_value(model), lim)) {
     sl__srv_error_set(err, 404, "model_not_found", "model",
                       "the model '%s' does not exist",
                       json_string_value(model));

@@ -32,6 +32,7 @@
 #include "sluice/engine.h"
 #include "sluice/jinja.h"
 #include "sluice/memsync.h"
+#include "sluice/pool.h"
 #include "sluice/server.h"
 #include "sluice/tokenizer.h"
 
@@ -151,6 +152,12 @@ typedef struct sl_srv_limits {
    * (NONE: the template's): how tools and tool calls are written */
   const char *chat_template;
   sl_srv_toolfmt toolfmt;
+  /* when set, called with the request's "model" in place of the names
+   * check: it fills n_ctx, chat_template and toolfmt of *lim (the server
+   * leases the model from its pool here), or fails with *err set */
+  sl_status (*resolve)(void *user, const char *model, struct sl_srv_limits *lim,
+                       struct sl_srv_error *err);
+  void *resolve_user;
 } sl_srv_limits;
 
 typedef enum sl_srv_tool_choice {
@@ -370,9 +377,17 @@ typedef struct sl_srv_emb_part {
   uint64_t engine_id; /* 0: not submitted */
 } sl_srv_emb_part;
 
+/* A model as one request uses it: its pool lease (engine, model, tokenizer,
+ * chat template, context) while the request lives (routes.c). */
+typedef struct sl_srv_model {
+  sl_server_t *srv;
+  sl_pool_lease lease; /* index -1: none */
+} sl_srv_model;
+
 struct sl_srv_job {
   atomic_int refs;
   sl_server_t *srv;
+  sl_srv_model mdl; /* the parent's (children use their parent's) */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   sl_srv_job *prev, *next; /* the server's list of live jobs */
@@ -481,8 +496,23 @@ bool sl__ant_stream(sl_srv_job *j, const char *model,
 #define SL_SRV_TTFT_BUCKETS 12
 #define SL_SRV_TPOT_BUCKETS 11
 
+/* One answered request, for the dashboard's list (admin.c). */
+typedef struct sl_srv_recent {
+  double t;        /* when it ended, Unix seconds */
+  char model[64];  /* as the request named it */
+  char api[16];    /* "chat", "completions", "messages", "embeddings", "" */
+  int http;        /* the status it was answered with */
+  char finish[16]; /* stop, length, abort, error, "" */
+  int prompt_tokens, cached_tokens, completion_tokens;
+  double ttft_ms, tpot_ms; /* 0: none */
+} sl_srv_recent;
+
+#define SL_SRV_RECENT 64
+
 typedef struct sl_srv_metrics {
   pthread_mutex_t mu;
+  sl_srv_recent recent[SL_SRV_RECENT]; /* a ring, newest at recent_n - 1 */
+  uint64_t recent_n;
   uint64_t http_requests;   /* every HTTP request */
   uint64_t requests;        /* generation requests */
   uint64_t requests_failed; /* answered with an error */
@@ -611,14 +641,9 @@ void sl__srv_watch_idle(sl_srv_watch *w, sl_srv_sock *k);
 void sl__srv_watch_hangup(sl_srv_watch *w, int fd, bool on);
 
 struct sl_server {
-  sl_engine_t *engine;
-  const sl_model_t *model;
-  const sl_tokenizer_t *tok;
+  sl_pool_t *pool;      /* the models (borrowed); "default" is entry 0 */
   sl_server_config cfg; /* strings below are owned copies */
-  char *host, *api_key, *model_name, *model_alias, *cors;
-  const char *names[3]; /* accepted model ids */
-  int n_names;
-  char *chat_template;    /* NULL: the model has none */
+  char *host, *api_key, *cors;
   sl_srv_toolfmt toolfmt; /* --tool-call-format (NONE: the template's) */
   struct MHD_Daemon *mhd;
   sl_srv_door *door;   /* NULL: not started */
@@ -645,16 +670,34 @@ void sl__srv_metrics_init(sl_srv_metrics *m);
 void sl__srv_metrics_destroy(sl_srv_metrics *m);
 /* Records a finished generation request (ttft/tpot from the job's times). */
 void sl__srv_metrics_job(sl_server_t *s, const sl_srv_job *j, bool failed);
-void sl__srv_metrics_failed(sl_server_t *s);
+/* A request answered with an error before it reached an engine (`http`:
+ * the status; the request may be NULL). */
+void sl__srv_metrics_failed(sl_server_t *s, const sl_srv_request *r, int http);
 /* Prometheus text (new sl_sbuf contents) / stats JSON / models JSON. */
 void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *out);
 json_t *sl__srv_stats_json(sl_server_t *s);
 
-/* routes.c: what the parser checks a request of this server against. */
-sl_srv_limits sl__srv_limits_of(const sl_server_t *s);
+/* routes.c: what the parser checks a request of this server against: the
+ * model it names is leased into *m (released by sl__srv_model_release). */
+sl_srv_limits sl__srv_limits_of(sl_server_t *s, sl_srv_model *m);
+/* Leases the model `name` ("default": the first) into *m, loading it if
+ * needed; on failure *err holds the answer (404: no such model; 503: it
+ * cannot be loaded now). */
+sl_status sl__srv_model_acquire(sl_server_t *s, const char *name,
+                                sl_srv_model *m, sl_srv_error *err);
+void sl__srv_model_release(sl_srv_model *m);
 /* routes.c: the routes that generate nothing. On failure each fills *err
  * (the status and body to answer with) and returns NULL / not SL_OK. */
 json_t *sl__srv_models_json(sl_server_t *s);
+/* POST /admin/api/models/{id}/{load|unload|pin|unpin} (`rest` is
+ * "{id}/{action}"): the model's entry after the action, or NULL with *err
+ * set (404: no such model or action; 409: an unload of a model pinned or
+ * serving requests; 503: a load that cannot fit). */
+json_t *sl__srv_admin_model(sl_server_t *s, const char *rest,
+                            sl_srv_error *err);
+/* POST /admin/api/clear-cache: every loaded engine clears on its executor;
+ * with none loaded, the drain-all clear of the devices. */
+json_t *sl__srv_admin_clear(sl_server_t *s, sl_srv_error *err);
 /* One model by id (any accepted name), or NULL with a 404 in *err. */
 json_t *sl__srv_model_json(sl_server_t *s, const char *id, sl_srv_error *err);
 sl_status sl__srv_count_tokens(sl_server_t *s, const char *body, size_t len,

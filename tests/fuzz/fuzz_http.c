@@ -39,9 +39,7 @@
 #include "sluice/engine.h"
 #include "sluice/server.h"
 
-static sl_model_t *g_model;
-static sl_tokenizer_t *g_tok;
-static sl_engine_t *g_engine;
+static sl_pool_t *g_pool;
 static sl_server_t *g_srv;
 static int g_port;
 static char g_buf[1 << 20];
@@ -49,23 +47,22 @@ static char g_buf[1 << 20];
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  if (load_default_model(&g_model, &g_tok) != 0) {
+  char path[4096], err[256];
+  sl_pool_config pc = sl_pool_config_defaults();
+  pc.engine.n_ctx = 96; /* a request without max_tokens generates to the
+                         * end of the context: keep that short */
+  pc.n_ctx_fixed = true;
+  pc.engine.max_seqs = 4;
+  pc.engine.n_threads = 1;
+  if (sl_pool_create(&pc, &g_pool) != SL_OK ||
+      sl_pool_add(g_pool, "smollm2", default_model_path(path, sizeof path), err,
+                  sizeof err) != SL_OK ||
+      sl_pool_load(g_pool, "smollm2", err, sizeof err) != SL_OK) {
     fprintf(stderr, "fuzz_http: needs the default model (SLUICE_MODEL)\n");
-    exit(1);
-  }
-  sl_engine_config ec = sl_engine_config_defaults();
-  ec.n_ctx = 96; /* a request without max_tokens generates to the end of
-                  * the context: keep that short */
-  ec.max_seqs = 4;
-  ec.n_threads = 1;
-  if (sl_engine_create(g_model, g_tok, &ec, &g_engine) != SL_OK) {
-    fprintf(stderr, "fuzz_http: cannot start the engine\n");
     exit(1);
   }
   sl_server_config sc = sl_server_config_defaults();
   sc.port = 0;
-  sc.model_name = "smollm2";
-  sc.n_ctx = 96;
   sc.max_body_bytes = 64 * 1024;
   sc.http_timeout_s = 1;
   /* short deadlines, so that the kept-open inputs (below) reach the
@@ -73,9 +70,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   sc.head_timeout_ms = 20;
   sc.request_timeout_ms = 60;
   sc.grace_ms = 0;
-  char err[256];
-  if (sl_server_start(g_engine, g_model, g_tok, &sc, &g_srv, err, sizeof err) !=
-      SL_OK) {
+  if (sl_server_start(g_pool, &sc, &g_srv, err, sizeof err) != SL_OK) {
     fprintf(stderr, "fuzz_http: %s\n", err);
     exit(1);
   }

@@ -21,7 +21,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *tmpl = data[0] & 4   ? "{{ tools }}<tool_call>"
                      : data[0] & 8 ? "{{ messages }}"
                                    : NULL;
-  const sl_srv_limits lim = {names, 2, 2048, tmpl, SL_TOOLFMT_NONE};
+  const sl_srv_limits lim = {.model_names = names,
+                             .n_model_names = 2,
+                             .n_ctx = 2048,
+                             .chat_template = tmpl,
+                             .toolfmt = SL_TOOLFMT_NONE};
   size_t live = sl_malloc_live_bytes();
   sl_srv_request r;
   sl_srv_error e;

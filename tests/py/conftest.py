@@ -40,12 +40,15 @@ def free_port():
 
 
 class Server:
-    def __init__(self, args, env=None, model=None):
+    def __init__(self, args, env=None, model=None, bare=False):
+        """bare: only `args` name the models (no -m, no --model-name)."""
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = open(f"/tmp/sluice_serve_{self.port}.log", "w+b")
-        cmd = [sluice_bin(), "serve", "-m", model or model_path(), "--port",
-               str(self.port), "--model-name", MODEL_NAME] + list(args)
+        models = [] if bare else ["-m", model or model_path(),
+                                  "--model-name", MODEL_NAME]
+        cmd = ([sluice_bin(), "serve"] + models + ["--port", str(self.port)] +
+               list(args))
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log,
                                      env=env)
         self.wait_ready()
@@ -106,8 +109,8 @@ def sluice_server():
     _need_everything()
     started = []
 
-    def start(args=(), model=None):
-        s = Server(args, model=model)
+    def start(args=(), model=None, bare=False):
+        s = Server(args, model=model, bare=bare)
         started.append(s)
         return s
 
