@@ -105,6 +105,8 @@ if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
   sl_server_pytest(test_bench_prefix test_bench_prefix.py 900)
   # the engine pool (issue 13): load on use, LRU, pin, TTL, one shared load
   sl_server_pytest(test_pool_py test_pool.py 900)
+  # the dashboard in headless Chromium (skips where Chromium cannot start)
+  sl_server_pytest(test_dashboard test_dashboard.py 600)
 endif()
 if(TARGET fuzz_http)
   target_link_libraries(fuzz_http PRIVATE sluice_server)

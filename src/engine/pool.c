@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "sluice/pool.h"
 #include "sluice/util.h"
@@ -173,6 +174,12 @@ static sl_status load_locked(sl_pool_t *p, int i) {
   uint64_t plan = 0;
   bool reserved = false;
   SL_LOGI("pool: loading %s from %s", name, path);
+  /* SLUICE_POOL_LOAD_DELAY_MS: a load that takes this much longer (tests
+   * watch what a running load looks like from outside) */
+  const char *dly = getenv("SLUICE_POOL_LOAD_DELAY_MS");
+  long delay_ms = 0;
+  if (dly && sl_parse_long(dly, 0, 600000, &delay_ms) && delay_ms > 0)
+    usleep((useconds_t)delay_ms * 1000u);
   sl_model_t *m = sl_model_load(path, &st, err, sizeof err);
   if (!m)
     goto fail;

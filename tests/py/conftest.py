@@ -109,8 +109,8 @@ def sluice_server():
     _need_everything()
     started = []
 
-    def start(args=(), model=None, bare=False):
-        s = Server(args, model=model, bare=bare)
+    def start(args=(), model=None, bare=False, env=None):
+        s = Server(args, model=model, bare=bare, env=env)
         started.append(s)
         return s
 

@@ -1,0 +1,203 @@
+"""The admin dashboard (issue 13) in a real browser: headless Chromium
+(Debian's chromium and chromium-driver) driven through Selenium, with the
+network limited to this server.
+
+- Each panel shows live numbers while a model loads (a load slowed by
+  SLUICE_POOL_LOAD_DELAY_MS, so that it can be watched).
+- The chat page streams an answer: the text the page builds from the SSE
+  deltas is the API's own greedy answer.
+- Pressing a model's unload button unloads it.
+- A screenshot of each panel is saved in $SLUICE_SCREENSHOT_DIR (default
+  /tmp/sluice-dashboard): models.png, memory.png, kv.png, clears.png,
+  recent.png, chat.png.
+
+Skips, saying why, only where Chromium cannot start."""
+import json
+import os
+import shutil
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from conftest import model_path
+
+SHOTS = os.environ.get("SLUICE_SCREENSHOT_DIR", "/tmp/sluice-dashboard")
+NAMES = ("alpha", "beta")
+BASE = ["--max-seqs", "2", "-c", "1024"]
+
+
+def post(srv, path, body):
+    req = urllib.request.Request(srv.base + path, json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        return json.loads(r.read())
+
+
+def states(srv):
+    with urllib.request.urlopen(srv.base + "/v1/models", timeout=60) as r:
+        return {m["id"]: m["state"] for m in json.loads(r.read())["data"]}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError as e:
+        pytest.skip("selenium is not installed: %s" % e)
+    chrome = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if not chrome or not driver:
+        pytest.skip("Chromium cannot start: chromium or chromedriver missing "
+                    "(Debian: apt-get install chromium chromium-driver)")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chrome
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu",
+              "--disable-dev-shm-usage", "--window-size=1400,1800",
+              "--no-proxy-server", "--disable-extensions",
+              "--disable-background-networking"):
+        opts.add_argument(a)
+    try:
+        d = webdriver.Chrome(service=Service(driver), options=opts)
+    except Exception as e:  # noqa: BLE001 (any start failure is a skip)
+        pytest.skip("Chromium cannot start: %s" % str(e).splitlines()[0])
+    d.set_page_load_timeout(60)
+    yield d
+    d.quit()
+
+
+@pytest.fixture(scope="module")
+def srv(sluice_server, tmp_path_factory):
+    if not model_path():
+        pytest.skip("no model")
+    d = tmp_path_factory.mktemp("dash_models")
+    for n in NAMES:
+        os.symlink(model_path(), d / ("%s.gguf" % n))
+    env = dict(os.environ, SLUICE_POOL_LOAD_DELAY_MS="3000")
+    return sluice_server(["--models", str(d), "--pin", "alpha"] + BASE,
+                         bare=True, env=env)
+
+
+def wait_for(fn, timeout=60, what="condition"):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def updates(b):
+    return int(b.execute_script("return +document.body.dataset.updates||0"))
+
+
+def shot(b, element_id, name):
+    os.makedirs(SHOTS, exist_ok=True)
+    path = os.path.join(SHOTS, name)
+    b.find_element("id", element_id).screenshot(path)
+    assert os.path.getsize(path) > 1000, path
+    return path
+
+
+def row_state(b, model):
+    return b.execute_script(
+        "const r = document.querySelector('#models tr[data-model=\"' + "
+        "arguments[0] + '\"]'); return r ? r.children[1].textContent : null",
+        model)
+
+
+def test_panels_show_live_numbers_while_a_model_loads(browser, srv):
+    b = browser
+    b.get(srv.base + "/admin")
+    wait_for(lambda: updates(b) >= 2, what="the page's first updates")
+    # a request, so that the recent list and the counters have something
+    post(srv, "/v1/completions", {"model": "alpha", "prompt": "Hello",
+                                  "max_tokens": 8, "temperature": 0})
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (post(
+        srv, "/admin/api/models/beta/load", {}), done.set()))
+    t.start()
+    wait_for(lambda: row_state(b, "beta") == "loading", timeout=30,
+             what="beta shown loading")
+    n0 = updates(b)
+    seen = []
+    while not done.is_set():
+        seen.append((updates(b), row_state(b, "beta")))
+        time.sleep(0.2)
+    t.join()
+    during = [u for u, st in seen if st == "loading"]
+    assert during and max(during) - n0 >= 1, seen  # it kept updating
+    wait_for(lambda: row_state(b, "beta") == "loaded", what="beta loaded")
+    # every panel has numbers in it now
+    mem = b.execute_script(
+        "return [...document.querySelectorAll('#memchart polyline')]"
+        ".map(p => [p.dataset.series, p.getAttribute('points').split(' ')"
+        ".length])")
+    assert {s for s, _ in mem} >= {"active", "footprint", "limit"}, mem
+    assert all(n >= 2 for _, n in mem), mem
+    text = b.find_element("id", "memnow").text
+    assert "footprint" in text and "MiB" in text, text
+    kv = b.find_element("id", "kv").text
+    assert "KV blocks" in kv and "total" in kv, kv
+    clears = b.find_element("id", "clears").text
+    assert "clears" in clears, clears
+    recent = b.find_element("id", "recent").text
+    assert "alpha" in recent and "200" in recent, recent
+    models = b.find_element("id", "models").text
+    assert "alpha" in models and "beta" in models, models
+    for el, name in (("panel-models", "models.png"),
+                     ("panel-memory", "memory.png"), ("panel-kv", "kv.png"),
+                     ("panel-clears", "clears.png"),
+                     ("panel-recent", "recent.png")):
+        shot(b, el, name)
+
+
+def test_chat_page_streams_an_answer(browser, srv):
+    b = browser
+    ref = post(srv, "/v1/chat/completions", {
+        "model": "alpha", "max_tokens": 24, "temperature": 0,
+        "messages": [{"role": "user", "content": "Name three rivers."}]})
+    want = ref["choices"][0]["message"]["content"]
+    b.get(srv.base + "/admin#chat")
+    wait_for(lambda: b.execute_script(
+        "return document.getElementById('chat-model').options.length") >= 2,
+        what="the model list")
+    b.execute_script(
+        "document.getElementById('chat-model').value = 'alpha';"
+        "document.getElementById('chat-max').value = '24';"
+        "document.getElementById('chat-input').value = 'Name three rivers.';")
+    b.find_element("id", "chat-send").click()
+    wait_for(lambda: b.find_element("id", "chat-state").text in
+             ("done",) or b.find_element("id", "chat-state").text.startswith(
+                 "error"), what="the answer's end")
+    assert b.find_element("id", "chat-state").text == "done"
+    chunks = int(b.execute_script(
+        "return +document.getElementById('answer').dataset.chunks || 0"))
+    assert chunks >= 2, chunks  # streamed, not one piece
+    got = b.execute_script("return document.getElementById('answer')"
+                           ".textContent")
+    assert got == want, (got, want)
+    shot(b, "chat", "chat.png")
+
+
+def test_pressing_unload_unloads_the_model(browser, srv):
+    b = browser
+    if states(srv)["beta"] != "loaded":
+        post(srv, "/admin/api/models/beta/load", {})
+    b.get(srv.base + "/admin")
+    wait_for(lambda: row_state(b, "beta") == "loaded", what="beta loaded")
+    b.find_element("css selector",
+                   "#models tr[data-model='beta'] button.act-unload").click()
+    wait_for(lambda: states(srv)["beta"] == "unloaded",
+             what="beta unloaded on the server")
+    wait_for(lambda: row_state(b, "beta") == "unloaded",
+             what="the page showing it")
+    # the pinned one cannot be unloaded: the page says why
+    b.find_element("css selector",
+                   "#models tr[data-model='alpha'] button.act-unload").click()
+    wait_for(lambda: "pinned" in b.find_element("id", "msg").text,
+             what="the refusal shown")
+    assert states(srv)["alpha"] == "loaded"
