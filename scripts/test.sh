@@ -6,10 +6,13 @@
 # every C file is clang-format clean.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+t_start=$(date +%s)
 cd "$here"
 bash scripts/install-deps.sh
+# each stage's line says when it began (seconds since this script started)
+stage() { echo "== [$(( $(date +%s) - t_start )) s] $*"; }
 
-echo "== clang-format (14, .clang-format): every C file of src include tests tools bench"
+stage "clang-format (14, .clang-format): every C file of src include tests tools bench"
 clang-format --version | grep -q 'version 14\.' || {
   echo "test.sh: clang-format 14 needed, found: $(clang-format --version)" >&2
   exit 1; }
@@ -25,25 +28,25 @@ build() { # dir, extra cmake args...
   cmake --build "$dir" -j "$jobs"
 }
 
-echo "== normal build"
+stage "normal build"
 build build
 ctest --test-dir build --output-on-failure -j "$jobs"
 
-echo "== mutants: each documented break must fail its named test"
+stage "mutants: each documented break must fail its named test"
 python3 tools/mutants.py --jobs "$jobs"
 
-echo "== ASan+UBSan build"
+stage "ASan+UBSan build"
 build build-asan -DSLUICE_SANITIZE=address -DSLUICE_CUDA=OFF
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure \
   -j "$jobs" -L c
 
-echo "== TSan build (threaded tests)"
+stage "TSan build (threaded tests)"
 build build-tsan -DSLUICE_SANITIZE=thread -DSLUICE_CUDA=OFF
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   ctest --test-dir build-tsan --output-on-failure -L threaded
 
 if ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then
-  echo "== fuzz harnesses (libFuzzer, ${SLUICE_FUZZ_SECONDS:-20} s each)"
+  stage "fuzz harnesses (libFuzzer, ${SLUICE_FUZZ_SECONDS:-20} s each)"
   targets=()
   for src in tests/fuzz/fuzz_*.c; do targets+=("$(basename "$src" .c)"); done
   CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -59,4 +62,4 @@ if ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then
     rm -rf "$work"
   done
 fi
-echo "== all tests passed"
+stage "all tests passed"

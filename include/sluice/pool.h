@@ -40,6 +40,10 @@ typedef struct sl_pool_config {
   bool prefault;         /* touch a CPU model's weights at load */
   bool progress;         /* load progress on stderr when it is a terminal */
   unsigned reap_tick_ms; /* how often the TTL is checked (1000) */
+  /* each stage of a load or unload, as a line of text (NULL: none); it
+   * may be called with the pool's lock held: it must not call the pool */
+  void (*on_stage)(void *ud, const char *model, const char *what);
+  void *stage_ud;
 } sl_pool_config;
 
 sl_pool_config sl_pool_config_defaults(void);

@@ -25,82 +25,127 @@
 /* Dispatched from main.c as `sluice serve ...`; returns the exit code. */
 int sl_cli_serve_main(int argc, char **argv);
 
+/* One flag of the usage: its name and value, what it does, its default. */
+static void flag(FILE *f, const char *name, const char *what, const char *def) {
+  fprintf(f, "  %-30s %s (default: %s)\n", name, what, def);
+}
+
 static void serve_usage(FILE *f) {
+  sl_engine_config e = sl_engine_config_defaults();
+  sl_server_config s = sl_server_config_defaults();
+  char b[64];
+#define NUM(v) (snprintf(b, sizeof b, "%lld", (long long)(v)), b)
+#define MIB(v)                                                                 \
+  (snprintf(b, sizeof b, "%lluM", (unsigned long long)(v) >> 20), b)
+  fprintf(f, "usage: sluice serve [options]\n"
+             "  serves the OpenAI (/v1/chat/completions, /v1/completions,\n"
+             "  /v1/embeddings, /v1/models) and Anthropic (/v1/messages,\n"
+             "  count_tokens) APIs, /tokenize, /detokenize, /apply-template,\n"
+             "  /health, /metrics, the admin API (/admin/api/...) and its\n"
+             "  dashboard (/admin). BYTES take K, M, G suffixes (powers of\n"
+             "  1024).\n"
+             "models:\n");
+  flag(f, "-m, --model FILE", "a GGUF file to serve; may be repeated",
+       "the default model, when neither -m nor --models is given");
+  flag(f, "--models DIR", "serve every .gguf file in DIR", "none");
+  flag(f, "--model-name NAME", "the first -m model's name",
+       "its file name without .gguf");
+  flag(f, "--alias NAME=FILE", "another name for the model of FILE", "none");
+  flag(f, "--pin NAME", "keep NAME loaded (never evicted nor reclaimed)",
+       "none");
+  flag(f, "--idle-ttl S", "unload a model nobody used for S seconds",
+       "0, never");
+  flag(f, "--max-memory BYTES",
+       "the budget of every loaded model, and the memory guard's limit",
+       "0, none");
+  fprintf(f, "engine:\n");
+  flag(f, "--device auto|cpu|cuda", "where models run", "auto");
+  flag(f, "-c, --ctx N", "tokens per sequence",
+       (snprintf(b, sizeof b, "%d, or the model's training context if less",
+                 e.n_ctx),
+        b));
+  flag(f, "-t, --threads N", "compute threads", "all CPUs");
+  flag(f, "--max-seqs N", "sequences running at once", NUM(e.max_seqs));
+  flag(f, "--max-batched-tokens N", "tokens per step",
+       (snprintf(b, sizeof b, "%d, or --max-seqs when larger",
+                 e.max_batched_tokens),
+        b));
+  flag(f, "--prefill-chunk N", "tokens per prefill chunk",
+       NUM(e.prefill_chunk));
+  flag(f, "--kv-block-tokens N", "tokens per KV block (a power of two)",
+       NUM(e.kv_block_tokens));
+  flag(f, "--clear-every-tokens N",
+       "a decode clear every N generated tokens (0: off)",
+       NUM(e.clear_every_tokens));
+  flag(f, "--queue-timeout-ms MS",
+       "a request never admitted fails (503) after this (0: no limit)",
+       NUM(e.queue_timeout_ms));
+  flag(f, "--pooling mean|last", "how /v1/embeddings pools hidden states",
+       "mean");
+  flag(f, "--tool-call-format F",
+       "hermes, llama3, mistral or generic: how the model writes tool calls",
+       "what its chat template shows");
+  fprintf(f, "KV tiers:\n");
+  flag(f, "--hot-cache-bytes BYTES",
+       "host copies of prefix KV blocks (LRU; on top of --max-memory)",
+       "0, none");
+  flag(f, "--hot-cache-compress lz4|none", "compress hot blocks", "none");
+  flag(f, "--ssd-cache-dir DIR",
+       "prefix KV blocks on disk, kept across restarts (a folder per model "
+       "when several)",
+       "none");
+  flag(f, "--ssd-cache-bytes BYTES", "the SSD tier's budget (LRU)", "10G");
+  flag(f, "--ssd-cache-optional",
+       "a missing or read-only DIR warns instead of failing", "off");
+  fprintf(f, "HTTP:\n");
+  flag(f, "--host H", "address to bind", s.host);
+  flag(f, "--port P", "port", NUM(s.port));
+  flag(f, "--api-key K",
+       "required as Bearer or x-api-key, but on /health "
+       "and the dashboard page",
+       "none");
+  flag(f, "--cors-origin ORIGINS", "'*' or a comma-separated list", "none");
+  flag(f, "--max-tokens-default N",
+       "max_tokens of a chat request without one (0: the room left)",
+       NUM(s.max_tokens_default));
+  flag(f, "--parse-special-in-content",
+       "read special tokens written in chat messages as tokens", "off");
+  flag(f, "--max-body BYTES", "larger request bodies get 413",
+       MIB(s.max_body_bytes));
+  flag(f, "--http-timeout S", "idle connection timeout", NUM(s.http_timeout_s));
+  flag(f, "--max-conns N", "open connections (more are refused)",
+       NUM(s.max_conns));
+  flag(f, "--max-conns-per-ip N", "per client address (0: no limit)",
+       NUM(s.max_conns_per_ip));
+  flag(f, "--http-threads N", "the HTTP thread pool", NUM(s.http_threads));
+  flag(f, "--head-timeout-ms MS", "a request head must arrive within it",
+       NUM(s.head_timeout_ms));
+  flag(f, "--request-timeout-ms MS", "a whole request must arrive within it",
+       NUM(s.request_timeout_ms));
+  flag(f, "--grace-ms MS", "shutdown: in-flight requests get this long",
+       NUM(s.grace_ms));
+  flag(f, "-h, --help", "this text", "-");
+#undef NUM
+#undef MIB
   fprintf(
       f,
-      "usage: sluice serve [-m MODEL]... [--models DIR] [--model-name NAME]\n"
-      "                    [--alias NAME=FILE]... [--pin NAME]...\n"
-      "                    [--idle-ttl S] [--host H] [--port P] [--api-key K]\n"
-      "                    [-c CTX] [-t THREADS]\n"
-      "                    [--max-memory BYTES] [--max-seqs N]\n"
-      "                    [--device auto|cpu|cuda] [--clear-every-tokens N]\n"
-      "                    [--max-batched-tokens N] [--prefill-chunk N]\n"
-      "                    [--kv-block-tokens N] [--http-timeout S]\n"
-      "                    [--max-body BYTES] [--grace-ms MS]\n"
-      "                    [--parse-special-in-content]\n"
-      "                    [--queue-timeout-ms MS] [--max-conns N]\n"
-      "                    [--max-conns-per-ip N] [--http-threads N]\n"
-      "                    [--head-timeout-ms MS] [--request-timeout-ms MS]\n"
-      "                    [--ssd-cache-dir DIR] [--ssd-cache-bytes BYTES]\n"
-      "                    [--ssd-cache-optional] [--hot-cache-bytes BYTES]\n"
-      "                    [--hot-cache-compress lz4|none]\n"
-      "                    [--max-tokens-default N] [--cors-origin ORIGINS]\n"
-      "                    [--tool-call-format hermes|llama3|mistral|generic]\n"
-      "                    [--pooling mean|last]\n"
-      "  serves the OpenAI (/v1/chat/completions, /v1/completions,\n"
-      "  /v1/models) and Anthropic (/v1/messages, count_tokens) APIs,\n"
-      "  /tokenize and /detokenize, /health, /metrics and\n"
-      "  /admin/api/stats; binds 127.0.0.1:8080 unless told otherwise.\n"
-      "  Models: each -m file and each .gguf file in --models DIR is served\n"
-      "  under its file name without .gguf (and with it); --model-name\n"
-      "  renames the first -m model; --alias NAME=FILE gives the model of\n"
-      "  that file (path, name or stem) another name. A request names its\n"
-      "  model (\"default\": the first); a model loads on first use, or at\n"
-      "  start when it is the only one or --pin NAME keeps it loaded.\n"
-      "  --max-memory (0: none) is the budget of every loaded model: a load\n"
-      "  that would pass it unloads the least recently used idle model\n"
-      "  first (never a pinned one, nor one serving requests), and fails\n"
-      "  that request with a 503 when nothing can go. --idle-ttl S (0:\n"
-      "  never) unloads a model nobody used for S seconds. With several\n"
-      "  models, --ssd-cache-dir holds one folder per model.\n"
-      "  --max-tokens-default (4096; 0: the room left in the context) caps a\n"
-      "  chat request that gives no max_tokens; a max_tokens above the room\n"
-      "  left in the context is clamped to it.\n"
-      "  --cors-origin: '*' or a comma-separated list of origins allowed to\n"
-      "  call from a browser (off by default: no CORS headers).\n"
-      "  --pooling: how /v1/embeddings pools a text's hidden states (mean,\n"
-      "  the default, or the last token's); the vector is L2-normalized.\n"
-      "  --tool-call-format: how the model writes tool calls (default: what\n"
-      "  its chat template shows; a template that does not render tools gets\n"
-      "  them described in a system message and answers in the generic\n"
-      "  JSON form).\n"
-      "  BYTES accept K, M, G suffixes (powers of 1024).\n"
-      "  --max-batched-tokens defaults to 512, or to --max-seqs when that is\n"
-      "  larger (each running sequence needs a token of every step).\n"
-      "  --parse-special-in-content: read special tokens such as\n"
-      "  <|im_end|> written in chat messages as those tokens, as llama.cpp\n"
-      "  does; by default they are plain text there (only the chat\n"
-      "  template's own text has special tokens), so a client cannot close\n"
-      "  its turn and forge a system turn. /v1/completions prompts always\n"
-      "  have special tokens parsed: the client writes the whole prompt.\n"
+      "notes:\n"
+      "  A request names its model (\"default\": the first). A model loads\n"
+      "  on first use, or at start when it is the only one or pinned. A\n"
+      "  load that would pass --max-memory unloads the least recently used\n"
+      "  idle model first (never a pinned one, nor one serving requests),\n"
+      "  and fails that request with a 503 when nothing can go.\n"
+      "  A max_tokens above the room left in the context is clamped to it.\n"
       "  A request that fits the memory alone waits for room up to\n"
-      "  --queue-timeout-ms (30000; 0: no limit), then gets a 503.\n"
-      "  Connections: at most --max-conns (4096) open, --max-conns-per-ip\n"
-      "  (256; 0: no limit) from one client address; more are refused at\n"
-      "  once. A request head must arrive whole within --head-timeout-ms\n"
-      "  (10000) of its first byte, the whole request within\n"
-      "  --request-timeout-ms (60000): 408 past that. --http-threads (4)\n"
-      "  sizes the HTTP thread pool (no thread waits for a client).\n"
-      "  --ssd-cache-dir: prefix KV blocks are also written there (one\n"
-      "  checksummed file per block, at most --ssd-cache-bytes, 10G by\n"
-      "  default, least recently used out first) and restored from there,\n"
-      "  across restarts. A missing or read-only DIR is an error, or with\n"
-      "  --ssd-cache-optional a warning and no SSD cache.\n"
-      "  --hot-cache-bytes (0: none): copies of prefix KV blocks in host\n"
-      "  memory, looked up after the pool and before the SSD cache (least\n"
-      "  recently used out first; on top of --max-memory), held\n"
-      "  lz4-compressed where that saves an eighth with --hot-cache-compress\n"
-      "  lz4 (none by default: lz4 saved 0.1%% of SmolLM2's f16 KV).\n");
+      "  --queue-timeout-ms, then gets a 503.\n"
+      "  --parse-special-in-content: by default special tokens such as\n"
+      "  <|im_end|> are plain text in chat messages (only the chat\n"
+      "  template's own text has them), so a client cannot forge a turn;\n"
+      "  /v1/completions prompts always have them parsed.\n"
+      "  A template that does not render tools gets them described in a\n"
+      "  system message and answers in the generic JSON form.\n"
+      "  --hot-cache-compress lz4 keeps a block compressed where that saves\n"
+      "  an eighth (lz4 saved 0.1%% of SmolLM2's f16 KV).\n");
 }
 
 /* "4G", "512M", "123456", "1.5G" -> bytes. */
@@ -156,6 +201,13 @@ static void model_names(const char *path, char *base, size_t bcap, char *stem,
 }
 
 #define MAX_MODELS 256
+
+/* The pool's load and unload stages: one line each in the log. */
+static void on_stage(void *ud, const char *model, const char *what) {
+  (void)ud;
+  fprintf(stderr, "sluice: %s: %s\n", model, what);
+  fflush(stderr);
+}
 
 /* The .gguf files of `dir`, sorted by name, appended to paths[] (owned
  * copies in *owned); false with a message when the folder cannot be read. */
@@ -369,6 +421,7 @@ int sl_cli_serve_main(int argc, char **argv) {
   pc.idle_ttl_s = (unsigned)idle_ttl;
   pc.prefault = true; /* a CPU model's weights, at load */
   pc.progress = true;
+  pc.on_stage = on_stage;
   pc.n_ctx_fixed = ctx_set;
   if ((st = sl_pool_create(&pc, &pool)) != SL_OK) {
     fprintf(stderr, "sluice serve: %s\n", sl_status_str(st));

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,20 @@ static int find_locked(sl_pool_t *p, const char *name) {
   return -1;
 }
 
+/* A stage of a load or unload, to cfg.on_stage. */
+static void stage(sl_pool_t *p, const char *model, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void stage(sl_pool_t *p, const char *model, const char *fmt, ...) {
+  if (!p->cfg.on_stage)
+    return;
+  char buf[320];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  p->cfg.on_stage(p->cfg.stage_ud, model, buf);
+}
+
 /* Frees what a loaded (or half-loaded) entry holds. The engine first: its
  * executor drains and clears its own stream (the shutdown site) before the
  * weights it read are unmapped. Called without the mutex. */
@@ -122,9 +137,9 @@ static void unload_locked(sl_pool_t *p, int i, const char *why) {
   snprintf(name, sizeof name, "%s", x->name);
   pthread_mutex_unlock(&p->mu);
   uint64_t t0 = sl_now_ns();
+  stage(p, name, "unloading (%s)", why);
   drop_loaded(m, t, eng, tmpl);
-  SL_LOGI("pool: unloaded %s (%s) in %.1f ms", name, why,
-          (double)(sl_now_ns() - t0) / 1e6);
+  stage(p, name, "unloaded in %.1f ms", (double)(sl_now_ns() - t0) / 1e6);
   pthread_mutex_lock(&p->mu);
   x = &p->e[i];
   p->planned -= x->bytes;
@@ -173,7 +188,7 @@ static sl_status load_locked(sl_pool_t *p, int i) {
   char *tmpl = NULL;
   uint64_t plan = 0;
   bool reserved = false;
-  SL_LOGI("pool: loading %s from %s", name, path);
+  stage(p, name, "loading %s", path);
   /* SLUICE_POOL_LOAD_DELAY_MS: a load that takes this much longer (tests
    * watch what a running load looks like from outside) */
   const char *dly = getenv("SLUICE_POOL_LOAD_DELAY_MS");
@@ -194,6 +209,11 @@ static sl_status load_locked(sl_pool_t *p, int i) {
   uint64_t act = sl_batch_activation_bytes(m, ecfg.prefill_chunk);
   uint64_t core = sl_model_weight_bytes(m) + act;
   plan = sl_engine_plan_bytes(m, &ecfg) + act;
+  stage(p, name,
+        "mapped: %s, %.1f MiB of weights; plans %.1f MiB with its KV cache "
+        "and activations, context %d",
+        sl_arch_name(hp->arch), (double)sl_model_weight_bytes(m) / (1 << 20),
+        (double)plan / (1 << 20), ecfg.n_ctx);
 
   /* room: unload idle models, least recently used first */
   pthread_mutex_lock(&p->mu);
@@ -209,6 +229,8 @@ static sl_status load_locked(sl_pool_t *p, int i) {
     int v = lru_victim(p, i);
     if (v >= 0) {
       p->e[v].evictions++;
+      stage(p, name, "making room: unloading %s, the least recently used",
+            p->e[v].name);
       unload_locked(p, v, "evicted to make room");
       continue;
     }
@@ -241,8 +263,10 @@ static sl_status load_locked(sl_pool_t *p, int i) {
     goto fail;
 
   if (p->cfg.prefault &&
-      (ecfg.device == SL_ENGINE_DEVICE_CPU || !sl_cuda_available()))
+      (ecfg.device == SL_ENGINE_DEVICE_CPU || !sl_cuda_available())) {
+    stage(p, name, "reading the weights");
     sl_model_prefault(m, p->cfg.progress);
+  }
   if ((st = sl_tokenizer_load(sl_model_gguf(m), &tok, err, sizeof err)) !=
       SL_OK)
     goto fail;
@@ -256,14 +280,13 @@ static sl_status load_locked(sl_pool_t *p, int i) {
     memcpy(tmpl, ts.ptr, ts.len);
     tmpl[ts.len] = 0;
   }
+  stage(p, name, "starting its engine (KV cache, repacked weights)");
   if ((st = sl_engine_create(m, tok, &ecfg, &eng)) != SL_OK) {
     snprintf(err, sizeof err, "cannot start the engine: %s", sl_status_str(st));
     goto fail;
   }
   double ms = (double)(sl_now_ns() - t0) / 1e6;
-  SL_LOGI("pool: loaded %s in %.1f ms (%.1f MiB planned, context %d) on %s",
-          name, ms, (double)plan / (1 << 20), ecfg.n_ctx,
-          sl_engine_device_name(eng));
+  stage(p, name, "loaded in %.1f ms on %s", ms, sl_engine_device_name(eng));
   pthread_mutex_lock(&p->mu);
   x = &p->e[i];
   x->model = m;
@@ -284,6 +307,7 @@ static sl_status load_locked(sl_pool_t *p, int i) {
 fail:
   drop_loaded(m, tok, eng, tmpl);
   SL_LOGW("pool: cannot load %s: %s", name, err);
+  stage(p, name, "load failed: %s", err);
   pthread_mutex_lock(&p->mu);
   x = &p->e[i];
   if (reserved) {

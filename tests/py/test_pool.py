@@ -182,6 +182,13 @@ def test_lru_unloads_the_least_recently_used_idle_model(sluice_server, mdir,
     st, s = raw(srv, "/admin/api/stats")
     planned = sum(m["memory_bytes"] for m in s["models"])
     assert planned <= budget, (planned, budget)
+    # one log line per stage of each load and unload
+    log = srv.log_text()
+    for line in ("gamma: loading", "gamma: making room: unloading alpha",
+                 "alpha: unloading (evicted to make room)",
+                 "alpha: unloaded in", "gamma: reading the weights",
+                 "gamma: loaded in"):
+        assert "sluice: " + line in log, (line, log)
 
 
 def test_a_pinned_model_is_never_unloaded(sluice_server, mdir, plan):
@@ -369,3 +376,24 @@ def test_sluice_models_lists_a_folder(mdir, tmp_path):
     assert out.returncode == 1
     assert "broken.gguf" in out.stdout and "error" in out.stdout, out.stdout
     assert "good.gguf" in out.stdout and "Q4_1" in out.stdout, out.stdout
+
+
+def test_help_shows_every_flag_with_its_default():
+    """Every option `sluice serve` parses is in --help, with its default."""
+    if not sluice_bin():
+        pytest.skip("no sluice binary")
+    import pathlib
+    import re
+    src = (pathlib.Path(__file__).resolve().parents[2] / "src" / "cli" /
+           "cmd_serve.c").read_text()
+    flags = set(re.findall(r'!strcmp\(a, "(-[^"]+)"\)', src))
+    assert "--idle-ttl" in flags and len(flags) > 30, flags
+    out = subprocess.run([sluice_bin(), "serve", "--help"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    for f in sorted(flags - {"-h", "--help"}):
+        hit = [ln for ln in lines
+               if re.match(r"\s+(-\S+, )?%s\b" % re.escape(f), ln)]
+        assert hit, "--help does not list %s" % f
+        assert "(default: " in hit[0], hit[0]
