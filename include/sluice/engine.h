@@ -44,6 +44,9 @@ typedef struct sl_engine_config {
   int n_ctx;               /* max tokens per sequence */
   int kv_block_tokens;     /* --kv-block-tokens: a power of two */
   int kv_blocks;           /* 0: sized from max_memory */
+  int kv_seq_tokens;       /* kv_blocks 0: the pool holds max_seqs
+                              sequences of this many tokens (0: n_ctx),
+                              and always one of n_ctx */
   int max_seqs;            /* --max-seqs: sequences running at once */
   int max_batched_tokens;  /* --max-batched-tokens: tokens per step */
   int prefill_chunk;       /* --prefill-chunk: tokens per prefill chunk */
@@ -178,6 +181,9 @@ sl_status sl_engine_clear_cache(sl_engine_t *e);
  * budget. The engine pool admits loads against its budget with it. */
 uint64_t sl_engine_plan_bytes(const sl_model_t *model,
                               const sl_engine_config *cfg);
+/* The tokens the KV pool of such an engine holds. */
+int64_t sl_engine_plan_kv_tokens(const sl_model_t *model,
+                                 const sl_engine_config *cfg);
 
 /* Ends every request (SL_FINISH_ABORT), stops the executor thread, drains
  * and frees its streams (I5), and frees the engine. */

@@ -33,7 +33,7 @@ static void flag(FILE *f, const char *name, const char *what, const char *def) {
 static void serve_usage(FILE *f) {
   sl_engine_config e = sl_engine_config_defaults();
   sl_server_config s = sl_server_config_defaults();
-  char b[64];
+  char b[160];
 #define NUM(v) (snprintf(b, sizeof b, "%lld", (long long)(v)), b)
 #define MIB(v)                                                                 \
   (snprintf(b, sizeof b, "%lluM", (unsigned long long)(v) >> 20), b)
@@ -61,7 +61,9 @@ static void serve_usage(FILE *f) {
   fprintf(f, "engine:\n");
   flag(f, "--device auto|cpu|cuda", "where models run", "auto");
   flag(f, "-c, --ctx N", "tokens per sequence",
-       (snprintf(b, sizeof b, "%d, or the model's training context if less",
+       (snprintf(b, sizeof b,
+                 "the model's training context, at most what the KV cache "
+                 "holds; the cache holds --max-seqs sequences of %d",
                  e.n_ctx),
         b));
   flag(f, "-t, --threads N", "compute threads", "all CPUs");

@@ -241,14 +241,24 @@ static int kv_block_count(const sl_model_t *m, const sl_engine_config *cfg) {
   int T = cfg->kv_block_tokens;
   uint64_t bb = sl_kv_block_bytes((int)hp->n_layer,
                                   (int)(hp->n_head_kv * hp->head_dim), T);
-  uint64_t want =
-      (uint64_t)cfg->max_seqs * (uint64_t)((cfg->n_ctx + T - 1) / T);
+  int per = cfg->kv_seq_tokens > 0 && cfg->kv_seq_tokens < cfg->n_ctx
+                ? cfg->kv_seq_tokens
+                : cfg->n_ctx;
+  uint64_t one = (uint64_t)((cfg->n_ctx + T - 1) / T);
+  uint64_t want = (uint64_t)cfg->max_seqs * (uint64_t)((per + T - 1) / T);
+  if (want < one)
+    want = one;
   if (cfg->max_memory) {
     uint64_t cap = cfg->max_memory / 4 / bb;
     if (want > cap)
       want = cap > 16 ? cap : 16;
   }
   return (int)(want > (1u << 22) ? (1u << 22) : want);
+}
+
+int64_t sl_engine_plan_kv_tokens(const sl_model_t *m,
+                                 const sl_engine_config *cfg) {
+  return (int64_t)kv_block_count(m, cfg) * cfg->kv_block_tokens;
 }
 
 uint64_t sl_engine_plan_bytes(const sl_model_t *m,

@@ -199,9 +199,19 @@ static sl_status load_locked(sl_pool_t *p, int i) {
   if (!m)
     goto fail;
   const sl_model_hparams *hp = sl_model_hparams_of(m);
-  if (!p->cfg.n_ctx_fixed && hp->n_ctx_train > 0 &&
-      hp->n_ctx_train < ecfg.n_ctx)
-    ecfg.n_ctx = (int)hp->n_ctx_train;
+  if (!p->cfg.n_ctx_fixed && hp->n_ctx_train > 0) {
+    /* the model's training context, as llama-server; the KV pool still
+     * holds max_seqs sequences of the configured context (and always one
+     * whole context), and the context is bounded by what the pool holds
+     * under the memory budget */
+    int64_t train = hp->n_ctx_train < (1 << 20) ? hp->n_ctx_train : 1 << 20;
+    if (train > ecfg.n_ctx && ecfg.kv_blocks <= 0)
+      ecfg.kv_seq_tokens = ecfg.n_ctx;
+    ecfg.n_ctx = (int)train;
+    int64_t room = sl_engine_plan_kv_tokens(m, &ecfg);
+    if (room < ecfg.n_ctx)
+      ecfg.n_ctx = (int)(room > 16 ? room : 16);
+  }
   /* the weights and one prefill chunk's activations must fit; a model
    * with others loaded must fit with its KV pool and hot tier too (alone,
    * its requests' KV is held within the budget by the engine's memory

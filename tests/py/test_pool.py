@@ -397,3 +397,35 @@ def test_help_shows_every_flag_with_its_default():
                if re.match(r"\s+(-\S+, )?%s\b" % re.escape(f), ln)]
         assert hit, "--help does not list %s" % f
         assert "(default: " in hit[0], hit[0]
+
+
+def test_default_context_is_the_models_training_context(sluice_server,
+                                                        mdir):
+    """Without -c, a model's context is its training context (as
+    llama-server's), bounded by what its KV cache can hold under
+    --max-memory."""
+    import gguf
+    r = gguf.GGUFReader(model_path())
+    f = r.fields["llama.context_length"]
+    train = int(f.parts[f.data[0]][0])
+    srv = sluice_server(["--models", str(mdir), "--max-seqs", "2"],
+                        bare=True)
+    assert complete(srv, "alpha")[0] == 200
+    assert models(srv)["alpha"]["context_length"] == train
+    # a prompt past the old fixed 2048
+    long_prompt = "word " * 2500
+    st, body = raw(srv, "/v1/completions", {
+        "model": "alpha", "prompt": long_prompt, "max_tokens": 2,
+        "temperature": 0})
+    assert st == 200, body
+    assert body["usage"]["prompt_tokens"] > 2048, body["usage"]
+    # under a budget, the context is what the KV cache holds
+    small = sluice_server(["--models", str(mdir), "--max-memory", "300M"],
+                          bare=True)
+    assert complete(small, "alpha")[0] == 200
+    ctx = models(small)["alpha"]["context_length"]
+    assert 256 <= ctx < train, ctx
+    st, body = raw(small, "/v1/completions", {
+        "model": "alpha", "prompt": "word " * (ctx + 10), "max_tokens": 2})
+    assert st == 400, body
+    assert body["error"]["code"] == "context_length_exceeded", body
