@@ -17,6 +17,7 @@ import os
 import shutil
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -201,3 +202,25 @@ def test_pressing_unload_unloads_the_model(browser, srv):
     wait_for(lambda: "pinned" in b.find_element("id", "msg").text,
              what="the refusal shown")
     assert states(srv)["alpha"] == "loaded"
+
+
+def test_with_an_api_key_the_page_asks_for_it(browser, sluice_server,
+                                              tmp_path):
+    """The page itself holds no data; every number comes from routes behind
+    the key, which the page asks for once."""
+    os.symlink(model_path(), tmp_path / "alpha.gguf")
+    srv = sluice_server(["--models", str(tmp_path), "--api-key", "s3cret",
+                         "--pin", "alpha"] + BASE, bare=True)
+    req = urllib.request.Request(srv.base + "/admin/api/stats")
+    with pytest.raises(urllib.error.HTTPError) as ei:
+        urllib.request.urlopen(req, timeout=30)
+    assert ei.value.code == 401
+    b = browser
+    b.get(srv.base + "/admin")
+    from selenium.webdriver.support.ui import WebDriverWait
+    alert = WebDriverWait(b, 30).until(lambda d: d.switch_to.alert)
+    alert.send_keys("s3cret")
+    alert.accept()
+    wait_for(lambda: row_state(b, "alpha") == "loaded",
+             what="the models shown once the key is given")
+    assert updates(b) >= 1

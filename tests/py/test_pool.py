@@ -429,3 +429,20 @@ def test_default_context_is_the_models_training_context(sluice_server,
         "model": "alpha", "prompt": "word " * (ctx + 10), "max_tokens": 2})
     assert st == 400, body
     assert body["error"]["code"] == "context_length_exceeded", body
+
+
+def test_embeddings_are_served_by_the_model_the_request_names(pool_srv):
+    """/v1/embeddings goes through the pool: the model named is loaded if
+    needed, and two names of the same weights give the same vectors."""
+    texts = ["the river runs to the sea", "a cat sat on the mat"]
+    got = {}
+    for n in ("alpha", "beta"):
+        st, body = raw(pool_srv, "/v1/embeddings", {"model": n,
+                                                    "input": texts})
+        assert st == 200, body
+        assert body["model"] == n
+        got[n] = [d["embedding"] for d in body["data"]]
+        assert states(pool_srv)[n] == "loaded"
+    assert len(got["alpha"]) == 2 and len(got["alpha"][0]) > 100
+    for a, b in zip(got["alpha"], got["beta"]):
+        assert max(abs(x - y) for x, y in zip(a, b)) < 1e-6
