@@ -108,6 +108,8 @@ sl_status sl_pool_add_alias(sl_pool_t *p, const char *alias, const char *name,
 sl_status sl_pool_set_pinned(sl_pool_t *p, const char *name, bool pinned);
 
 int sl_pool_count(sl_pool_t *p);
+/* How many entries are LOADED now. */
+int sl_pool_loaded_count(sl_pool_t *p);
 /* The entry named `name` (a name or an alias), or -1. */
 int sl_pool_find(sl_pool_t *p, const char *name);
 bool sl_pool_info_at(sl_pool_t *p, int i, sl_pool_info *out);

@@ -680,6 +680,15 @@ int sl_pool_count(sl_pool_t *p) {
   return n;
 }
 
+int sl_pool_loaded_count(sl_pool_t *p) {
+  pthread_mutex_lock(&p->mu);
+  int n = 0;
+  for (int i = 0; i < p->n; i++)
+    n += p->e[i].state == SL_POOL_LOADED;
+  pthread_mutex_unlock(&p->mu);
+  return n;
+}
+
 int sl_pool_find(sl_pool_t *p, const char *name) {
   pthread_mutex_lock(&p->mu);
   int i = find_locked(p, name);

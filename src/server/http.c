@@ -64,8 +64,12 @@ typedef struct conn {
   bool too_large;
   sl_sbuf body;
   sl_srv_job *job;
-  bool open;      /* counted in the server's n_open until on_completed */
-  bool waiting;   /* submitted; the answer is not yet queued */
+  bool open;    /* counted in the server's n_open until on_completed */
+  bool waiting; /* submitted; the answer is not yet queued */
+  /* parked while the model it names loads; resumed with load_err.http 0
+   * (loaded) or the load's error */
+  bool load_wait;
+  sl_srv_error load_err;
   char rid[136];  /* x-request-id: the client's, or made here */
   char acao[264]; /* Access-Control-Allow-Origin ("" : none) */
 } conn;
@@ -946,6 +950,113 @@ fail_respond:
   return send_error(c, cn->fam, &err, false);
 }
 
+/* ---- waiting for a model's load --------------------------------------------
+ *
+ * A generation request for a model that is not loaded does not hold a
+ * libmicrohttpd thread through the load: its connection is suspended and
+ * the model's helper thread (one per model loading) loads it and resumes
+ * every connection waiting for it; each then runs as if it had just
+ * arrived (handle_generate). */
+
+typedef struct load_waiter {
+  struct load_waiter *next;
+  struct MHD_Connection *c;
+  conn *cn;
+} load_waiter;
+
+struct sl_srv_loading {
+  struct sl_srv_loading *next;
+  sl_server_t *s;
+  int index;
+  char name[256];
+  load_waiter *waiters;
+};
+
+static void *load_helper(void *arg) {
+  struct sl_srv_loading *L = arg;
+  sl_server_t *s = L->s;
+  char why[320] = "";
+  sl_status st = sl_pool_load(s->pool, L->name, why, sizeof why);
+  pthread_mutex_lock(&s->load_mu);
+  for (struct sl_srv_loading **pp = &s->loading; *pp; pp = &(*pp)->next)
+    if (*pp == L) {
+      *pp = L->next;
+      break;
+    }
+  load_waiter *w = L->waiters;
+  pthread_mutex_unlock(&s->load_mu);
+  while (w) {
+    load_waiter *next = w->next;
+    memset(&w->cn->load_err, 0, sizeof w->cn->load_err);
+    if (st != SL_OK)
+      sl__srv_load_error(st, L->name, why, &w->cn->load_err);
+    MHD_resume_connection(w->c);
+    atomic_fetch_sub(&s->n_load_parked, 1); /* s may go once all are 0 */
+    sl_free(w);
+    w = next;
+  }
+  sl_free(L);
+  return NULL;
+}
+
+/* When the request's model is known and not loaded, parks the connection
+ * until its load ends (true); false: handle it now. */
+static bool park_for_load(sl_server_t *s, struct MHD_Connection *c, conn *cn) {
+  if (atomic_load(&s->closing) ||
+      sl_pool_loaded_count(s->pool) == sl_pool_count(s->pool))
+    return false; /* the common case costs no parse */
+  sl_srv_error err;
+  json_t *root =
+      sl__srv_body_object(cn->body.p ? cn->body.p : "", cn->body.len, &err);
+  json_t *m = root ? json_object_get(root, "model") : NULL;
+  int i = json_is_string(m) ? sl__srv_model_index(s, json_string_value(m)) : -1;
+  json_decref(root);
+  sl_pool_info in;
+  if (i < 0 || !sl_pool_info_at(s->pool, i, &in) || in.state == SL_POOL_LOADED)
+    return false; /* unknown or loaded: the parse answers, or it runs */
+  load_waiter *w = sl_calloc(1, sizeof *w);
+  if (!w)
+    return false;
+  w->c = c;
+  w->cn = cn;
+  pthread_mutex_lock(&s->load_mu);
+  struct sl_srv_loading *L = s->loading;
+  while (L && L->index != i)
+    L = L->next;
+  if (!L) {
+    pthread_t th;
+    pthread_attr_t at;
+    L = sl_calloc(1, sizeof *L);
+    bool ok = L && pthread_attr_init(&at) == 0;
+    if (ok) {
+      L->s = s;
+      L->index = i;
+      snprintf(L->name, sizeof L->name, "%s", in.name);
+      L->waiters = w;
+      pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+      ok = pthread_create(&th, &at, load_helper, L) == 0;
+      pthread_attr_destroy(&at);
+    }
+    if (!ok) { /* no thread: the handler loads it itself */
+      pthread_mutex_unlock(&s->load_mu);
+      sl_free(L);
+      sl_free(w);
+      return false;
+    }
+    L->next = s->loading;
+    s->loading = L;
+  } else {
+    w->next = L->waiters;
+    L->waiters = w;
+  }
+  cn->load_wait = true;
+  atomic_fetch_add(&s->n_load_parked, 1);
+  /* under load_mu: the helper resumes only after taking it */
+  MHD_suspend_connection(c);
+  pthread_mutex_unlock(&s->load_mu);
+  return true;
+}
+
 /* ---- routing
  * ------------------------------------------------------------------ */
 
@@ -1292,6 +1403,20 @@ static enum MHD_Result on_access_req(sl_server_t *s, conn *cn,
   }
   if (cn->waiting) /* resumed: the engine has news */
     return generate_next(s, c, cn);
+  if (cn->load_wait) { /* resumed: the model's load ended */
+    cn->load_wait = false;
+    pthread_mutex_lock(&s->jobs_mu);
+    bool stop = s->stopping;
+    pthread_mutex_unlock(&s->jobs_mu);
+    if (stop)
+      sl__srv_error_set(&cn->load_err, 503, "shutting_down", NULL,
+                        "the server is shutting down");
+    if (cn->load_err.http) {
+      sl__srv_metrics_failed(s, NULL, cn->load_err.http);
+      return send_error(c, cn->fam, &cn->load_err, false);
+    }
+    return handle_generate(s, c, cn);
+  }
   sl__srv_watch_read(s->watch, sock_of(c)); /* the whole request is in */
   if (cn->responded)
     return MHD_YES;
@@ -1361,6 +1486,8 @@ static enum MHD_Result on_access_req(sl_server_t *s, conn *cn,
                         "the server is shutting down");
       return send_error(c, cn->fam, &err, true);
     }
+    if (park_for_load(s, c, cn))
+      return MHD_YES;
     return handle_generate(s, c, cn);
   }
 }
@@ -1510,6 +1637,7 @@ sl_status sl_server_start(sl_pool_t *pool, const sl_server_config *cfg,
   s->cfg.api_key = s->api_key;
   pthread_mutex_init(&s->jobs_mu, NULL);
   pthread_cond_init(&s->jobs_cv, NULL);
+  pthread_mutex_init(&s->load_mu, NULL);
   sl__srv_metrics_init(&s->m);
   s->t_start_ns = sl_now_ns();
   s->started_at = (long long)time(NULL);
@@ -1583,6 +1711,7 @@ fail_sync:
   sl__srv_metrics_destroy(&s->m);
   pthread_cond_destroy(&s->jobs_cv);
   pthread_mutex_destroy(&s->jobs_mu);
+  pthread_mutex_destroy(&s->load_mu);
 fail_strings:
   sl_free(s->host);
   sl_free(s->api_key);
@@ -1683,6 +1812,15 @@ static void unpark_all(sl_server_t *s) {
   if (atomic_load(&s->n_parked) > 0)
     SL_LOGW("server: %d connections still parked at the stop",
             atomic_load(&s->n_parked));
+  /* connections waiting for a load come back when it ends (a load is
+   * bounded); libmicrohttpd cannot stop with them suspended */
+  for (int round = 0; atomic_load(&s->n_load_parked) > 0; round++) {
+    if (round == 500)
+      SL_LOGW("server: %d requests wait for a model's load at the stop",
+              atomic_load(&s->n_load_parked));
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
 }
 
 void sl_server_stop(sl_server_t *s) {
@@ -1712,6 +1850,7 @@ void sl_server_stop(sl_server_t *s) {
   sl__srv_metrics_destroy(&s->m);
   pthread_cond_destroy(&s->jobs_cv);
   pthread_mutex_destroy(&s->jobs_mu);
+  pthread_mutex_destroy(&s->load_mu);
   sl_free(s->host);
   sl_free(s->api_key);
   sl_free(s->cors);

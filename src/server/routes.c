@@ -65,23 +65,20 @@ json_t *sl__srv_models_json(sl_server_t *s) {
 
 /* The entry a request's "model" names: a name, an alias, or "default"
  * (the first entry). */
-static int model_index(sl_server_t *s, const char *id) {
+int sl__srv_model_index(sl_server_t *s, const char *id) {
   if (id && !strcmp(id, "default"))
     return sl_pool_count(s->pool) > 0 ? 0 : -1;
   return sl_pool_find(s->pool, id);
 }
 
 json_t *sl__srv_model_json(sl_server_t *s, const char *id, sl_srv_error *err) {
-  int i = model_index(s, id);
+  int i = sl__srv_model_index(s, id);
   if (i >= 0)
     return model_obj(s, i, id);
   sl__srv_error_set(err, 404, "model_not_found", "model",
                     "the model '%.200s' does not exist", id);
   return NULL;
 }
-
-static void load_error(sl_status st, const char *name, const char *why,
-                       sl_srv_error *err);
 
 json_t *sl__srv_admin_clear(sl_server_t *s, sl_srv_error *err) {
   int n = sl_pool_count(s->pool), cleared = 0;
@@ -130,7 +127,7 @@ json_t *sl__srv_admin_model(sl_server_t *s, const char *rest,
   }
   snprintf(id, sizeof id, "%.*s", (int)(slash - rest), rest);
   const char *action = slash + 1;
-  int i = model_index(s, id);
+  int i = sl__srv_model_index(s, id);
   sl_pool_info in;
   if (i < 0 || !sl_pool_info_at(s->pool, i, &in)) {
     sl__srv_error_set(err, 404, "model_not_found", "model",
@@ -141,7 +138,7 @@ json_t *sl__srv_admin_model(sl_server_t *s, const char *rest,
   sl_status st = SL_OK;
   if (!strcmp(action, "load")) {
     if ((st = sl_pool_load(s->pool, in.name, why, sizeof why)) != SL_OK) {
-      load_error(st, in.name, why, err);
+      sl__srv_load_error(st, in.name, why, err);
       return NULL;
     }
   } else if (!strcmp(action, "unload")) {
@@ -185,7 +182,7 @@ sl_status sl__srv_model_acquire(sl_server_t *s, const char *name,
                                 sl_srv_model *m, sl_srv_error *err) {
   m->srv = s;
   sl__srv_model_release(m);
-  int i = model_index(s, name);
+  int i = sl__srv_model_index(s, name);
   sl_pool_info in;
   if (i < 0 || !sl_pool_info_at(s->pool, i, &in)) {
     sl__srv_error_set(err, 404, "model_not_found", "model",
@@ -195,13 +192,12 @@ sl_status sl__srv_model_acquire(sl_server_t *s, const char *name,
   char why[320];
   sl_status st = sl_pool_acquire(s->pool, in.name, &m->lease, why, sizeof why);
   if (st != SL_OK)
-    load_error(st, in.name, why, err);
+    sl__srv_load_error(st, in.name, why, err);
   return st;
 }
 
-/* The answer to a pool load that failed with `st` (why: the pool's words). */
-static void load_error(sl_status st, const char *name, const char *why,
-                       sl_srv_error *err) {
+void sl__srv_load_error(sl_status st, const char *name, const char *why,
+                        sl_srv_error *err) {
   if (st == SL_ERR_NOT_FOUND)
     sl__srv_error_set(err, 404, "model_not_found", "model", "%s", why);
   else if (st == SL_ERR_MEMORY_LIMIT)

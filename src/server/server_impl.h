@@ -649,6 +649,11 @@ struct sl_server {
   sl_srv_door *door;   /* NULL: not started */
   sl_srv_watch *watch; /* NULL: not started */
   atomic_int n_parked; /* connections suspended, not yet back in a handler */
+  /* generation requests parked while the model they name loads (http.c:
+   * one helper thread per model loading, which resumes them) */
+  pthread_mutex_t load_mu;
+  struct sl_srv_loading *loading;
+  atomic_int n_load_parked;
   int port;
   uint64_t t_start_ns;
   long long started_at; /* wall clock, seconds (the models' "created") */
@@ -686,6 +691,12 @@ sl_srv_limits sl__srv_limits_of(sl_server_t *s, sl_srv_model *m);
 sl_status sl__srv_model_acquire(sl_server_t *s, const char *name,
                                 sl_srv_model *m, sl_srv_error *err);
 void sl__srv_model_release(sl_srv_model *m);
+/* The pool entry a request's "model" names ("default": the first), or -1. */
+int sl__srv_model_index(sl_server_t *s, const char *id);
+/* The answer to a pool load that failed with `st` (why: the pool's words):
+ * 404, 503 insufficient_memory, or 500 model_load_failed. */
+void sl__srv_load_error(sl_status st, const char *name, const char *why,
+                        sl_srv_error *err);
 /* routes.c: the routes that generate nothing. On failure each fills *err
  * (the status and body to answer with) and returns NULL / not SL_OK. */
 json_t *sl__srv_models_json(sl_server_t *s);

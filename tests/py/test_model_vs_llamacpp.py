@@ -172,6 +172,20 @@ def _sluice(tool, model, mode, lines, extra=(), isa="default"):
     return r.stdout
 
 
+class RefStats:
+    """What scoring against one block of float64 logits needs, computed
+    once: the argmax, the row norms, the softmax p and sum(p log p) (KL(p||q)
+    = sum(p log p) - sum(p log q))."""
+
+    def __init__(self, ref):
+        self.ref = ref
+        self.best = ref.argmax(1)
+        self.norm = np.linalg.norm(ref, axis=1)
+        lr = ref - _logsumexp(ref)
+        self.p = np.exp(lr)
+        self.plogp = (self.p * lr).sum(1)
+
+
 class Scores:
     """Per-position scores of one engine's logits against float64."""
 
@@ -179,17 +193,17 @@ class Scores:
         self.top1, self.rel, self.kl, self.top_err = [], [], [], []
 
     def add(self, x, ref):
+        """x: an engine's logits; ref: the float64 logits, or their
+        RefStats (computed once for every engine scored on them)."""
+        r = ref if isinstance(ref, RefStats) else RefStats(ref)
         x = np.asarray(x, dtype=np.float64)
         assert np.isfinite(x).all()
-        best = ref.argmax(1)
-        self.top1.extend(x.argmax(1) == best)
-        self.rel.extend(np.linalg.norm(x - ref, axis=1) /
-                        np.linalg.norm(ref, axis=1))
-        lr = ref - _logsumexp(ref)
+        self.top1.extend(x.argmax(1) == r.best)
+        self.rel.extend(np.linalg.norm(x - r.ref, axis=1) / r.norm)
         lx = x - _logsumexp(x)
-        self.kl.extend((np.exp(lr) * (lr - lx)).sum(1))
-        rows = np.arange(len(best))
-        self.top_err.extend(np.abs(x[rows, best] - ref[rows, best]))
+        self.kl.extend(r.plogp - (r.p * lx).sum(1))
+        rows = np.arange(len(r.best))
+        self.top_err.extend(np.abs(x[rows, r.best] - r.ref[rows, r.best]))
 
     def summary(self):
         rel = np.array(self.rel)
@@ -238,7 +252,7 @@ def teacher_forced(llm, model, tool, label, isas):
             for p in procs.values():  # sluice works while the others do
                 p.stdin.write((" ".join(map(str, ids)) + "\n").encode())
                 p.stdin.flush()
-            R = ref.forward(ids)
+            R = RefStats(ref.forward(ids))
             L = _llama_logits(llm, ids)
             scores["llama.cpp"].add(L, R)
             for isa, p in procs.items():

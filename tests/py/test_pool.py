@@ -446,3 +446,57 @@ def test_embeddings_are_served_by_the_model_the_request_names(pool_srv):
     assert len(got["alpha"]) == 2 and len(got["alpha"][0]) > 100
     for a, b in zip(got["alpha"], got["beta"]):
         assert max(abs(x - y) for x, y in zip(a, b)) < 1e-6
+
+
+def test_a_load_holds_no_http_thread(sluice_server, mdir):
+    """With one HTTP thread, requests for a loaded model and /health are
+    answered while another model loads (the waiting requests' connections
+    are parked, not the thread), and every request for the loading model
+    gets its answer when the load ends."""
+    env = dict(os.environ, SLUICE_POOL_LOAD_DELAY_MS="5000")
+    srv = sluice_server(["--models", str(mdir), "--pin", "alpha",
+                         "--http-threads", "1"] + BASE, bare=True, env=env)
+    got = []
+    ts = [threading.Thread(target=lambda: got.append(complete(srv, "beta")))
+          for _ in range(3)]
+    t0 = time.time()
+    for t in ts:
+        t.start()
+    t_wait = time.time()
+    while states(srv)["beta"] != "loading":
+        assert time.time() - t_wait < 30
+        time.sleep(0.05)
+    t1 = time.time()
+    st, body = complete(srv, "alpha", 2)
+    assert st == 200, body
+    st, _ = raw(srv, "/health")
+    assert st == 200
+    took = time.time() - t1
+    assert states(srv)["beta"] == "loading", "the load ended first"
+    assert took < 4.0, took
+    for t in ts:
+        t.join(120)
+    assert len(got) == 3 and all(st == 200 for st, _ in got), got
+    assert time.time() - t0 >= 4.5  # they did wait for the load
+    assert metric(srv, "sluice_model_loads_total", "beta") == 1
+
+
+def test_shutdown_while_requests_wait_for_a_load(sluice_server, mdir):
+    """SIGTERM while requests wait for a model's load: the load ends, they
+    are answered 503 shutting_down, and the server exits 0."""
+    import signal
+    env = dict(os.environ, SLUICE_POOL_LOAD_DELAY_MS="3000")
+    srv = sluice_server(["--models", str(mdir), "--pin", "alpha"] + BASE,
+                        bare=True, env=env)
+    got = []
+    t = threading.Thread(target=lambda: got.append(complete(srv, "gamma")))
+    t.start()
+    t_wait = time.time()
+    while states(srv)["gamma"] != "loading":
+        assert time.time() - t_wait < 30
+        time.sleep(0.05)
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.proc.wait(60) == 0, srv.log_text()
+    t.join(60)
+    assert got and got[0][0] == 503, got
+    assert got[0][1]["error"]["code"] == "shutting_down", got
