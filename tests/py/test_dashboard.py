@@ -149,6 +149,10 @@ def test_panels_show_live_numbers_while_a_model_loads(browser, srv):
     assert "alpha" in recent and "200" in recent, recent
     models = b.find_element("id", "models").text
     assert "alpha" in models and "beta" in models, models
+    # nothing was fetched from anywhere but this server
+    urls = b.execute_script("return performance.getEntriesByType('resource')"
+                            ".map(e => e.name)")
+    assert urls and all(u.startswith(srv.base + "/") for u in urls), urls
     for el, name in (("panel-models", "models.png"),
                      ("panel-memory", "memory.png"), ("panel-kv", "kv.png"),
                      ("panel-clears", "clears.png"),
