@@ -305,7 +305,7 @@ static void test_busy_engine_holds_up_no_other(void) {
   pthread_t th;
   CHECK(pthread_create(&th, NULL, other_engines, &oa) == 0);
   uint64_t t0 = sl_now_ns();
-  uint64_t limit = (QUICK ? 300ull : 45ull) * 1000000000ull;
+  uint64_t limit = (QUICK ? 300ull : 25ull) * 1000000000ull;
   while (!atomic_load(&oa.done) && sl_now_ns() - t0 < limit)
     usleep(10000);
   bool finished = atomic_load(&oa.done);
