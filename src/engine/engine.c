@@ -431,6 +431,11 @@ static void executor_fini(sl_engine_t *e) {
 static void *executor_main(void *p) {
   sl_engine_t *e = p;
   sl_status st = executor_init(e);
+  /* the load's transforms (repacked weights, the device upload) ran on the
+   * engine stream: their temporaries go at the engine's own clear, before
+   * sl_engine_create returns (so a test's later hooks do not race it) */
+  if (st == SL_OK)
+    sl__clear_at_site(e, SL__SITE_LOAD);
   pthread_mutex_lock(&e->mu);
   e->start_status = st;
   e->started = true;
@@ -440,9 +445,6 @@ static void *executor_main(void *p) {
     executor_fini(e);
     return NULL;
   }
-  /* the load's transforms (repacked weights, the device upload) ran on the
-   * engine stream: their temporaries go at the engine's own clear */
-  sl__clear_at_site(e, SL__SITE_LOAD);
   uint64_t evictions_seen = sl_kv_stats_of(e->kv).evictions;
   bool idle_cleared = true;
   for (;;) {
