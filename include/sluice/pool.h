@@ -89,6 +89,7 @@ typedef struct sl_pool_lease {
   const char *chat_template; /* NUL-terminated; NULL: the model has none */
   int n_ctx;
   int index; /* the entry; -1: no lease */
+  bool look; /* sl_pool_acquire_loaded's: not a use of the model */
 } sl_pool_lease;
 
 sl_status sl_pool_create(const sl_pool_config *cfg, sl_pool_t **out);

@@ -334,11 +334,18 @@ fail:
   return x->last_status;
 }
 
-static void fill_lease(sl_pool_t *p, int i, sl_pool_lease *out) {
+/* A lease of entry i (LOADED; mutex held). A request counts and makes the
+ * model recently used; a look (`request` false: a stats snapshot, the
+ * pool's own load) does neither, so that an open dashboard keeps no model
+ * from the TTL or the LRU. */
+static void fill_lease(sl_pool_t *p, int i, sl_pool_lease *out, bool request) {
   entry *x = &p->e[i];
   x->refs++;
-  x->requests++;
-  x->last_used_ns = sl_now_ns();
+  if (request) {
+    x->requests++;
+    x->last_used_ns = sl_now_ns();
+  }
+  out->look = !request;
   out->engine = x->engine;
   out->model = x->model;
   out->tok = x->tok;
@@ -360,8 +367,8 @@ static int lock_find(sl_pool_t *p, const char *name, char *err, size_t errcap) {
   return i;
 }
 
-sl_status sl_pool_acquire(sl_pool_t *p, const char *name, sl_pool_lease *out,
-                          char *err, size_t errcap) {
+static sl_status acquire(sl_pool_t *p, const char *name, sl_pool_lease *out,
+                         char *err, size_t errcap, bool request) {
   memset(out, 0, sizeof *out);
   out->index = -1;
   int i = lock_find(p, name, err, errcap);
@@ -377,7 +384,7 @@ sl_status sl_pool_acquire(sl_pool_t *p, const char *name, sl_pool_lease *out,
       return SL_ERR_CANCELLED;
     }
     if (x->state == SL_POOL_LOADED) {
-      fill_lease(p, i, out);
+      fill_lease(p, i, out, request);
       pthread_mutex_unlock(&p->mu);
       return SL_OK;
     }
@@ -406,15 +413,18 @@ sl_status sl_pool_acquire(sl_pool_t *p, const char *name, sl_pool_lease *out,
   }
 }
 
+sl_status sl_pool_acquire(sl_pool_t *p, const char *name, sl_pool_lease *out,
+                          char *err, size_t errcap) {
+  return acquire(p, name, out, err, errcap, true);
+}
+
 bool sl_pool_acquire_loaded(sl_pool_t *p, int i, sl_pool_lease *out) {
   memset(out, 0, sizeof *out);
   out->index = -1;
   pthread_mutex_lock(&p->mu);
   bool ok = i >= 0 && i < p->n && p->e[i].state == SL_POOL_LOADED;
-  if (ok) {
-    fill_lease(p, i, out);
-    p->e[i].requests--; /* a look, not a request */
-  }
+  if (ok)
+    fill_lease(p, i, out, false);
   pthread_mutex_unlock(&p->mu);
   return ok;
 }
@@ -425,7 +435,8 @@ void sl_pool_release(sl_pool_t *p, sl_pool_lease *l) {
   pthread_mutex_lock(&p->mu);
   entry *x = &p->e[l->index];
   x->refs--;
-  x->last_used_ns = sl_now_ns();
+  if (!l->look)
+    x->last_used_ns = sl_now_ns();
   if (x->refs == 0)
     pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
@@ -436,13 +447,9 @@ void sl_pool_release(sl_pool_t *p, sl_pool_lease *l) {
 sl_status sl_pool_load(sl_pool_t *p, const char *name, char *err,
                        size_t errcap) {
   sl_pool_lease l;
-  sl_status st = sl_pool_acquire(p, name, &l, err, errcap);
-  if (st == SL_OK) {
-    pthread_mutex_lock(&p->mu);
-    p->e[l.index].requests--;
-    pthread_mutex_unlock(&p->mu);
+  sl_status st = acquire(p, name, &l, err, errcap, false);
+  if (st == SL_OK)
     sl_pool_release(p, &l);
-  }
   return st;
 }
 
