@@ -6,7 +6,14 @@
  *     use), and bytes held never pass it;
  *   - lz4 keeps a block compressed only when that saves an eighth: a
  *     compressible block is held in fewer bytes, noise is held raw;
- *   - many blocks (the table grows) stay findable. */
+ *   - many blocks (the table grows) stay findable;
+ *   - get_ref lends the block in place: it keeps its bytes while lent, even
+ *     after the budget evicted it, and is freed by the last unref (ASan);
+ *   - with a payload allocator (the engine's page-locked slots on CUDA),
+ *     every payload lives in a slot, and every slot comes back;
+ *   - gets and puts from several threads, with evictions (TSan). */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +45,92 @@ static void noise(uint8_t *p, size_t n, unsigned seed) {
 static void tokens_for(int32_t *t, unsigned seed) {
   for (int i = 0; i < T; i++)
     t[i] = (int32_t)(seed * 1000u + (unsigned)i);
+}
+
+/* A payload allocator that counts its slots (malloc behind it). */
+typedef struct slots {
+  _Atomic int out, allocs;
+  size_t size;
+} slots;
+
+static void *slot_alloc(void *ctx, size_t n) {
+  slots *sl = ctx;
+  if (n > sl->size)
+    return NULL;
+  atomic_fetch_add(&sl->out, 1);
+  atomic_fetch_add(&sl->allocs, 1);
+  return malloc(sl->size);
+}
+
+static void slot_free(void *ctx, void *p) {
+  slots *sl = ctx;
+  atomic_fetch_sub(&sl->out, 1);
+  memset(p, 0xDD, sl->size); /* a read after the free shows */
+  free(p);
+}
+
+/* Readers get or lend blocks while a writer's puts evict them; each block
+ * carries its own seed in every byte, so a torn or reused payload shows. */
+enum { RACE_KEYS = 24, RACE_ROUNDS = 3000 };
+
+typedef struct race {
+  sl_kv_tier_t *t;
+  size_t n;
+  int32_t toks[RACE_KEYS][T];
+  _Atomic int bad, served, stop;
+} race;
+
+static void *race_reader(void *p) {
+  race *r = p;
+  uint8_t *dst = malloc(r->n);
+  for (unsigned i = 0; !atomic_load(&r->stop); i++) {
+    unsigned k = (i * 7u) % RACE_KEYS;
+    sl_kv_block_key key = {77, 500 + k, r->toks[k]};
+    const void *at = NULL;
+    void *hold = NULL;
+    const uint8_t *b = NULL;
+    if (i % 2 && sl_kv_tier_get_ref(r->t, &key, &at, r->n, &hold) == SL_OK)
+      b = at;
+    else if (!(i % 2) && sl_kv_tier_get(r->t, &key, dst, r->n) == SL_OK)
+      b = dst;
+    if (!b)
+      continue;
+    atomic_fetch_add(&r->served, 1);
+    for (size_t j = 0; j < r->n; j += 97)
+      if (b[j] != (uint8_t)(k + 1))
+        atomic_fetch_add(&r->bad, 1);
+    sl_kv_tier_unref(r->t, hold);
+  }
+  free(dst);
+  return NULL;
+}
+
+static void race_run(sl_kv_tier_t *t, size_t n) {
+  race *r = calloc(1, sizeof *r);
+  r->t = t;
+  r->n = n;
+  for (unsigned k = 0; k < RACE_KEYS; k++)
+    tokens_for(r->toks[k], 50 + k);
+  pthread_t th[3];
+  for (int i = 0; i < 3; i++)
+    pthread_create(&th[i], NULL, race_reader, r);
+  uint8_t *src = malloc(n);
+  for (unsigned i = 0; i < RACE_ROUNDS; i++) {
+    unsigned k = (i * 5u) % RACE_KEYS;
+    memset(src, (int)(k + 1), n);
+    sl_kv_block_key key = {77, 500 + k, r->toks[k]};
+    CHECK(sl_kv_tier_put(t, &key, src, n) == SL_OK);
+  }
+  atomic_store(&r->stop, 1);
+  for (int i = 0; i < 3; i++)
+    pthread_join(th[i], NULL);
+  sl_kv_tier_stats st = sl_kv_tier_stats_of(t);
+  printf("race: %d blocks served under %llu evictions\n",
+         atomic_load(&r->served), (unsigned long long)st.evictions);
+  CHECK(atomic_load(&r->bad) == 0);
+  CHECK(st.evictions > 0);
+  free(src);
+  free(r);
 }
 
 int main(void) {
@@ -150,6 +243,89 @@ int main(void) {
            found, MANY, (unsigned long long)st.bytes,
            (unsigned long long)st.put_bytes);
     CHECK(found == MANY && st.evictions == 0 && st.compressed == MANY);
+    sl_kv_tier_close(t);
+  }
+  /* lent in place: the bytes stay while lent, through an eviction */
+  {
+    sl_kv_ram_config c = cfg_for(2 * (n + 256), true);
+    CHECK(sl_kv_ram_open(&c, &t) == SL_OK);
+    sl_kv_block_key k[4];
+    for (unsigned i = 0; i < 4; i++)
+      k[i] = (sl_kv_block_key){77, 400 + i, toks[i]};
+    noise(src, n, 40);
+    CHECK(sl_kv_tier_put(t, &k[0], src, n) == SL_OK);
+    const void *at = NULL;
+    void *hold = NULL;
+    CHECK(sl_kv_tier_get_ref(t, &k[0], &at, n, &hold) == SL_OK && at && hold);
+    CHECK(at && !memcmp(at, src, n));
+    CHECK(sl_kv_tier_stats_of(t).hits == 1);
+    sl_kv_block_key kc = {77, 400, toks[3]}; /* a collision: not lent */
+    const void *at2 = NULL;
+    void *hold2 = NULL;
+    CHECK(sl_kv_tier_get_ref(t, &kc, &at2, n, &hold2) == SL_ERR_NOT_FOUND);
+    CHECK(!at2 && !hold2);
+    /* two more blocks: the budget evicts the lent one from the index */
+    for (unsigned i = 1; i < 3; i++) {
+      noise(dst, n, 41 + i);
+      CHECK(sl_kv_tier_put(t, &k[i], dst, n) == SL_OK);
+    }
+    CHECK(!sl_kv_tier_contains(t, &k[0]));
+    CHECK(sl_kv_tier_stats_of(t).bytes <= c.budget);
+    CHECK(at && !memcmp(at, src, n)); /* still whole while lent */
+    sl_kv_tier_unref(t, hold);        /* frees it (ASan: no leak) */
+    /* a block held compressed is not lent: the caller copies */
+    memset(src, 3, n);
+    CHECK(sl_kv_tier_put(t, &k[3], src, n) == SL_OK);
+    CHECK(sl_kv_tier_get_ref(t, &k[3], &at2, n, &hold2) == SL_ERR_UNSUPPORTED);
+    CHECK(sl_kv_tier_get(t, &k[3], dst, n) == SL_OK && !memcmp(dst, src, n));
+    sl_kv_tier_close(t);
+  }
+
+  /* payloads in an allocator's slots (lz4 is not used there) */
+  {
+    slots sl = {.size = n};
+    sl_kv_ram_config c = cfg_for(3 * (n + 256), true);
+    c.pay_alloc = slot_alloc;
+    sl_kv_ram_config half = c;
+    half.pay_free = NULL;
+    CHECK(sl_kv_ram_open(&half, &t) == SL_ERR_INVALID_ARG);
+    c.pay_free = slot_free;
+    c.pay_ctx = &sl;
+    CHECK(sl_kv_ram_open(&c, &t) == SL_OK);
+    for (unsigned i = 0; i < 5; i++) {
+      memset(src, (int)i, n); /* compressible, yet held raw */
+      sl_kv_block_key k = {77, 600 + i, toks[i]};
+      CHECK(sl_kv_tier_put(t, &k, src, n) == SL_OK);
+    }
+    sl_kv_tier_stats st = sl_kv_tier_stats_of(t);
+    CHECK(st.entries == 3 && st.evictions == 2 && st.compressed == 0);
+    CHECK(atomic_load(&sl.out) == 3 && atomic_load(&sl.allocs) == 5);
+    sl_kv_block_key k4 = {77, 604, toks[4]};
+    const void *at = NULL;
+    void *hold = NULL;
+    CHECK(sl_kv_tier_get_ref(t, &k4, &at, n, &hold) == SL_OK);
+    memset(src, 4, n);
+    CHECK(at && !memcmp(at, src, n));
+    /* evicted while lent: its slot stays until the unref */
+    for (unsigned i = 5; i < 8; i++) {
+      sl_kv_block_key k = {77, 600 + i, toks[i]};
+      CHECK(sl_kv_tier_put(t, &k, zero, n) == SL_OK);
+    }
+    CHECK(!sl_kv_tier_contains(t, &k4) && atomic_load(&sl.out) == 4);
+    CHECK(at && !memcmp(at, src, n));
+    sl_kv_tier_unref(t, hold);
+    CHECK(atomic_load(&sl.out) == 3);
+    race_run(t, n); /* slots freed and reused while lent and read */
+    sl_kv_tier_close(t);
+    CHECK(atomic_load(&sl.out) == 0);
+  }
+
+  /* the same race with the tier's own allocations, lz4 on (each block
+   * compresses to ~100 bytes with its entry: room for about 8 of 24) */
+  {
+    sl_kv_ram_config c = cfg_for(1024, true);
+    CHECK(sl_kv_ram_open(&c, &t) == SL_OK);
+    race_run(t, n);
     sl_kv_tier_close(t);
   }
   free(src);

@@ -152,6 +152,17 @@ sl_status sl_kcu_kv_store(void *stream, uint16_t *k_layer, uint16_t *v_layer,
                           const float *k, const float *v, const int32_t *slot,
                           int n_tok, int kv_dim);
 
+/* Whole KV blocks between the paged pool (the layout of sluice/kv.h:
+ * K then V, each (n_layer, n_blocks, span_elems) f16) and a contiguous
+ * device staging buffer holding, for each of the n blocks (blocks[i], at
+ * most SL_KCU_KV_BLOCKS_MAX), for each layer, its K span then its V span
+ * (the tiers' byte order). out: pool -> stage; else stage -> pool. One
+ * launch; the block ids travel in its parameters. */
+#define SL_KCU_KV_BLOCKS_MAX 64
+sl_status sl_kcu_kv_blocks(void *stream, uint16_t *pool, int n_layer,
+                           int n_blocks, size_t span_elems, const int *blocks,
+                           int n, uint16_t *stage, bool out);
+
 /* The fused steps of the decode path (one launch each, for the launch
  * overhead of small kernels at batch 1):
  * - add_rmsnorm: x += d, then y = rmsnorm(x) * w, rows of `width` (y may

@@ -65,6 +65,16 @@ bool sl_kv_tier_peek(sl_kv_tier_t *t, const sl_kv_block_key *key);
 sl_status sl_kv_tier_get(sl_kv_tier_t *t, const sl_kv_block_key *key, void *dst,
                          size_t n);
 
+/* The block in place: *p points at the tier's own copy of its n bytes,
+ * valid until sl_kv_tier_unref(t, *hold) (the block may leave the tier
+ * meanwhile; its memory stays until then). For a caller that copies it
+ * out later, such as a restore's asynchronous copy to the device.
+ * SL_ERR_UNSUPPORTED where the tier cannot (the SSD tier; a block held
+ * compressed): use sl_kv_tier_get. Counted as a get. */
+sl_status sl_kv_tier_get_ref(sl_kv_tier_t *t, const sl_kv_block_key *key,
+                             const void **p, size_t n, void **hold);
+void sl_kv_tier_unref(sl_kv_tier_t *t, void *hold);
+
 /* Stores a copy of the block (n bytes). A block already held is kept
  * (SL_OK). SL_ERR_IO: the write failed; a tier turns itself off on a fault
  * that will repeat (ENOSPC, EIO, EROFS), logs one line, and from then on
@@ -136,6 +146,15 @@ typedef struct sl_kv_ram_config {
   uint64_t fingerprint; /* the pool's */
   int n_layer, kv_dim, block_tokens;
   bool lz4;
+  /* Where payloads live: NULL (both) for the entry's own allocation; else
+   * a slot of pay_alloc(pay_ctx, payload bytes) each, given back with
+   * pay_free (the engine's page-locked memory on CUDA, so that a restore
+   * copies the tier's own bytes to the device). A slot counts at the raw
+   * size; compression is not used with slots. Called from any thread, pay_free
+   * possibly under the tier's mutex: neither may call into the tier. */
+  void *(*pay_alloc)(void *ctx, size_t n);
+  void (*pay_free)(void *ctx, void *p);
+  void *pay_ctx;
 } sl_kv_ram_config;
 
 sl_status sl_kv_ram_open(const sl_kv_ram_config *cfg, sl_kv_tier_t **out);

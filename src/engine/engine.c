@@ -316,14 +316,26 @@ static sl_status executor_init(sl_engine_t *e) {
                            .kv_dim = kc.kv_dim,
                            .block_tokens = kc.block_tokens,
                            .lz4 = e->cfg.hot_cache_lz4};
+    if (gpu) { /* page-locked slots: a restore copies from them directly */
+      if (!(e->pinned = sl__pinned_create((size_t)bb)))
+        return SL_ERR_NOMEM;
+      rc.pay_alloc = sl__pinned_alloc;
+      rc.pay_free = sl__pinned_free;
+      rc.pay_ctx = e->pinned;
+      if (rc.lz4)
+        SL_LOGW("hot cache: lz4 is not used on %s (page-locked slots hold "
+                "raw blocks)",
+                sl_device_name(e->dev));
+      rc.lz4 = false;
+    }
     if ((st = sl_kv_ram_open(&rc, &e->tiers[e->n_tiers])) != SL_OK) {
       SL_LOGE("hot cache: %s", sl_status_str(st));
       return st;
     }
     e->n_tiers++;
-    SL_LOGI("hot cache: %.1f MiB of host memory%s",
+    SL_LOGI("hot cache: %.1f MiB of %shost memory%s",
             (double)e->cfg.hot_cache_bytes / (1 << 20),
-            e->cfg.hot_cache_lz4 ? ", lz4" : "");
+            gpu ? "page-locked " : "", rc.lz4 ? ", lz4" : "");
   }
   if (e->cfg.ssd_cache_dir) {
     sl_kv_ssd_config sc = {.dir = e->cfg.ssd_cache_dir,
@@ -407,6 +419,8 @@ static void executor_fini(sl_engine_t *e) {
   for (int i = 0; i < e->n_tiers; i++)
     sl_kv_tier_close(e->tiers[i]);
   e->n_tiers = 0;
+  sl__pinned_destroy(e->pinned); /* the hot tier's slots, after it */
+  e->pinned = NULL;
   if (e->stream)
     sl__clear_at_site(e, SL__SITE_SHUTDOWN);
   sl_batch_ctx_free(e->bctx);

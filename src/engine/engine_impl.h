@@ -208,7 +208,8 @@ struct sl_engine {
    * optional */
   sl_kv_tier_t *tiers[2];
   int n_tiers;
-  struct sl__store *store; /* their store worker (store.c), or NULL */
+  struct sl__store *store;   /* their store worker (store.c), or NULL */
+  struct sl__pinned *pinned; /* the hot tier's page-locked slots (CUDA) */
 };
 
 /* ---- shared by engine.c, scheduler.c and detok.c (executor thread) ---- */
@@ -252,6 +253,13 @@ void sl__store_stop(sl_engine_t *e);
  * many. */
 int sl__store_restore(sl_engine_t *e, const int32_t *tokens, uint64_t parent,
                       const int32_t *blocks, int n);
+/* The hot tier's page-locked payload slots on CUDA (sl_kv_ram_config's
+ * pay_alloc / pay_free with the sl__pinned as ctx); destroyed after the
+ * tier is closed. */
+struct sl__pinned *sl__pinned_create(size_t slot);
+void *sl__pinned_alloc(void *ctx, size_t n);
+void sl__pinned_free(void *ctx, void *p);
+void sl__pinned_destroy(struct sl__pinned *p);
 /* Whether some tier holds the block (key): an admission's lookup, each
  * tier asked counting a miss; or whether every tier does (all): the
  * store's check, counted nowhere. */

@@ -48,6 +48,7 @@
 #define STORE_BATCH   8    /* blocks per copy task (and per lock hold) */
 #define RESTORE_GROUP 64   /* blocks per restore task */
 #define STAGING_KEEP  4    /* idle page-locked restore buffers kept (CUDA) */
+_Static_assert(RESTORE_GROUP <= SL_KCU_KV_BLOCKS_MAX, "a group in one launch");
 
 typedef struct store_item {
   int block;
@@ -63,6 +64,14 @@ typedef struct staging {
   size_t cap;
   uint64_t seq;
 } staging;
+
+/* A tier's block lent to a restore's copy (sl_kv_tier_get_ref), given
+ * back once the engine stream passes task `seq`. Executor only. */
+typedef struct lent {
+  sl_kv_tier_t *tier;
+  void *hold;
+  uint64_t seq;
+} lent;
 
 typedef struct sl__store {
   sl_engine_t *e;
@@ -80,6 +89,8 @@ typedef struct sl__store {
   int n_busy, cap_busy;
   staging idle[STAGING_KEEP]; /* done, kept for reuse (executor) */
   int n_idle;
+  lent *lent; /* tier blocks read by restores in flight (executor) */
+  int n_lent, cap_lent;
 } sl__store;
 
 /* ---- the copy tasks ---------------------------------------------------- */
@@ -91,7 +102,11 @@ typedef struct copy_arg {
   sl_kv_view view;
   int n;
   int blocks[RESTORE_GROUP]; /* >= STORE_BATCH */
-  uint8_t *host;             /* n * block bytes */
+  uint8_t *host;             /* out: n * block bytes */
+  /* in: each block's bytes (in a staging buffer, or a tier's own memory
+   * held by a reference until the stream passes the task) */
+  const uint8_t *src[RESTORE_GROUP];
+  sl_buf_t *stage; /* CUDA: n * block bytes of device memory, or NULL */
   bool out;
   bool free_host; /* the task frees `host` when done (restores) */
 } copy_arg;
@@ -104,35 +119,68 @@ static sl_status copy_task(const sl_task_ctx *ctx, void *p) {
   size_t span = (size_t)a->view.block_tokens * (size_t)a->view.kv_dim;
   size_t span_b = span * sizeof(uint16_t);
   uint8_t *h = a->host;
-  for (int i = 0; i < a->n; i++)
+  for (int i = 0; i < a->n; i++) {
+    const uint8_t *in = a->out ? NULL : a->src[i];
     for (int l = 0; l < a->view.n_layer; l++) {
       size_t k = sl_kv_view_k_offset(&a->view, l, a->blocks[i]);
       uint16_t *kp = base + k, *vp = base + half + k;
       if (a->out) {
         memcpy(h, kp, span_b);
         memcpy(h + span_b, vp, span_b);
+        h += 2 * span_b;
       } else {
-        memcpy(kp, h, span_b);
-        memcpy(vp, h + span_b, span_b);
+        memcpy(kp, in, span_b);
+        memcpy(vp, in + span_b, span_b);
+        in += 2 * span_b;
       }
-      h += 2 * span_b;
     }
+  }
   if (a->free_host)
     free(a->host);
   return SL_OK;
 }
 
 /* The same on a CUDA pool: asynchronous copies on the task's stream, which
- * a sync (stores) or the engine stream's order (restores) waits for. */
+ * a sync (stores) or the engine stream's order (restores) waits for. With
+ * a device staging buffer, the group crosses PCIe as one copy and one
+ * launch moves its blocks between the staging buffer and the pool
+ * (sl_kcu_kv_blocks); without one (it could not be had), one copy per
+ * block, layer and half. */
 static sl_status copy_task_cuda(const sl_task_ctx *ctx, void *p) {
   copy_arg *a = p;
   uint16_t *base = sl_buf_ptr(a->pool);
   size_t half = sl_kv_view_half_elems(&a->view);
-  size_t span_b =
-      (size_t)a->view.block_tokens * (size_t)a->view.kv_dim * sizeof(uint16_t);
+  size_t span = (size_t)a->view.block_tokens * (size_t)a->view.kv_dim;
+  size_t span_b = span * sizeof(uint16_t);
   uint8_t *h = a->host;
   sl_status st = SL_OK;
-  for (int i = 0; i < a->n && st == SL_OK; i++)
+  if (a->stage) {
+    uint16_t *d = sl_buf_ptr(a->stage);
+    size_t bytes = (size_t)a->n * (size_t)a->view.n_layer * 2 * span_b;
+    if (a->out) {
+      st = sl_kcu_kv_blocks(ctx->native, base, a->view.n_layer,
+                            a->view.n_blocks, span, a->blocks, a->n, d, true);
+      if (st == SL_OK)
+        st = sl_kcu_copy_d2h(ctx->native, h, d, bytes);
+    } else {
+      /* one copy per run of blocks adjacent in host memory (the staging
+       * buffer's), one per block held in a tier's page-locked slot */
+      size_t bb = bytes / (size_t)a->n;
+      for (int i = 0, j; i < a->n && st == SL_OK; i = j) {
+        for (j = i + 1; j < a->n && a->src[j] == a->src[j - 1] + bb; j++)
+          ;
+        st = sl_kcu_copy_h2d(ctx->native, (uint8_t *)d + (size_t)i * bb,
+                             a->src[i], (size_t)(j - i) * bb);
+      }
+      if (st == SL_OK)
+        st =
+            sl_kcu_kv_blocks(ctx->native, base, a->view.n_layer,
+                             a->view.n_blocks, span, a->blocks, a->n, d, false);
+    }
+    return st;
+  }
+  for (int i = 0; i < a->n && st == SL_OK; i++) {
+    const uint8_t *in = a->out ? NULL : a->src[i];
     for (int l = 0; l < a->view.n_layer && st == SL_OK; l++) {
       size_t k = sl_kv_view_k_offset(&a->view, l, a->blocks[i]);
       uint16_t *kp = base + k, *vp = base + half + k;
@@ -140,14 +188,86 @@ static sl_status copy_task_cuda(const sl_task_ctx *ctx, void *p) {
         st = sl_kcu_copy_d2h(ctx->native, h, kp, span_b);
         if (st == SL_OK)
           st = sl_kcu_copy_d2h(ctx->native, h + span_b, vp, span_b);
+        h += 2 * span_b;
       } else {
-        st = sl_kcu_copy_h2d(ctx->native, kp, h, span_b);
+        st = sl_kcu_copy_h2d(ctx->native, kp, in, span_b);
         if (st == SL_OK)
-          st = sl_kcu_copy_h2d(ctx->native, vp, h + span_b, span_b);
+          st = sl_kcu_copy_h2d(ctx->native, vp, in + span_b, span_b);
+        in += 2 * span_b;
       }
-      h += 2 * span_b;
     }
+  }
   return st;
+}
+
+/* ---- the hot tier's page-locked slots (CUDA) ----------------------------- */
+
+#define SLAB_SLOTS 32 /* slots per page-locked allocation */
+
+/* Fixed-size slots carved from page-locked chunks, which stay until the
+ * engine ends (page-locking is slow, and cudaFreeHost waits for the
+ * device): the hot tier's payloads on CUDA (sl_kv_ram_config.pay_alloc),
+ * so that a restore's copy to the device reads them where they are. */
+typedef struct sl__pinned {
+  pthread_mutex_t mu;
+  size_t slot;
+  void **chunks;
+  int n_chunks;
+  void **free_slots; /* a stack; room for every slot of every chunk */
+  int n_free;
+} sl__pinned;
+
+sl__pinned *sl__pinned_create(size_t slot) {
+  sl__pinned *p = calloc(1, sizeof *p);
+  if (!p)
+    return NULL;
+  p->slot = (slot + 255) & ~(size_t)255; /* each slot 256-byte aligned */
+  pthread_mutex_init(&p->mu, NULL);
+  return p;
+}
+
+void *sl__pinned_alloc(void *ctx, size_t n) {
+  sl__pinned *p = ctx;
+  void *r = NULL;
+  pthread_mutex_lock(&p->mu);
+  if (n <= p->slot && !p->n_free) {
+    void **c = realloc(p->chunks, sizeof *c * (size_t)(p->n_chunks + 1));
+    void **f = c ? realloc(p->free_slots,
+                           sizeof *f * (size_t)(p->n_chunks + 1) * SLAB_SLOTS)
+                 : NULL;
+    if (c)
+      p->chunks = c;
+    if (f)
+      p->free_slots = f;
+    uint8_t *m = f ? sl_kcu_host_alloc(p->slot * SLAB_SLOTS) : NULL;
+    if (m) {
+      p->chunks[p->n_chunks++] = m;
+      for (int i = SLAB_SLOTS - 1; i >= 0; i--)
+        p->free_slots[p->n_free++] = m + (size_t)i * p->slot;
+    }
+  }
+  if (n <= p->slot && p->n_free)
+    r = p->free_slots[--p->n_free];
+  pthread_mutex_unlock(&p->mu);
+  return r;
+}
+
+void sl__pinned_free(void *ctx, void *ptr) {
+  sl__pinned *p = ctx;
+  pthread_mutex_lock(&p->mu);
+  p->free_slots[p->n_free++] = ptr; /* room: see free_slots */
+  pthread_mutex_unlock(&p->mu);
+}
+
+void sl__pinned_destroy(sl__pinned *p) {
+  if (!p)
+    return;
+  for (int i = 0; i < p->n_chunks; i++)
+    sl_kcu_host_free(p->chunks[i]);
+  free(p->chunks);
+  free(p->free_slots);
+  pthread_mutex_destroy(&p->mu);
+  free(p);
 }
 
 /* ---- the worker -------------------------------------------------------- */
@@ -177,6 +297,11 @@ static void *store_main(void *p) {
   uint8_t *host =
       s->gpu ? sl_kcu_host_alloc(bb * STORE_BATCH) : malloc(bb * STORE_BATCH);
   sl_stream_t *own = sl_thread_stream(e->dev);
+  /* CUDA: the batch's device staging buffer, the worker's for its life (a
+   * use of it is recorded with each copy, like the pool's) */
+  sl_buf_t *stage = NULL;
+  if (s->gpu && own && sl_buf_alloc(own, bb * STORE_BATCH, &stage) != SL_OK)
+    stage = NULL; /* the copies go block by block */
   store_item batch[STORE_BATCH];
   for (;;) {
     pthread_mutex_lock(&s->mu);
@@ -196,7 +321,9 @@ static void *store_main(void *p) {
                   .view = sl_kv_view_of(e->kv),
                   .n = n,
                   .host = host,
+                  .stage = stage,
                   .out = true};
+    sl_buf_t *bufs[2] = {a.pool, stage};
     sl_status st = host ? SL_OK : SL_ERR_NOMEM;
     for (int i = 0; i < n; i++) {
       a.blocks[i] = batch[i].block;
@@ -209,7 +336,7 @@ static void *store_main(void *p) {
       sl_buffer_access_lock(e->dev);
       uint64_t t0 = sl_now_ns();
       st = sl_stream_submit(own, s->gpu ? copy_task_cuda : copy_task, &a,
-                            sizeof a, &a.pool, 1, NULL);
+                            sizeof a, bufs, stage ? 2 : 1, NULL);
       if (st == SL_OK)
         st = sl_stream_sync(own);
       uint64_t held = sl_now_ns() - t0;
@@ -247,6 +374,8 @@ static void *store_main(void *p) {
     }
     hand_back(s, batch, n);
   }
+  if (stage)
+    sl_buf_release(stage); /* its last copy was waited for */
   if (s->gpu)
     sl_kcu_host_free(host);
   else
@@ -356,12 +485,53 @@ static void staging_submitted(sl_engine_t *e, sl__store *s, void *p, size_t cap,
   s->busy[s->n_busy++] = (staging){p, cap, seq};
 }
 
+/* Gives back the tier blocks whose copies the engine stream has passed;
+ * wait: all of them (at the end). */
+static void lent_reap(sl_engine_t *e, sl__store *s, bool wait) {
+  int k = 0;
+  for (int i = 0; i < s->n_lent; i++) {
+    lent g = s->lent[i];
+    if (wait)
+      (void)sl_stream_wait_seq(e->stream, g.seq);
+    if (wait || sl_stream_done(e->stream, g.seq))
+      sl_kv_tier_unref(g.tier, g.hold);
+    else
+      s->lent[k++] = g;
+  }
+  s->n_lent = k;
+}
+
+/* Keeps the n blocks lent to task `seq` until the stream passes it. */
+static void lent_add(sl_engine_t *e, sl__store *s, const lent *l, int n,
+                     uint64_t seq) {
+  if (s->n_lent + n > s->cap_lent) {
+    int c = s->cap_lent ? s->cap_lent : 64;
+    while (c < s->n_lent + n)
+      c *= 2;
+    lent *b = realloc(s->lent, sizeof *b * (size_t)c);
+    if (!b) { /* cannot keep them: wait for the copy, then give back */
+      (void)sl_stream_wait_seq(e->stream, seq);
+      for (int i = 0; i < n; i++)
+        sl_kv_tier_unref(l[i].tier, l[i].hold);
+      return;
+    }
+    s->lent = b;
+    s->cap_lent = c;
+  }
+  for (int i = 0; i < n; i++) {
+    s->lent[s->n_lent] = l[i];
+    s->lent[s->n_lent++].seq = seq;
+  }
+}
+
 void sl__store_collect(sl_engine_t *e) {
   sl__store *s = e->store;
   if (!s)
     return;
   if (s->n_busy)
     staging_reap(e, s, false);
+  if (s->n_lent)
+    lent_reap(e, s, false);
   int ids[256];
   for (;;) {
     pthread_mutex_lock(&s->mu);
@@ -388,6 +558,8 @@ void sl__store_stop(sl_engine_t *e) {
   pthread_join(s->thread, NULL);
   sl__store_collect(e);
   staging_reap(e, s, true);
+  lent_reap(e, s, true);
+  free(s->lent);
   for (int i = 0; i < s->n_idle; i++)
     sl_kcu_host_free(s->idle[i].p);
   free(s->busy);
@@ -440,7 +612,14 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
   if (!host)
     return 0;
   uint64_t hashes[RESTORE_GROUP];
-  int from[RESTORE_GROUP]; /* the tier each block came from */
+  int from[RESTORE_GROUP];  /* the tier each block came from */
+  lent held[RESTORE_GROUP]; /* blocks read in place from a tier */
+  int n_held = 0;
+  copy_arg a = {.pool = sl_kv_buffer(e->kv),
+                .view = sl_kv_view_of(e->kv),
+                .host = host,
+                .out = false,
+                .free_host = !s->gpu};
   uint64_t hh = *h;
   int got = 0;
   for (; got < n; got++) {
@@ -449,33 +628,57 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
     sl_kv_block_key k = {kc->fingerprint, nh, bt};
     sl_status gs = SL_ERR_NOT_FOUND;
     int j = 0;
-    for (; j < e->n_tiers; j++)
-      if ((gs = sl_kv_tier_get(e->tiers[j], &k, host + (size_t)got * bb, bb)) ==
-          SL_OK)
+    for (; j < e->n_tiers; j++) {
+      /* in place where the tier can lend it (the hot tier: no copy on
+       * the executor; on CUDA its slots are page-locked), else a copy */
+      const void *p = NULL;
+      void *hold = NULL;
+      gs = sl_kv_tier_get_ref(e->tiers[j], &k, &p, bb, &hold);
+      if (gs == SL_OK) {
+        a.src[got] = p;
+        held[n_held++] = (lent){e->tiers[j], hold, 0};
         break;
+      }
+      if (gs == SL_ERR_UNSUPPORTED &&
+          (gs = sl_kv_tier_get(e->tiers[j], &k, host + (size_t)got * bb, bb)) ==
+              SL_OK) {
+        a.src[got] = host + (size_t)got * bb;
+        break;
+      }
+    }
     if (gs != SL_OK)
       break; /* missing or bad (then dropped): computed instead */
     from[got] = j;
     hashes[got] = hh = nh;
   }
-  copy_arg a = {.pool = sl_kv_buffer(e->kv),
-                .view = sl_kv_view_of(e->kv),
-                .n = got,
-                .host = host,
-                .out = false,
-                .free_host = !s->gpu};
+  a.n = got;
   memcpy(a.blocks, blocks, sizeof *blocks * (size_t)got);
+  /* CUDA: a device staging buffer for the group, released at once: its
+   * use on the engine stream keeps it until the copy has run (I1) */
+  if (s->gpu && got &&
+      sl_buf_alloc(e->stream, bb * (size_t)got, &a.stage) != SL_OK)
+    a.stage = NULL; /* the copies go block by block */
+  sl_buf_t *bufs[2] = {a.pool, a.stage};
   uint64_t seq = 0;
-  if (!got || sl_stream_submit(e->stream, s->gpu ? copy_task_cuda : copy_task,
-                               &a, sizeof a, &a.pool, 1, &seq) != SL_OK) {
+  sl_status ss = SL_ERR_NOT_FOUND;
+  if (got)
+    ss = sl_stream_submit(e->stream, s->gpu ? copy_task_cuda : copy_task, &a,
+                          sizeof a, bufs, a.stage ? 2 : 1, &seq);
+  if (a.stage)
+    sl_buf_release(a.stage);
+  if (ss != SL_OK) {
     if (s->gpu)
       staging_release(s, (staging){host, cap, 0});
     else
       free(host);
+    for (int i = 0; i < n_held; i++) /* nothing reads them */
+      sl_kv_tier_unref(held[i].tier, held[i].hold);
     return 0;
   }
   if (s->gpu)
     staging_submitted(e, s, host, cap, seq);
+  if (n_held)
+    lent_add(e, s, held, n_held, seq);
   /* found by later lookups at once: their prefill runs after this copy on
    * the same stream */
   for (int i = 0; i < got; i++)

@@ -95,6 +95,12 @@ sl_status sl_kcu_kv_store(void *stream, uint16_t *k_layer, uint16_t *v_layer,
   return SL_ERR_UNSUPPORTED;
 }
 
+sl_status sl_kcu_kv_blocks(void *stream, uint16_t *pool, int n_layer,
+                           int n_blocks, size_t span_elems, const int *blocks,
+                           int n, uint16_t *stage, bool out) {
+  return SL_ERR_UNSUPPORTED;
+}
+
 sl_status sl_kcu_add_rmsnorm(void *stream, float *x, float *y, const float *d,
                              const float *w, int64_t rows, int64_t width,
                              float eps) {

@@ -21,6 +21,19 @@ sl_status sl_kv_tier_put(sl_kv_tier_t *t, const sl_kv_block_key *key,
   return t->ops->put(t, key, src, n);
 }
 
+sl_status sl_kv_tier_get_ref(sl_kv_tier_t *t, const sl_kv_block_key *key,
+                             const void **p, size_t n, void **hold) {
+  *p = NULL;
+  *hold = NULL;
+  return t->ops->get_ref ? t->ops->get_ref(t, key, p, n, hold)
+                         : SL_ERR_UNSUPPORTED;
+}
+
+void sl_kv_tier_unref(sl_kv_tier_t *t, void *hold) {
+  if (hold)
+    t->ops->unref(t, hold);
+}
+
 sl_kv_tier_stats sl_kv_tier_stats_of(sl_kv_tier_t *t) {
   return t->ops->stats(t);
 }

@@ -18,6 +18,10 @@ typedef struct sl_kv_tier_ops {
                    size_t n);
   sl_kv_tier_stats (*stats)(sl_kv_tier_t *t);
   void (*close)(sl_kv_tier_t *t);
+  /* optional (NULL: SL_ERR_UNSUPPORTED) */
+  sl_status (*get_ref)(sl_kv_tier_t *t, const sl_kv_block_key *key,
+                       const void **p, size_t n, void **hold);
+  void (*unref)(sl_kv_tier_t *t, void *hold);
 } sl_kv_tier_ops;
 
 struct sl_kv_tier {

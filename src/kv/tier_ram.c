@@ -2,14 +2,18 @@
  *
  * Blocks in host memory under one mutex: a chained hash table keyed by
  * block hash, and a doubly linked recency list (head: most recently used)
- * from whose tail blocks leave when the byte budget is passed. Each entry
- * is one allocation: the entry, the block's token ids (compared in full at
- * every lookup, so a hash collision can never serve another prefix's K/V)
- * and the payload, raw or lz4-compressed.
+ * from whose tail blocks leave when the byte budget is passed. An entry is
+ * one allocation (the entry, the block's token ids, compared in full at
+ * every lookup so that a hash collision can never serve another prefix's
+ * K/V, and the payload, raw or lz4-compressed), or, with the config's
+ * payload allocator (the engine's page-locked memory on CUDA), the entry
+ * and token ids with the payload in a slot of that allocator.
  *
- * A get copies (or decompresses) the payload while holding the mutex, so
- * that the entry cannot be evicted under it; the only other callers are
- * the store worker's puts, which compress outside the mutex.
+ * A get takes a reference on the entry under the mutex and copies (or
+ * decompresses) outside it; get_ref hands the payload itself out under a
+ * reference (a restore's DMA reads it). An entry removed while referenced
+ * (evicted, replaced) leaves the index and the budget at once and is freed
+ * by its last reference.
  */
 #include <lz4.h>
 #include <pthread.h>
@@ -24,9 +28,12 @@ typedef struct ram_entry {
   struct ram_entry *chain;       /* next in the hash bucket */
   struct ram_entry *prev, *next; /* recency list */
   size_t stored;                 /* payload bytes as held */
-  size_t alloc;                  /* bytes of this allocation */
+  size_t alloc;                  /* bytes charged to the budget */
+  uint8_t *pay;                  /* the payload (inline or a slot) */
+  int refs;                      /* gets in progress, refs handed out */
   bool lz4;                      /* the payload is lz4-compressed */
-  /* then: int32_t tokens[block_tokens], uint8_t payload[stored] */
+  bool dead;                     /* out of the index; the last ref frees */
+  /* then: int32_t tokens[block_tokens], uint8_t payload[stored] (inline) */
 } ram_entry;
 
 typedef struct ram_tier {
@@ -43,8 +50,14 @@ typedef struct ram_tier {
 static int32_t *entry_tokens(ram_entry *x) {
   return (int32_t *)(x + 1);
 }
-static uint8_t *entry_payload(ram_tier *t, ram_entry *x) {
+static uint8_t *entry_inline(ram_tier *t, ram_entry *x) {
   return (uint8_t *)(entry_tokens(x) + t->cfg.block_tokens);
+}
+
+static void entry_free(ram_tier *t, ram_entry *x) {
+  if (t->cfg.pay_alloc && x->pay)
+    t->cfg.pay_free(t->cfg.pay_ctx, x->pay);
+  free(x);
 }
 
 static ram_entry **bucket_of(ram_tier *t, uint64_t h) {
@@ -88,7 +101,16 @@ static void remove_entry(ram_tier *t, ram_entry *x) {
   list_unlink(t, x);
   t->n--;
   t->st.bytes -= x->alloc;
-  free(x);
+  if (x->refs)
+    x->dead = true; /* its last reference frees it */
+  else
+    entry_free(t, x);
+}
+
+/* Drops one reference (under the mutex). */
+static void entry_unref(ram_tier *t, ram_entry *x) {
+  if (--x->refs == 0 && x->dead)
+    entry_free(t, x);
 }
 
 /* Doubles the bucket array once the table holds as many entries (a failed
@@ -144,26 +166,63 @@ static sl_status ram_get(sl_kv_tier_t *bt, const sl_kv_block_key *key,
     pthread_mutex_unlock(&t->mu);
     return SL_ERR_NOT_FOUND;
   }
+  x->refs++; /* the copy runs outside the mutex */
+  list_unlink(t, x);
+  list_push_head(t, x);
+  pthread_mutex_unlock(&t->mu);
   bool ok = true;
   if (x->lz4)
-    ok = LZ4_decompress_safe((const char *)entry_payload(t, x), dst,
-                             (int)x->stored, (int)n) == (int)n;
+    ok = LZ4_decompress_safe((const char *)x->pay, dst, (int)x->stored,
+                             (int)n) == (int)n;
   else
-    memcpy(dst, entry_payload(t, x), n);
+    memcpy(dst, x->pay, n);
+  pthread_mutex_lock(&t->mu);
   if (!ok) { /* cannot happen short of memory corruption: never served */
     t->st.corrupt++;
-    remove_entry(t, x);
+    if (!x->dead)
+      remove_entry(t, x);
     t->st.entries = t->n;
-    pthread_mutex_unlock(&t->mu);
-    return SL_ERR_FORMAT;
+  } else {
+    t->st.hits++;
+    t->st.get_bytes += n;
+    t->st.get_ms_total += sl_ns_to_ms(sl_now_ns()) - t0;
   }
+  entry_unref(t, x);
+  pthread_mutex_unlock(&t->mu);
+  return ok ? SL_OK : SL_ERR_FORMAT;
+}
+
+static sl_status ram_get_ref(sl_kv_tier_t *bt, const sl_kv_block_key *key,
+                             const void **p, size_t n, void **hold) {
+  ram_tier *t = (ram_tier *)bt;
+  if (n != t->payload_bytes || key->fingerprint != t->cfg.fingerprint)
+    return SL_ERR_INVALID_ARG;
+  pthread_mutex_lock(&t->mu);
+  ram_entry *x = find(t, key->hash);
+  if (!x || !tokens_match(t, x, key->tokens)) {
+    pthread_mutex_unlock(&t->mu);
+    return SL_ERR_NOT_FOUND;
+  }
+  if (x->lz4) { /* not the block's bytes: the caller gets a copy instead */
+    pthread_mutex_unlock(&t->mu);
+    return SL_ERR_UNSUPPORTED;
+  }
+  x->refs++;
   list_unlink(t, x);
   list_push_head(t, x);
   t->st.hits++;
   t->st.get_bytes += n;
-  t->st.get_ms_total += sl_ns_to_ms(sl_now_ns()) - t0;
   pthread_mutex_unlock(&t->mu);
+  *p = x->pay;
+  *hold = x;
   return SL_OK;
+}
+
+static void ram_unref(sl_kv_tier_t *bt, void *hold) {
+  ram_tier *t = (ram_tier *)bt;
+  pthread_mutex_lock(&t->mu);
+  entry_unref(t, hold);
+  pthread_mutex_unlock(&t->mu);
 }
 
 static sl_status ram_put(sl_kv_tier_t *bt, const sl_kv_block_key *key,
@@ -184,17 +243,25 @@ static sl_status ram_put(sl_kv_tier_t *bt, const sl_kv_block_key *key,
   pthread_mutex_unlock(&t->mu);
   size_t head =
       sizeof(ram_entry) + sizeof(int32_t) * (size_t)t->cfg.block_tokens;
+  bool slot = t->cfg.pay_alloc != NULL;
   size_t bound = t->cfg.lz4 ? (size_t)LZ4_compressBound((int)n) : n;
-  ram_entry *x = malloc(head + (bound > n ? bound : n));
+  if (slot ? head + n > t->cfg.budget : head > t->cfg.budget)
+    return SL_OK; /* could never be held */
+  ram_entry *x = malloc(head + (slot ? 0 : (bound > n ? bound : n)));
   if (!x)
     return SL_ERR_NOMEM;
   memset(x, 0, sizeof *x);
   x->hash = key->hash;
   memcpy(entry_tokens(x), key->tokens,
          sizeof(int32_t) * (size_t)t->cfg.block_tokens);
-  uint8_t *pay = entry_payload(t, x);
-  int c = t->cfg.lz4
-              ? LZ4_compress_default(src, (char *)pay, (int)n, (int)bound)
+  /* a slot holds the raw size: a compressed block must fit it */
+  x->pay = slot ? t->cfg.pay_alloc(t->cfg.pay_ctx, n) : entry_inline(t, x);
+  if (!x->pay) {
+    free(x);
+    return SL_ERR_NOMEM;
+  }
+  int c = t->cfg.lz4 && !slot
+              ? LZ4_compress_default(src, (char *)x->pay, (int)n, (int)bound)
               : 0;
   /* kept compressed only when that saves an eighth: below that, the
    * decompression at every restore costs more than the bytes are worth */
@@ -202,15 +269,18 @@ static sl_status ram_put(sl_kv_tier_t *bt, const sl_kv_block_key *key,
     x->lz4 = true;
     x->stored = (size_t)c;
   } else {
-    memcpy(pay, src, n);
+    memcpy(x->pay, src, n);
     x->stored = n;
   }
-  x->alloc = head + x->stored;
-  ram_entry *shrunk = realloc(x, x->alloc);
-  if (shrunk)
-    x = shrunk;
+  x->alloc = head + (slot ? n : x->stored);
+  if (!slot) {
+    ram_entry *shrunk = realloc(x, x->alloc);
+    if (shrunk)
+      x = shrunk;
+    x->pay = entry_inline(t, x);
+  }
   if (x->alloc > t->cfg.budget) { /* could never be held */
-    free(x);
+    entry_free(t, x);
     return SL_OK;
   }
   pthread_mutex_lock(&t->mu);
@@ -249,20 +319,25 @@ static void ram_close(sl_kv_tier_t *bt) {
   ram_tier *t = (ram_tier *)bt;
   for (ram_entry *x = t->head, *nx; x; x = nx) {
     nx = x->next;
-    free(x);
+    entry_free(t, x); /* no reference may be held at close */
   }
   pthread_mutex_destroy(&t->mu);
   free(t->buckets);
   free(t);
 }
 
-static const sl_kv_tier_ops ram_ops = {ram_contains, ram_get, ram_put,
-                                       ram_stats, ram_close};
+static const sl_kv_tier_ops ram_ops = {.contains = ram_contains,
+                                       .get = ram_get,
+                                       .put = ram_put,
+                                       .stats = ram_stats,
+                                       .close = ram_close,
+                                       .get_ref = ram_get_ref,
+                                       .unref = ram_unref};
 
 sl_status sl_kv_ram_open(const sl_kv_ram_config *cfg, sl_kv_tier_t **out) {
   *out = NULL;
   if (cfg->block_tokens <= 0 || cfg->block_tokens > 4096 || cfg->n_layer <= 0 ||
-      cfg->kv_dim <= 0 || !cfg->budget)
+      cfg->kv_dim <= 0 || !cfg->budget || !cfg->pay_alloc != !cfg->pay_free)
     return SL_ERR_INVALID_ARG;
   ram_tier *t = calloc(1, sizeof *t);
   if (!t)

@@ -541,5 +541,9 @@ static sl_kv_tier_stats ssd_stats(sl_kv_tier_t *bt) {
   return s;
 }
 
-static const sl_kv_tier_ops ssd_ops = {ssd_contains, ssd_get, ssd_put,
-                                       ssd_stats, ssd_close};
+static const sl_kv_tier_ops ssd_ops = {
+    .contains = ssd_contains,
+    .get = ssd_get,
+    .put = ssd_put,
+    .stats = ssd_stats,
+    .close = ssd_close}; /* no get_ref: a block on disk is read by a copy */
