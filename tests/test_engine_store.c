@@ -9,6 +9,18 @@
  *   - the greedy tokens equal the first run's, which equal a cold
  *     engine's;
  *   - the worker took the lock once per copy batch and dropped nothing.
+ * Then the lock itself: the same run with each store copy made long (a
+ * test hook sleeps 15 ms in the copy task, on the store's stream, while
+ * the lock is held), on a fresh directory, and the admin's clear called
+ * again and again while the worker copies:
+ *   - no clear ever found a store copy in flight (the store stream's
+ *     clear evidence, rt.h): the clears waited for the lock instead, for
+ *     tens of milliseconds in all; a no-op lock (mutant 63) lets clears
+ *     run over the copies (the last request's blocks are queued before
+ *     its end is reported, so the clears loop meets at least their copy);
+ *   - every copy was recorded as a use of the KV pool on the store's
+ *     stream (I1; mutant 64 names no buffer);
+ *   - the restart restores every block with the cold tokens.
  * Then the hot RAM tier, without the SSD tier: a pool with room for about
  * one request serves the four prompts one after another, then the first
  * again. Its blocks have left the pool by then (an engine without the hot
@@ -25,6 +37,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/engine_impl.h"
 #include "engine_util.h"
 #include "harness.h"
 #include "sluice/kv_tier.h"
@@ -33,6 +46,7 @@
 enum { N = 4, GEN = 16 };
 
 static sl_engine_device g_dev = SL_ENGINE_DEVICE_CPU;
+static int g_copy_delay_ms; /* the store copies' test delay (0: none) */
 
 static void run(sl_model_t *m, sl_tokenizer_t *tok, const char *dir,
                 int32_t *const *prompts, const int *np, result *res,
@@ -48,6 +62,8 @@ static void run(sl_model_t *m, sl_tokenizer_t *tok, const char *dir,
   c.ssd_cache_bytes = 1ull << 30;
   sl_engine_t *e;
   CHECK(sl_engine_create(m, tok, &c, &e) == SL_OK);
+  sl__engine_test_hooks h = {.store_copy_delay_ms = g_copy_delay_ms};
+  sl__engine_set_test_hooks(e, &h);
   sl_gen_params g = greedy(GEN);
   for (int i = 0; i < N; i++) {
     result_init(&res[i]);
@@ -61,7 +77,10 @@ static void run(sl_model_t *m, sl_tokenizer_t *tok, const char *dir,
       CHECK(sl_engine_tier_stats(e, 0, ts, ws));
       if (ws->written + ws->failed + ws->dropped == ws->queued)
         break;
-      usleep(10000);
+      if (g_copy_delay_ms) /* the admin's clear, while the worker copies */
+        CHECK(sl_engine_clear_cache(e) == SL_OK);
+      else
+        usleep(10000);
     }
   }
   /* the clears' buffer-access lock: every clear counted (the device's
@@ -166,6 +185,48 @@ static void suite(sl_model_t *m, sl_tokenizer_t *tok) {
     CHECK(again[i].cached == (np[i] - 1) / 16 * 16);
   }
   CHECK(blocks > 0);
+  CHECK(ws.copies_at_clear == 0 && ws.copies_unrecorded == 0);
+
+  /* the lock: long store copies against the clears at every token */
+  {
+    char dir2[] = "/tmp/sl_engine_store_lock_XXXXXX";
+    CHECK(mkdtemp(dir2) != NULL);
+    result slow[N], back[N];
+    sl_access_lock_stats l0 =
+        sl_buffer_access_stats(sl_engine_resolve_device(g_dev));
+    g_copy_delay_ms = 15;
+    run(m, tok, dir2, prompts, np, slow, &ws, &ts);
+    g_copy_delay_ms = 0;
+    sl_access_lock_stats l1 =
+        sl_buffer_access_stats(sl_engine_resolve_device(g_dev));
+    double waited = (double)(l1.wait_ns_total - l0.wait_ns_total) / 1e6;
+    printf("the lock: %llu store copies of 15 ms, %llu clears; the clears "
+           "waited %.1f ms for the lock in all; %llu clears found a copy in "
+           "flight, %llu copies unrecorded\n",
+           (unsigned long long)ws.lock_holds,
+           (unsigned long long)(l1.clears - l0.clears), waited,
+           (unsigned long long)ws.copies_at_clear,
+           (unsigned long long)ws.copies_unrecorded);
+    CHECK(ws.lock_holds > 0 && ws.written == ws.queued);
+    CHECK(ws.copies_at_clear == 0);
+    CHECK(ws.copies_unrecorded == 0);
+    /* not vacuous: clears met copies and waited. The last request's
+     * blocks are queued before its end is reported, so their copy (15 ms
+     * under the lock) runs while this thread's loop of clears does */
+    CHECK(waited >= 7.0);
+    CHECK(ws.lock_holds >= 2);
+    run(m, tok, dir2, prompts, np, back, &ws, &ts);
+    CHECK(ts.corrupt == 0);
+    for (int i = 0; i < N; i++) {
+      CHECK(slow[i].n == GEN && back[i].n == GEN);
+      CHECK(!memcmp(cold[i].toks, slow[i].toks, sizeof(int32_t) * GEN));
+      CHECK(!memcmp(cold[i].toks, back[i].toks, sizeof(int32_t) * GEN));
+      CHECK(back[i].cached == (np[i] - 1) / 16 * 16);
+    }
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir2);
+    CHECK(system(cmd) == 0);
+  }
 
   /* the hot tier: a pool with room for the largest request and 2 blocks */
   int need = 0;

@@ -620,6 +620,69 @@ static void test_kv_store(void) {
  * on the one-float4-a-thread path (576, 4096), the four-a-thread one
  * (8192, 16384) and the two-launch fallback (4099). A dropped add, a norm
  * of the old x, or a missing weight fails it by O(1). */
+/* sl_kcu_kv_blocks: a gather of n pool blocks into the staging layout (for
+ * each block, for each layer, K span then V span) equals the CPU's index
+ * arithmetic (sl_kv_view_k_offset) bit for bit; the scatter of another
+ * staging buffer writes exactly those spans and nothing else. Aligned
+ * (uint4) and unaligned (u16) span widths; bad block ids refused. */
+static void test_kv_blocks(void) {
+  const int n_layer = 3, n_blocks = 10;
+  const size_t spans[] = {16 * 64, 3 * 5}; /* 2 KiB; 30 bytes */
+  for (size_t si = 0; si < 2; si++) {
+    size_t span = spans[si];
+    size_t half = (size_t)n_layer * n_blocks * span, total = 2 * half;
+    uint16_t *pool = xmalloc(total * 2);
+    for (size_t i = 0; i < total; i++)
+      pool[i] = (uint16_t)rnd_u64();
+    const int blocks[] = {7, 0, 9, 3};
+    const int n = 4;
+    size_t st_elems = (size_t)n * n_layer * 2 * span;
+    uint16_t *ref = xmalloc(st_elems * 2), *got = xmalloc(st_elems * 2);
+    for (int i = 0; i < n; i++)
+      for (int l = 0; l < n_layer; l++)
+        for (int h = 0; h < 2; h++) {
+          size_t off = (size_t)h * half +
+                       ((size_t)l * n_blocks + (size_t)blocks[i]) * span;
+          memcpy(ref + (((size_t)i * n_layer + l) * 2 + h) * span, pool + off,
+                 span * 2);
+        }
+    uint16_t *dpool = dev_upload(pool, total * 2);
+    uint16_t *dst = dev_alloc(st_elems * 2);
+    CHECK_OK(sl_kcu_kv_blocks(g_stream, dpool, n_layer, n_blocks, span, blocks,
+                              n, dst, true));
+    download(got, dst, st_elems * 2);
+    CHECK_MSG(!memcmp(got, ref, st_elems * 2), "gather differs (span %zu)",
+              span);
+    /* scatter new values into the same blocks */
+    for (size_t i = 0; i < st_elems; i++)
+      ref[i] = (uint16_t)rnd_u64();
+    CHECK(h2d(dst, ref, st_elems * 2) == cudaSuccess);
+    CHECK_OK(sl_kcu_kv_blocks(g_stream, dpool, n_layer, n_blocks, span, blocks,
+                              n, dst, false));
+    uint16_t *after = xmalloc(total * 2);
+    download(after, dpool, total * 2);
+    for (int i = 0; i < n; i++)
+      for (int l = 0; l < n_layer; l++)
+        for (int h = 0; h < 2; h++) {
+          size_t off = (size_t)h * half +
+                       ((size_t)l * n_blocks + (size_t)blocks[i]) * span;
+          memcpy(pool + off, ref + (((size_t)i * n_layer + l) * 2 + h) * span,
+                 span * 2);
+        }
+    CHECK_MSG(!memcmp(after, pool, total * 2),
+              "scatter differs or wrote elsewhere (span %zu)", span);
+    const int bad[] = {10};
+    CHECK(sl_kcu_kv_blocks(g_stream, dpool, n_layer, n_blocks, span, bad, 1,
+                           dst, true) == SL_ERR_INVALID_ARG);
+    dev_free(dpool);
+    dev_free(dst);
+    free(pool);
+    free(ref);
+    free(got);
+    free(after);
+  }
+}
+
 static void test_add_rmsnorm(void) {
   const int64_t widths[] = {576, 4096, 4099, 8192, 16384};
   const int64_t rows_of[] = {1, 5};
@@ -1156,6 +1219,7 @@ int main(int argc, char **argv) {
     RUN(test_elementwise);
     RUN(test_rope);
     RUN(test_kv_store);
+    RUN(test_kv_blocks);
     RUN(test_add_rmsnorm);
     RUN(test_rope_kv_store);
     RUN(test_attention);

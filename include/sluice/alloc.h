@@ -47,6 +47,10 @@ uint64_t sl_buf_id(const sl_buf_t *b); /* unique, for messages */
  * sl_stream_submit does this itself for the buffers it is given. */
 sl_status sl_buf_record_use(sl_buf_t *b, sl_stream_t *s, uint64_t seq);
 
+/* The latest use of b recorded on stream s (the task sequence number), 0
+ * when none is: a reader's check that its work counts as a use (I1). */
+uint64_t sl_buf_use_seq(sl_buf_t *b, const sl_stream_t *s);
+
 /* Host <-> buffer copies, in stream order on the buffer's owner; they block
  * until done. */
 sl_status sl_buf_write(sl_buf_t *b, size_t off, const void *src, size_t n);

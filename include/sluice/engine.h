@@ -240,6 +240,10 @@ typedef struct sl_engine_stats {
   /* blocks restored from the tiers (hot, SSD) at admission, and the time
    * spent reading and queueing them */
   uint64_t restored_blocks, restore_ns;
+  /* of those, the blocks read by a copy (from SSD: the reader threads
+   * read a group's files in parallel), their bytes and the wall time the
+   * reads took */
+  uint64_t restore_read_blocks, restore_read_bytes, restore_read_ns;
   /* admissions put off because another request was prefilling the next
    * block of the same prefix (in-flight prefix sharing) */
   uint64_t prefix_waits;
@@ -259,6 +263,11 @@ typedef struct sl_engine_store_stats {
    * (the last is +Inf) */
   uint64_t lock_holds, lock_ns_total, lock_ns_max;
   uint64_t lock_hold_hist[SL_STORE_HOLD_BUCKETS];
+  /* the worker's own checks, 0 when the protocol holds: clears that found
+   * one of its copies still in flight (the lock keeps them out: the clear
+   * evidence of its stream, rt.h); copies that were not recorded as a use
+   * of the pool on its stream (I1) */
+  uint64_t copies_at_clear, copies_unrecorded;
 } sl_engine_store_stats;
 
 uint64_t sl_engine_store_hold_bucket_ns(int bucket);

@@ -61,6 +61,9 @@ typedef struct sl__engine_test_hooks {
   void (*after_clear)(void *ud, sl_stream_t *engine_stream, sl__clear_site site,
                       const sl__site_stats *now);
   void *ud;
+  /* each store copy task sleeps this long first: a long read, so that a
+   * clear meets one in flight unless the lock keeps it out */
+  int store_copy_delay_ms;
   int fail_guard_admit, fail_guard_chunk;
   int fail_oom_admit, fail_oom_chunk;
 } sl__engine_test_hooks;

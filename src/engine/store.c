@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/engine_impl.h"
 #include "sluice/alloc.h"
@@ -48,6 +49,9 @@
 #define STORE_BATCH   8    /* blocks per copy task (and per lock hold) */
 #define RESTORE_GROUP 64   /* blocks per restore task */
 #define STAGING_KEEP  4    /* idle page-locked restore buffers kept (CUDA) */
+#define READERS                                                                \
+  3 /* threads that read a restore's files, besides                            \
+       the executor */
 _Static_assert(RESTORE_GROUP <= SL_KCU_KV_BLOCKS_MAX, "a group in one launch");
 
 typedef struct store_item {
@@ -73,6 +77,15 @@ typedef struct lent {
   uint64_t seq;
 } lent;
 
+/* One block a restore reads by a copy (from SSD), and how that went. */
+typedef struct read_job {
+  sl_kv_tier_t *tier;
+  sl_kv_block_key key;
+  void *dst;
+  size_t n;
+  sl_status st;
+} read_job;
+
 typedef struct sl__store {
   sl_engine_t *e;
   bool gpu; /* the pool is CUDA device memory */
@@ -91,6 +104,14 @@ typedef struct sl__store {
   int n_idle;
   lent *lent; /* tier blocks read by restores in flight (executor) */
   int n_lent, cap_lent;
+  /* the readers: a group's jobs, taken in order by them and the executor */
+  pthread_mutex_t rmu;
+  pthread_cond_t rcv, rdone;
+  read_job *jobs;
+  int n_jobs, next_job, jobs_done;
+  bool rstop;
+  pthread_t readers[READERS];
+  int n_readers;
 } sl__store;
 
 /* ---- the copy tasks ---------------------------------------------------- */
@@ -109,11 +130,14 @@ typedef struct copy_arg {
   sl_buf_t *stage; /* CUDA: n * block bytes of device memory, or NULL */
   bool out;
   bool free_host; /* the task frees `host` when done (restores) */
+  int delay_ms;   /* a test's long read (sl__engine_test_hooks) */
 } copy_arg;
 
 static sl_status copy_task(const sl_task_ctx *ctx, void *p) {
   (void)ctx;
   copy_arg *a = p;
+  if (a->delay_ms)
+    usleep((useconds_t)a->delay_ms * 1000u);
   uint16_t *base = sl_buf_ptr(a->pool);
   size_t half = sl_kv_view_half_elems(&a->view);
   size_t span = (size_t)a->view.block_tokens * (size_t)a->view.kv_dim;
@@ -148,6 +172,8 @@ static sl_status copy_task(const sl_task_ctx *ctx, void *p) {
  * block, layer and half. */
 static sl_status copy_task_cuda(const sl_task_ctx *ctx, void *p) {
   copy_arg *a = p;
+  if (a->delay_ms)
+    usleep((useconds_t)a->delay_ms * 1000u); /* before the enqueue */
   uint16_t *base = sl_buf_ptr(a->pool);
   size_t half = sl_kv_view_half_elems(&a->view);
   size_t span = (size_t)a->view.block_tokens * (size_t)a->view.kv_dim;
@@ -322,7 +348,8 @@ static void *store_main(void *p) {
                   .n = n,
                   .host = host,
                   .stage = stage,
-                  .out = true};
+                  .out = true,
+                  .delay_ms = e->hooks.store_copy_delay_ms};
     sl_buf_t *bufs[2] = {a.pool, stage};
     sl_status st = host ? SL_OK : SL_ERR_NOMEM;
     for (int i = 0; i < n; i++) {
@@ -334,14 +361,20 @@ static void *store_main(void *p) {
     }
     if (st == SL_OK) {
       sl_buffer_access_lock(e->dev);
-      uint64_t t0 = sl_now_ns();
+      uint64_t t0 = sl_now_ns(), seq = 0;
       st = sl_stream_submit(own, s->gpu ? copy_task_cuda : copy_task, &a,
-                            sizeof a, bufs, stage ? 2 : 1, NULL);
+                            sizeof a, bufs, stage ? 2 : 1, &seq);
       if (st == SL_OK)
         st = sl_stream_sync(own);
       uint64_t held = sl_now_ns() - t0;
       sl_buffer_access_unlock(e->dev);
+      /* the protocol's own evidence: the copy was a use of the pool on
+       * this stream, and no clear found it in flight */
+      bool unrecorded = st == SL_OK && sl_buf_use_seq(a.pool, own) < seq;
+      uint64_t at_clear = sl_stream_clear_evidence(own).others.clears;
       pthread_mutex_lock(&s->mu);
+      s->st.copies_unrecorded += unrecorded;
+      s->st.copies_at_clear = at_clear;
       s->st.lock_holds++;
       s->st.lock_ns_total += held;
       if (held > s->st.lock_ns_max)
@@ -384,6 +417,55 @@ static void *store_main(void *p) {
   return NULL;
 }
 
+/* ---- the readers ------------------------------------------------------- */
+
+/* Takes and runs jobs until none is left to take; called with rmu held,
+ * returns with it held. */
+static void read_jobs_locked(sl__store *s) {
+  while (s->jobs && s->next_job < s->n_jobs) {
+    read_job *j = &s->jobs[s->next_job++];
+    pthread_mutex_unlock(&s->rmu);
+    j->st = sl_kv_tier_get(j->tier, &j->key, j->dst, j->n);
+    pthread_mutex_lock(&s->rmu);
+    if (++s->jobs_done == s->n_jobs)
+      pthread_cond_signal(&s->rdone);
+  }
+}
+
+static void *reader_main(void *p) {
+  sl__store *s = p;
+  pthread_mutex_lock(&s->rmu);
+  for (;;) {
+    while (!s->rstop && !(s->jobs && s->next_job < s->n_jobs))
+      pthread_cond_wait(&s->rcv, &s->rmu);
+    if (s->rstop)
+      break;
+    read_jobs_locked(s);
+  }
+  pthread_mutex_unlock(&s->rmu);
+  return NULL;
+}
+
+/* Runs n jobs on the readers and this thread (the executor); returns when
+ * all are done. The files are read in parallel: a disk answers several
+ * reads at once faster than one after another. */
+static void read_all(sl__store *s, read_job *jobs, int n) {
+  if (!n)
+    return;
+  pthread_mutex_lock(&s->rmu);
+  s->jobs = jobs;
+  s->n_jobs = n;
+  s->next_job = s->jobs_done = 0;
+  if (n > 1)
+    pthread_cond_broadcast(&s->rcv);
+  read_jobs_locked(s);
+  while (s->jobs_done < s->n_jobs)
+    pthread_cond_wait(&s->rdone, &s->rmu);
+  s->jobs = NULL;
+  s->n_jobs = 0;
+  pthread_mutex_unlock(&s->rmu);
+}
+
 sl_status sl__store_start(sl_engine_t *e) {
   sl__store *s = calloc(1, sizeof *s);
   if (!s)
@@ -392,12 +474,22 @@ sl_status sl__store_start(sl_engine_t *e) {
   s->gpu = sl_device_kind_of(e->dev) == SL_DEVICE_CUDA;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
+  pthread_mutex_init(&s->rmu, NULL);
+  pthread_cond_init(&s->rcv, NULL);
+  pthread_cond_init(&s->rdone, NULL);
   if (pthread_create(&s->thread, NULL, store_main, s) != 0) {
+    pthread_cond_destroy(&s->rdone);
+    pthread_cond_destroy(&s->rcv);
+    pthread_mutex_destroy(&s->rmu);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
     return SL_ERR_THREAD;
   }
+  /* fewer readers (none) only make restores slower */
+  while (s->n_readers < READERS &&
+         pthread_create(&s->readers[s->n_readers], NULL, reader_main, s) == 0)
+    s->n_readers++;
   e->store = s;
   return SL_OK;
 }
@@ -556,6 +648,15 @@ void sl__store_stop(sl_engine_t *e) {
   pthread_cond_signal(&s->cv);
   pthread_mutex_unlock(&s->mu);
   pthread_join(s->thread, NULL);
+  pthread_mutex_lock(&s->rmu);
+  s->rstop = true;
+  pthread_cond_broadcast(&s->rcv);
+  pthread_mutex_unlock(&s->rmu);
+  for (int i = 0; i < s->n_readers; i++)
+    pthread_join(s->readers[i], NULL);
+  pthread_cond_destroy(&s->rdone);
+  pthread_cond_destroy(&s->rcv);
+  pthread_mutex_destroy(&s->rmu);
   sl__store_collect(e);
   staging_reap(e, s, true);
   lent_reap(e, s, true);
@@ -612,9 +713,12 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
   if (!host)
     return 0;
   uint64_t hashes[RESTORE_GROUP];
-  int from[RESTORE_GROUP];  /* the tier each block came from */
-  lent held[RESTORE_GROUP]; /* blocks read in place from a tier */
-  int n_held = 0;
+  int from[RESTORE_GROUP];      /* the tier each block came from */
+  lent held[RESTORE_GROUP];     /* blocks read in place from a tier */
+  int held_at[RESTORE_GROUP];   /* their places in the group */
+  read_job jobs[RESTORE_GROUP]; /* blocks read by a copy */
+  int job_of[RESTORE_GROUP];    /* a block's job, or -1 */
+  int n_held = 0, n_jobs = 0;
   copy_arg a = {.pool = sl_kv_buffer(e->kv),
                 .view = sl_kv_view_of(e->kv),
                 .host = host,
@@ -626,30 +730,60 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
     const int32_t *bt = tokens + (size_t)got * (size_t)T;
     uint64_t nh = sl_kv_hash_block(e->kv, hh, bt, T);
     sl_kv_block_key k = {kc->fingerprint, nh, bt};
-    sl_status gs = SL_ERR_NOT_FOUND;
+    bool found = false;
     int j = 0;
-    for (; j < e->n_tiers; j++) {
+    for (; j < e->n_tiers && !found; j++) {
       /* in place where the tier can lend it (the hot tier: no copy on
-       * the executor; on CUDA its slots are page-locked), else a copy */
+       * the executor; on CUDA its slots are page-locked), else a read
+       * into the staging buffer, run below with the group's others */
       const void *p = NULL;
       void *hold = NULL;
-      gs = sl_kv_tier_get_ref(e->tiers[j], &k, &p, bb, &hold);
+      sl_status gs = sl_kv_tier_get_ref(e->tiers[j], &k, &p, bb, &hold);
       if (gs == SL_OK) {
         a.src[got] = p;
+        held_at[n_held] = got;
         held[n_held++] = (lent){e->tiers[j], hold, 0};
-        break;
-      }
-      if (gs == SL_ERR_UNSUPPORTED &&
-          (gs = sl_kv_tier_get(e->tiers[j], &k, host + (size_t)got * bb, bb)) ==
-              SL_OK) {
+        job_of[got] = -1;
+        found = true;
+      } else if (gs == SL_ERR_UNSUPPORTED && sl_kv_tier_peek(e->tiers[j], &k)) {
         a.src[got] = host + (size_t)got * bb;
-        break;
+        jobs[n_jobs] =
+            (read_job){e->tiers[j], k, host + (size_t)got * bb, bb, SL_OK};
+        job_of[got] = n_jobs++;
+        found = true;
       }
     }
-    if (gs != SL_OK)
-      break; /* missing or bad (then dropped): computed instead */
-    from[got] = j;
+    if (!found)
+      break; /* missing: computed instead */
+    from[got] = j - 1;
     hashes[got] = hh = nh;
+  }
+  uint64_t r0 = sl_now_ns();
+  read_all(s, jobs, n_jobs);
+  uint64_t read_ns = sl_now_ns() - r0;
+  /* a block that failed its read (bad, then dropped) ends the chain */
+  for (int i = 0; i < got; i++)
+    if (job_of[i] >= 0 && jobs[job_of[i]].st != SL_OK) {
+      got = i;
+      hh = i ? hashes[i - 1] : *h;
+      break;
+    }
+  int n_read = 0;
+  for (int i = 0; i < got; i++)
+    n_read += job_of[i] >= 0;
+  int kept = 0; /* lent blocks past the chain's end go back */
+  for (int i = 0; i < n_held; i++)
+    if (held_at[i] < got)
+      held[kept++] = held[i];
+    else
+      sl_kv_tier_unref(held[i].tier, held[i].hold);
+  n_held = kept;
+  if (n_jobs) {
+    pthread_mutex_lock(&e->mu);
+    e->stats.restore_read_blocks += (uint64_t)n_read;
+    e->stats.restore_read_bytes += (uint64_t)n_read * bb;
+    e->stats.restore_read_ns += read_ns;
+    pthread_mutex_unlock(&e->mu);
   }
   a.n = got;
   memcpy(a.blocks, blocks, sizeof *blocks * (size_t)got);

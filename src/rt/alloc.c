@@ -554,6 +554,19 @@ size_t sl_buf_size(const sl_buf_t *b) {
 sl_stream_t *sl_buf_owner(const sl_buf_t *b) {
   return b->owner;
 }
+uint64_t sl_buf_use_seq(sl_buf_t *b, const sl_stream_t *s) {
+  if (!b || !s)
+    return 0;
+  sl__allocator *a = &b->dev->alloc;
+  uint64_t seq = 0;
+  pthread_mutex_lock(&a->mu);
+  for (uint32_t i = 0; i < b->nuses; i++)
+    if (b->uses[i].stream == s)
+      seq = b->uses[i].seq;
+  pthread_mutex_unlock(&a->mu);
+  return seq;
+}
+
 uint64_t sl_buf_id(const sl_buf_t *b) {
   return b->id;
 }

@@ -154,6 +154,9 @@ static void add_stats(sl_engine_stats *a, const sl_engine_stats *b) {
   a->queue_timeouts += b->queue_timeouts;
   a->restored_blocks += b->restored_blocks;
   a->restore_ns += b->restore_ns;
+  a->restore_read_blocks += b->restore_read_blocks;
+  a->restore_read_bytes += b->restore_read_bytes;
+  a->restore_read_ns += b->restore_read_ns;
   a->prefix_waits += b->prefix_waits;
 }
 
@@ -300,6 +303,8 @@ static bool tier_sum(const snapshot *sn, int i, sl_kv_tier_stats *t,
     w->dropped += b.dropped;
     w->pending += b.pending;
     w->lock_holds += b.lock_holds;
+    w->copies_at_clear += b.copies_at_clear;
+    w->copies_unrecorded += b.copies_unrecorded;
     w->lock_ns_total += b.lock_ns_total;
     if (b.lock_ns_max > w->lock_ns_max)
       w->lock_ns_max = b.lock_ns_max;
@@ -355,6 +360,13 @@ static void tier_metrics(sl_server_t *s, sl_sbuf *o, const snapshot *sn) {
        "Executor time restoring blocks from the tiers at admission (reads "
        "and queueing the copies).",
        (double)sn->e.restore_ns / 1e9},
+      {"sluice_kv_tier_read_bytes_total", 'c',
+       "Bytes of restored blocks read by a copy (SSD), in parallel.",
+       (double)sn->e.restore_read_bytes},
+      {"sluice_kv_tier_read_seconds_total", 'c',
+       "Wall time of those parallel reads (bytes / seconds: the restore "
+       "read bandwidth).",
+       (double)sn->e.restore_read_ns / 1e9},
       {"sluice_kv_store_queued_total", 'c',
        "Blocks handed to the store worker.", (double)w.queued},
       {"sluice_kv_store_dropped_total", 'c',
@@ -364,6 +376,14 @@ static void tier_metrics(sl_server_t *s, sl_sbuf *o, const snapshot *sn) {
        "Blocks the store worker could not write.", (double)w.failed},
       {"sluice_kv_store_pending", 'g', "Blocks waiting for the store worker.",
        (double)w.pending},
+      {"sluice_kv_store_copies_at_clear_total", 'c',
+       "Store copies a clear found in flight (0 while the buffer-access "
+       "lock keeps clears out).",
+       (double)w.copies_at_clear},
+      {"sluice_kv_store_copies_unrecorded_total", 'c',
+       "Store copies not recorded as a use of the KV pool (I1; 0 unless "
+       "broken).",
+       (double)w.copies_unrecorded},
   };
   prom_rows(o, rows, sizeof rows / sizeof rows[0], NULL);
   lock_hist(o, "sluice_kv_store_lock_hold_seconds",
