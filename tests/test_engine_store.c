@@ -20,7 +20,7 @@
  *     its end is reported, so the clears loop meets at least their copy);
  *   - every copy was recorded as a use of the KV pool on the store's
  *     stream (I1; mutant 64 names no buffer);
- *   - the restart restores every block with the cold tokens.
+ *   - the tokens are the cold engine's.
  * Then the hot RAM tier, without the SSD tier: a pool with room for about
  * one request serves the four prompts one after another, then the first
  * again. Its blocks have left the pool by then (an engine without the hot
@@ -191,7 +191,7 @@ static void suite(sl_model_t *m, sl_tokenizer_t *tok) {
   {
     char dir2[] = "/tmp/sl_engine_store_lock_XXXXXX";
     CHECK(mkdtemp(dir2) != NULL);
-    result slow[N], back[N];
+    result slow[N];
     sl_access_lock_stats l0 =
         sl_buffer_access_stats(sl_engine_resolve_device(g_dev));
     g_copy_delay_ms = 15;
@@ -215,14 +215,9 @@ static void suite(sl_model_t *m, sl_tokenizer_t *tok) {
      * under the lock) runs while this thread's loop of clears does */
     CHECK(waited >= 7.0);
     CHECK(ws.lock_holds >= 2);
-    run(m, tok, dir2, prompts, np, back, &ws, &ts);
-    CHECK(ts.corrupt == 0);
-    for (int i = 0; i < N; i++) {
-      CHECK(slow[i].n == GEN && back[i].n == GEN);
-      CHECK(!memcmp(cold[i].toks, slow[i].toks, sizeof(int32_t) * GEN));
-      CHECK(!memcmp(cold[i].toks, back[i].toks, sizeof(int32_t) * GEN));
-      CHECK(back[i].cached == (np[i] - 1) / 16 * 16);
-    }
+    for (int i = 0; i < N; i++) /* (the restart is checked above) */
+      CHECK(slow[i].n == GEN &&
+            !memcmp(cold[i].toks, slow[i].toks, sizeof(int32_t) * GEN));
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir2);
     CHECK(system(cmd) == 0);

@@ -48,6 +48,9 @@ static void clear_at(sl_engine_t *e, sl__clear_site site) {
   uint64_t t0 = sl_now_ns();
   sl_status st = sl_sync_and_clear_cache(e->stream);
   double drain_ms = sl_ns_to_ms(sl_now_ns() - t0);
+  if (drain_ms >= 1.0)
+    SL_LOGD("clear at %s: %.2f ms%s", sl__clear_site_name(site), drain_ms,
+            busy ? " (the stream was busy)" : "");
   if (st != SL_OK) {
     /* a task of ours failed: take the error off the stream (the clear left
      * it there) and fail the requests whose work it was, after this step */

@@ -486,6 +486,20 @@ sl_status sl__store_start(sl_engine_t *e) {
     free(s);
     return SL_ERR_THREAD;
   }
+  /* CUDA with the SSD tier: two page-locked staging buffers now, at load
+   * (a group's reads fill one while the other's copy runs), rather than
+   * page-locking them during the first restores after a restart */
+  if (s->gpu && e->cfg.ssd_cache_dir) {
+    const sl_kv_config *kc = sl_kv_config_of(e->kv);
+    size_t n =
+        (size_t)sl_kv_block_bytes(kc->n_layer, kc->kv_dim, kc->block_tokens) *
+        RESTORE_GROUP;
+    for (int i = 0; i < 2; i++) {
+      void *p = sl_kcu_host_alloc(n);
+      if (p)
+        s->idle[s->n_idle++] = (staging){p, n, 0};
+    }
+  }
   /* fewer readers (none) only make restores slower */
   while (s->n_readers < READERS &&
          pthread_create(&s->readers[s->n_readers], NULL, reader_main, s) == 0)
@@ -708,10 +722,7 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
   size_t bb = (size_t)sl_kv_block_bytes(kc->n_layer, kc->kv_dim, T);
   sl__store *s = e->store;
   size_t cap = 0;
-  uint8_t *host =
-      s->gpu ? staging_get(s, bb * (size_t)n, &cap) : malloc(bb * (size_t)n);
-  if (!host)
-    return 0;
+  uint8_t *host = NULL; /* for the blocks read by a copy, if any */
   uint64_t hashes[RESTORE_GROUP];
   int from[RESTORE_GROUP];      /* the tier each block came from */
   lent held[RESTORE_GROUP];     /* blocks read in place from a tier */
@@ -721,10 +732,10 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
   int n_held = 0, n_jobs = 0;
   copy_arg a = {.pool = sl_kv_buffer(e->kv),
                 .view = sl_kv_view_of(e->kv),
-                .host = host,
                 .out = false,
                 .free_host = !s->gpu};
   uint64_t hh = *h;
+  uint64_t t_look = sl_now_ns();
   int got = 0;
   for (; got < n; got++) {
     const int32_t *bt = tokens + (size_t)got * (size_t)T;
@@ -746,9 +757,7 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
         job_of[got] = -1;
         found = true;
       } else if (gs == SL_ERR_UNSUPPORTED && sl_kv_tier_peek(e->tiers[j], &k)) {
-        a.src[got] = host + (size_t)got * bb;
-        jobs[n_jobs] =
-            (read_job){e->tiers[j], k, host + (size_t)got * bb, bb, SL_OK};
+        jobs[n_jobs] = (read_job){e->tiers[j], k, NULL, bb, SL_OK};
         job_of[got] = n_jobs++;
         found = true;
       }
@@ -758,6 +767,22 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
     from[got] = j - 1;
     hashes[got] = hh = nh;
   }
+  t_look = sl_now_ns() - t_look;
+  /* the staging buffer, only for reads (a restore from the hot tier
+   * alone needs none: on CUDA, page-locking one costs milliseconds) */
+  if (n_jobs) {
+    host = s->gpu ? staging_get(s, bb * (size_t)got, &cap)
+                  : malloc(bb * (size_t)got);
+    if (!host) {
+      for (int i = 0; i < n_held; i++)
+        sl_kv_tier_unref(held[i].tier, held[i].hold);
+      return 0;
+    }
+    for (int i = 0; i < got; i++)
+      if (job_of[i] >= 0)
+        a.src[i] = jobs[job_of[i]].dst = host + (size_t)i * bb;
+  }
+  a.host = host;
   uint64_t r0 = sl_now_ns();
   read_all(s, jobs, n_jobs);
   uint64_t read_ns = sl_now_ns() - r0;
@@ -787,6 +812,7 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
   }
   a.n = got;
   memcpy(a.blocks, blocks, sizeof *blocks * (size_t)got);
+  uint64_t t_sub = sl_now_ns();
   /* CUDA: a device staging buffer for the group, released at once: its
    * use on the engine stream keeps it until the copy has run (I1) */
   if (s->gpu && got &&
@@ -800,8 +826,12 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
                           sizeof a, bufs, a.stage ? 2 : 1, &seq);
   if (a.stage)
     sl_buf_release(a.stage);
+  SL_LOGD("restore: %d of %d blocks (%d lent, %d read): lookups %.2f ms, "
+          "reads %.2f ms, staging and copy submitted in %.2f ms",
+          got, n, n_held, n_read, sl_ns_to_ms(t_look), sl_ns_to_ms(read_ns),
+          sl_ns_to_ms(sl_now_ns() - t_sub));
   if (ss != SL_OK) {
-    if (s->gpu)
+    if (s->gpu && host)
       staging_release(s, (staging){host, cap, 0});
     else
       free(host);
@@ -809,7 +839,7 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
       sl_kv_tier_unref(held[i].tier, held[i].hold);
     return 0;
   }
-  if (s->gpu)
+  if (s->gpu && host)
     staging_submitted(e, s, host, cap, seq);
   if (n_held)
     lent_add(e, s, held, n_held, seq);
