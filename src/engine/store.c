@@ -562,7 +562,7 @@ static void staging_reap(sl_engine_t *e, sl__store *s, bool wait) {
   s->n_busy = k;
 }
 
-static void *staging_get(sl__store *s, size_t n, size_t *cap) {
+static void *staging_take(sl__store *s, size_t n, size_t *cap) {
   for (int i = 0; i < s->n_idle; i++)
     if (s->idle[i].cap >= n) {
       void *p = s->idle[i].p;
@@ -570,8 +570,23 @@ static void *staging_get(sl__store *s, size_t n, size_t *cap) {
       s->idle[i] = s->idle[--s->n_idle];
       return p;
     }
-  *cap = n;
-  return sl_kcu_host_alloc(n);
+  return NULL;
+}
+
+/* A page-locked buffer of at least n bytes: an idle one, else one whose
+ * copy the engine stream has passed (an earlier group's, often), else a
+ * new one of `full` bytes (a whole group's, so that it serves any). */
+static void *staging_get(sl_engine_t *e, sl__store *s, size_t n, size_t full,
+                         size_t *cap) {
+  void *p = staging_take(s, n, cap);
+  if (!p && s->n_busy) {
+    staging_reap(e, s, false);
+    p = staging_take(s, n, cap);
+  }
+  if (p)
+    return p;
+  *cap = full > n ? full : n;
+  return sl_kcu_host_alloc(*cap);
 }
 
 /* After its copy was submitted as task `seq` of the engine stream. */
@@ -771,7 +786,8 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
   /* the staging buffer, only for reads (a restore from the hot tier
    * alone needs none: on CUDA, page-locking one costs milliseconds) */
   if (n_jobs) {
-    host = s->gpu ? staging_get(s, bb * (size_t)got, &cap)
+    host = s->gpu ? staging_get(e, s, bb * (size_t)got,
+                                bb * (size_t)RESTORE_GROUP, &cap)
                   : malloc(bb * (size_t)got);
     if (!host) {
       for (int i = 0; i < n_held; i++)
