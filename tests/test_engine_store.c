@@ -20,6 +20,7 @@
  *     its end is reported, so the clears loop meets at least their copy);
  *   - every copy was recorded as a use of the KV pool on the store's
  *     stream (I1; mutant 64 names no buffer);
+ *   - no clear waited longer than one store batch (and some slack);
  *   - the tokens are the cold engine's.
  * Then the hot RAM tier, without the SSD tier: a pool with room for about
  * one request serves the four prompts one after another, then the first
@@ -214,6 +215,13 @@ static void suite(sl_model_t *m, sl_tokenizer_t *tok) {
      * blocks are queued before its end is reported, so their copy (15 ms
      * under the lock) runs while this thread's loop of clears does */
     CHECK(waited >= 7.0);
+    /* bounded: a clear waited at most one store batch (the worker writes
+     * its files between batches, outside the lock, so a waiting clear
+     * gets the lock before the next one); 10 ms of slack for a release
+     * or two queued ahead of it */
+    CHECK_MSG(l1.wait_ns_max <= ws.lock_ns_max + 10000000u,
+              "a clear waited %.1f ms; the longest store batch held %.1f ms",
+              (double)l1.wait_ns_max / 1e6, (double)ws.lock_ns_max / 1e6);
     CHECK(ws.lock_holds >= 2);
     for (int i = 0; i < N; i++) /* (the restart is checked above) */
       CHECK(slow[i].n == GEN &&
