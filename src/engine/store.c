@@ -61,21 +61,23 @@ typedef struct store_item {
   int32_t *tokens; /* block_tokens, owned */
 } store_item;
 
-/* A page-locked restore buffer (CUDA): in flight until the engine stream
- * passes `seq`. Executor only. */
+/* A tier's block lent to a restore's copy (sl_kv_tier_get_ref). */
+typedef struct lent {
+  sl_kv_tier_t *tier;
+  void *hold;
+} lent;
+
+/* What a restore group's copy reads, in flight until the engine stream
+ * passes `seq`: its page-locked staging buffer (CUDA; NULL when none) and
+ * the tier blocks lent to it. Idle buffers kept for reuse lend nothing.
+ * Executor only. */
 typedef struct staging {
   void *p;
   size_t cap;
   uint64_t seq;
+  lent *lent; /* n_lent, owned */
+  int n_lent;
 } staging;
-
-/* A tier's block lent to a restore's copy (sl_kv_tier_get_ref), given
- * back once the engine stream passes task `seq`. Executor only. */
-typedef struct lent {
-  sl_kv_tier_t *tier;
-  void *hold;
-  uint64_t seq;
-} lent;
 
 /* One block a restore reads by a copy (from SSD), and how that went. */
 typedef struct read_job {
@@ -102,8 +104,6 @@ typedef struct sl__store {
   int n_busy, cap_busy;
   staging idle[STAGING_KEEP]; /* done, kept for reuse (executor) */
   int n_idle;
-  lent *lent; /* tier blocks read by restores in flight (executor) */
-  int n_lent, cap_lent;
   /* the readers: a group's jobs, taken in order by them and the executor */
   pthread_mutex_t rmu;
   pthread_cond_t rcv, rdone;
@@ -497,7 +497,7 @@ sl_status sl__store_start(sl_engine_t *e) {
     for (int i = 0; i < 2; i++) {
       void *p = sl_kcu_host_alloc(n);
       if (p)
-        s->idle[s->n_idle++] = (staging){p, n, 0};
+        s->idle[s->n_idle++] = (staging){p, n, 0, NULL, 0};
     }
   }
   /* fewer readers (none) only make restores slower */
@@ -539,14 +539,21 @@ void sl__store_enqueue(sl_engine_t *e, int block, uint64_t hash,
 
 /* ---- page-locked restore buffers (CUDA; executor only) ------------------ */
 
+/* Once nothing reads them: the lent blocks go back to their tiers, the
+ * buffer is kept idle or freed. */
 static void staging_release(sl__store *s, staging g) {
+  for (int i = 0; i < g.n_lent; i++)
+    sl_kv_tier_unref(g.lent[i].tier, g.lent[i].hold);
+  free(g.lent);
+  if (!g.p)
+    return;
   if (s->n_idle < STAGING_KEEP)
-    s->idle[s->n_idle++] = g;
+    s->idle[s->n_idle++] = (staging){g.p, g.cap, 0, NULL, 0};
   else
     sl_kcu_host_free(g.p);
 }
 
-/* Buffers whose copy the engine stream has passed become idle; wait: wait
+/* Groups whose copy the engine stream has passed are released; wait: wait
  * for every one (at the end). */
 static void staging_reap(sl_engine_t *e, sl__store *s, bool wait) {
   int k = 0;
@@ -589,60 +596,21 @@ static void *staging_get(sl_engine_t *e, sl__store *s, size_t n, size_t full,
   return sl_kcu_host_alloc(*cap);
 }
 
-/* After its copy was submitted as task `seq` of the engine stream. */
-static void staging_submitted(sl_engine_t *e, sl__store *s, void *p, size_t cap,
-                              uint64_t seq) {
+/* After the group's copy was submitted as task g.seq of the engine
+ * stream: kept until the stream passes it. */
+static void staging_submitted(sl_engine_t *e, sl__store *s, staging g) {
   if (s->n_busy == s->cap_busy) {
     int c = s->cap_busy ? 2 * s->cap_busy : 8;
     staging *b = realloc(s->busy, sizeof *b * (size_t)c);
-    if (!b) { /* cannot keep it: wait for the copy, then keep or free */
-      (void)sl_stream_wait_seq(e->stream, seq);
-      staging_release(s, (staging){p, cap, seq});
+    if (!b) { /* cannot keep it: wait for the copy, then release */
+      (void)sl_stream_wait_seq(e->stream, g.seq);
+      staging_release(s, g);
       return;
     }
     s->busy = b;
     s->cap_busy = c;
   }
-  s->busy[s->n_busy++] = (staging){p, cap, seq};
-}
-
-/* Gives back the tier blocks whose copies the engine stream has passed;
- * wait: all of them (at the end). */
-static void lent_reap(sl_engine_t *e, sl__store *s, bool wait) {
-  int k = 0;
-  for (int i = 0; i < s->n_lent; i++) {
-    lent g = s->lent[i];
-    if (wait)
-      (void)sl_stream_wait_seq(e->stream, g.seq);
-    if (wait || sl_stream_done(e->stream, g.seq))
-      sl_kv_tier_unref(g.tier, g.hold);
-    else
-      s->lent[k++] = g;
-  }
-  s->n_lent = k;
-}
-
-/* Keeps the n blocks lent to task `seq` until the stream passes it. */
-static void lent_add(sl_engine_t *e, sl__store *s, const lent *l, int n,
-                     uint64_t seq) {
-  if (s->n_lent + n > s->cap_lent) {
-    int c = s->cap_lent ? s->cap_lent : 64;
-    while (c < s->n_lent + n)
-      c *= 2;
-    lent *b = realloc(s->lent, sizeof *b * (size_t)c);
-    if (!b) { /* cannot keep them: wait for the copy, then give back */
-      (void)sl_stream_wait_seq(e->stream, seq);
-      for (int i = 0; i < n; i++)
-        sl_kv_tier_unref(l[i].tier, l[i].hold);
-      return;
-    }
-    s->lent = b;
-    s->cap_lent = c;
-  }
-  for (int i = 0; i < n; i++) {
-    s->lent[s->n_lent] = l[i];
-    s->lent[s->n_lent++].seq = seq;
-  }
+  s->busy[s->n_busy++] = g;
 }
 
 void sl__store_collect(sl_engine_t *e) {
@@ -651,8 +619,6 @@ void sl__store_collect(sl_engine_t *e) {
     return;
   if (s->n_busy)
     staging_reap(e, s, false);
-  if (s->n_lent)
-    lent_reap(e, s, false);
   int ids[256];
   for (;;) {
     pthread_mutex_lock(&s->mu);
@@ -688,8 +654,6 @@ void sl__store_stop(sl_engine_t *e) {
   pthread_mutex_destroy(&s->rmu);
   sl__store_collect(e);
   staging_reap(e, s, true);
-  lent_reap(e, s, true);
-  free(s->lent);
   for (int i = 0; i < s->n_idle; i++)
     sl_kcu_host_free(s->idle[i].p);
   free(s->busy);
@@ -768,7 +732,7 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
       if (gs == SL_OK) {
         a.src[got] = p;
         held_at[n_held] = got;
-        held[n_held++] = (lent){e->tiers[j], hold, 0};
+        held[n_held++] = (lent){e->tiers[j], hold};
         job_of[got] = -1;
         found = true;
       } else if (gs == SL_ERR_UNSUPPORTED && sl_kv_tier_peek(e->tiers[j], &k)) {
@@ -846,19 +810,27 @@ static int restore_group(sl_engine_t *e, const int32_t *tokens, uint64_t *h,
           "reads %.2f ms, staging and copy submitted in %.2f ms",
           got, n, n_held, n_read, sl_ns_to_ms(t_look), sl_ns_to_ms(read_ns),
           sl_ns_to_ms(sl_now_ns() - t_sub));
-  if (ss != SL_OK) {
-    if (s->gpu && host)
-      staging_release(s, (staging){host, cap, 0});
-    else
+  staging g = {s->gpu ? host : NULL, cap, seq, NULL, 0};
+  if (ss != SL_OK) { /* nothing reads them */
+    if (!s->gpu)
       free(host);
-    for (int i = 0; i < n_held; i++) /* nothing reads them */
+    for (int i = 0; i < n_held; i++)
       sl_kv_tier_unref(held[i].tier, held[i].hold);
+    staging_release(s, g);
     return 0;
   }
-  if (s->gpu && host)
-    staging_submitted(e, s, host, cap, seq);
-  if (n_held)
-    lent_add(e, s, held, n_held, seq);
+  /* what the copy reads stays until the engine stream passes it (on the
+   * CPU its task frees the host buffer itself) */
+  if (n_held && (g.lent = malloc(sizeof *g.lent * (size_t)n_held))) {
+    memcpy(g.lent, held, sizeof *g.lent * (size_t)n_held);
+    g.n_lent = n_held;
+  } else if (n_held) { /* cannot keep the list: wait for the copy */
+    (void)sl_stream_wait_seq(e->stream, seq);
+    for (int i = 0; i < n_held; i++)
+      sl_kv_tier_unref(held[i].tier, held[i].hold);
+  }
+  if (g.p || g.n_lent)
+    staging_submitted(e, s, g);
   /* found by later lookups at once: their prefill runs after this copy on
    * the same stream */
   for (int i = 0; i < got; i++)

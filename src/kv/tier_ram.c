@@ -154,6 +154,18 @@ static bool ram_contains(sl_kv_tier_t *bt, const sl_kv_block_key *key,
   return ok;
 }
 
+/* The block of `key` with a reference taken, made the most recently used;
+ * NULL when not held. Under the mutex. */
+static ram_entry *acquire_locked(ram_tier *t, const sl_kv_block_key *key) {
+  ram_entry *x = find(t, key->hash);
+  if (!x || !tokens_match(t, x, key->tokens))
+    return NULL;
+  x->refs++;
+  list_unlink(t, x);
+  list_push_head(t, x);
+  return x;
+}
+
 static sl_status ram_get(sl_kv_tier_t *bt, const sl_kv_block_key *key,
                          void *dst, size_t n) {
   ram_tier *t = (ram_tier *)bt;
@@ -161,15 +173,10 @@ static sl_status ram_get(sl_kv_tier_t *bt, const sl_kv_block_key *key,
   if (n != t->payload_bytes || key->fingerprint != t->cfg.fingerprint)
     return SL_ERR_INVALID_ARG;
   pthread_mutex_lock(&t->mu);
-  ram_entry *x = find(t, key->hash);
-  if (!x || !tokens_match(t, x, key->tokens)) {
-    pthread_mutex_unlock(&t->mu);
-    return SL_ERR_NOT_FOUND;
-  }
-  x->refs++; /* the copy runs outside the mutex */
-  list_unlink(t, x);
-  list_push_head(t, x);
+  ram_entry *x = acquire_locked(t, key); /* the copy runs outside */
   pthread_mutex_unlock(&t->mu);
+  if (!x)
+    return SL_ERR_NOT_FOUND;
   bool ok = true;
   if (x->lz4)
     ok = LZ4_decompress_safe((const char *)x->pay, dst, (int)x->stored,
@@ -199,17 +206,14 @@ static sl_status ram_get_ref(sl_kv_tier_t *bt, const sl_kv_block_key *key,
     return SL_ERR_INVALID_ARG;
   pthread_mutex_lock(&t->mu);
   ram_entry *x = find(t, key->hash);
-  if (!x || !tokens_match(t, x, key->tokens)) {
-    pthread_mutex_unlock(&t->mu);
-    return SL_ERR_NOT_FOUND;
-  }
-  if (x->lz4) { /* not the block's bytes: the caller gets a copy instead */
+  if (x && x->lz4 && tokens_match(t, x, key->tokens)) { /* a copy instead */
     pthread_mutex_unlock(&t->mu);
     return SL_ERR_UNSUPPORTED;
   }
-  x->refs++;
-  list_unlink(t, x);
-  list_push_head(t, x);
+  if (!(x = acquire_locked(t, key))) {
+    pthread_mutex_unlock(&t->mu);
+    return SL_ERR_NOT_FOUND;
+  }
   t->st.hits++;
   t->st.get_bytes += n;
   pthread_mutex_unlock(&t->mu);
