@@ -14,6 +14,7 @@ endif()
 add_library(sluice_server_parse STATIC src/server/json.c src/server/json_scan.c
                                        src/server/head.c
                                        src/server/parse.c
+                                       src/server/constrain.c
                                        src/server/prompt.c
                                        src/server/schema.c
                                        src/server/tools.c
@@ -34,7 +35,9 @@ add_custom_command(OUTPUT ${SL_DASHBOARD_C}
   DEPENDS ${CMAKE_SOURCE_DIR}/src/server/dashboard/index.html
           ${CMAKE_SOURCE_DIR}/tools/embed_file.cmake
   COMMENT "embedding the dashboard page")
-add_library(sluice_server STATIC src/server/http.c src/server/openai.c
+add_library(sluice_server STATIC src/server/http.c src/server/reply.c
+                                 src/server/generate.c src/server/job.c
+                                 src/server/openai.c
                                  src/server/anthropic.c src/server/admin.c
                                  src/server/sockwatch.c src/server/door.c
                                  src/server/routes.c ${SL_DASHBOARD_C})
@@ -52,6 +55,12 @@ foreach(t test_server_parse test_server_prompt test_server_json_scan
     target_link_libraries(${t} PRIVATE sluice_server_parse)
   endif()
 endforeach()
+# the job without libmicrohttpd: aborts and the shutdown's cut against a
+# real engine (its threads run under TSan too)
+if(TARGET test_server_job)
+  target_link_libraries(test_server_job PRIVATE sluice_server)
+  set_tests_properties(test_server_job PROPERTIES LABELS "c;threaded")
+endif()
 foreach(t fuzz_server_json fuzz_toolcall)
   if(TARGET ${t})
     target_link_libraries(${t} PRIVATE sluice_server_parse)

@@ -4,7 +4,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "server/server_impl.h"
+#include "server/admin.h"
+#include "server/door.h"
+#include "server/http.h"
+#include "server/job.h"
+#include "server/json.h"
+#include "server/parse.h"
 #include "sluice/alloc.h"
 #include "sluice/memsync.h"
 #include "sluice/rt.h"
@@ -64,8 +69,7 @@ static sl_srv_recent *recent_slot(sl_srv_metrics *m, const sl_srv_request *r,
   return e;
 }
 
-void sl__srv_metrics_job(sl_server_t *s, const sl_srv_job *j, bool failed) {
-  sl_srv_metrics *m = &s->m;
+void sl__srv_metrics_job(sl_srv_metrics *m, const sl_srv_job *j, bool failed) {
   pthread_mutex_lock(&m->mu);
   sl_srv_recent *e = recent_slot(
       m, &j->req,
@@ -196,9 +200,9 @@ static void take(sl_server_t *s, snapshot *sn) {
                                         sn->footprint, sn->a.reserved);
   memcpy(&sn->m, &s->m, sizeof sn->m);
   pthread_mutex_unlock(&s->m.mu);
-  pthread_mutex_lock(&s->jobs_mu);
-  sn->in_flight = s->n_jobs;
-  pthread_mutex_unlock(&s->jobs_mu);
+  pthread_mutex_lock(&s->jobs.mu);
+  sn->in_flight = s->jobs.n;
+  pthread_mutex_unlock(&s->jobs.mu);
 }
 
 static void prom(sl_sbuf *o, const char *name, const char *type,

@@ -4,7 +4,11 @@
  * lock held; nothing here blocks. */
 #include <string.h>
 
-#include "server/server_impl.h"
+#include "server/anthropic.h"
+#include "server/job.h"
+#include "server/json.h"
+#include "server/parse.h"
+#include "server/toolcall.h"
 #include "sluice/util.h"
 
 /* Which stop string ended generation: the engine cut the text right before

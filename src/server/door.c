@@ -35,6 +35,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -42,7 +44,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "server/server_impl.h"
+#include "server/door.h"
+#include "server/head.h"
+#include "server/json.h"
 #include "sluice/util.h"
 
 #define SL_DOOR_TICK_MS   50

@@ -1,12 +1,15 @@
 /* sluice — server: POST /v1/embeddings (OpenAI's shape). The request's
  * inputs (a string, a list of strings, a list of token ids, or a list of
- * those) are checked and tokenized here; http.c submits each as one
+ * those) are checked and tokenized here; job.c submits each as one
  * embedding request to the engine (sl_gen_params.pooling), and the answer
  * is built here from the pooled, normalized vectors. */
 #include <stdio.h>
 #include <string.h>
 
-#include "server/server_impl.h"
+#include "server/embed.h"
+#include "server/job.h"
+#include "server/json.h"
+#include "server/parse.h"
 #include "sluice/util.h"
 
 static void emb_input_free(sl_srv_request *r) {

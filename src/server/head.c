@@ -25,7 +25,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server/server_impl.h"
+#include "server/head.h"
+#include "server/json.h"
 
 static bool is_tchar(unsigned char c) {
   if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||

@@ -3,74 +3,18 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server/server_impl.h"
+#include "server/job.h"
+#include "server/json.h"
+#include "sluice/utf8.h"
 #include "sluice/util.h"
 
-/* Length of the valid UTF-8 character at p[0..n), or 0 if invalid or
- * incomplete. *incomplete is set when the bytes so far are a valid start. */
-static size_t utf8_char(const unsigned char *p, size_t n, bool *incomplete) {
-  *incomplete = false;
-  unsigned c = p[0];
-  size_t need;
-  unsigned lo = 0x80, hi = 0xBF;
-  if (c < 0x80)
-    return 1;
-  if (c >= 0xC2 && c <= 0xDF)
-    need = 2;
-  else if (c >= 0xE0 && c <= 0xEF) {
-    need = 3;
-    if (c == 0xE0)
-      lo = 0xA0; /* no overlongs */
-    if (c == 0xED)
-      hi = 0x9F; /* no surrogates */
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    need = 4;
-    if (c == 0xF0)
-      lo = 0x90;
-    if (c == 0xF4)
-      hi = 0x8F; /* <= U+10FFFF */
-  } else
-    return 0;
-  for (size_t i = 1; i < need; i++) {
-    if (i >= n) {
-      *incomplete = true;
-      return 0;
-    }
-    unsigned b = p[i];
-    if (i == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF))
-      return 0;
-  }
-  return need;
-}
-
+/* Well-formed UTF-8 (RFC 3629): util/utf8's strict checks. */
 bool sl__utf8_valid(const char *buf, size_t len) {
-  const unsigned char *p = (const unsigned char *)buf;
-  size_t i = 0;
-  bool inc;
-  while (i < len) {
-    if (p[i] < 0x80) {
-      i++;
-      continue;
-    }
-    size_t k = utf8_char(p + i, len - i, &inc);
-    if (!k)
-      return false;
-    i += k;
-  }
-  return true;
+  return sl_utf8_valid(buf, len);
 }
 
 size_t sl__utf8_valid_prefix(const char *buf, size_t len) {
-  const unsigned char *p = (const unsigned char *)buf;
-  size_t i = 0;
-  bool inc;
-  while (i < len) {
-    size_t k = utf8_char(p + i, len - i, &inc);
-    if (!k)
-      break;
-    i += k;
-  }
-  return i;
+  return sl_utf8_valid_prefix(buf, len);
 }
 
 void sl__sbuf_add(sl_sbuf *b, const void *data, size_t n) {
@@ -153,14 +97,12 @@ json_t *sl__json_str_lossy(const char *buf, size_t len) {
   if (sl__utf8_valid(buf, len))
     return json_stringn(buf, len);
   sl_sbuf b = {0};
-  const unsigned char *p = (const unsigned char *)buf;
   size_t i = 0;
-  bool inc;
   while (i < len) {
-    size_t k = utf8_char(p + i, len - i, &inc);
-    if (k) {
-      sl__sbuf_add(&b, p + i, k);
-      i += k;
+    size_t at = i;
+    uint32_t cp;
+    if (sl_utf8_decode_valid(buf, len, &i, &cp)) {
+      sl__sbuf_add(&b, buf + at, i - at);
     } else {
       sl__sbuf_add(&b, "\xEF\xBF\xBD", 3);
       i++;
@@ -231,7 +173,7 @@ json_t *sl__srv_error_json(sl_srv_family fam, const sl_srv_error *e) {
 }
 
 /* A finished job's failure, from the one reason table (sluice/reason.h).
- * Here rather than in http.c so that the response builders (openai.c,
+ * Here rather than in reply.c so that the response builders (openai.c,
  * anthropic.c) depend on json.c only, not on the HTTP plumbing. */
 void sl__srv_job_error(const sl_srv_job *j, sl_srv_error *e) {
   /* one table (sluice/reason.h) gives the code and the HTTP status */

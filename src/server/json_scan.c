@@ -17,7 +17,8 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "server_impl.h"
+#include "server/json.h"
+#include "server/json_scan.h"
 
 /* Every top-level field of the routes served, and those of the APIs that
  * sluice ignores or refuses with its own message: any other field larger

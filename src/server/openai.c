@@ -3,7 +3,11 @@
  * held; nothing here blocks. */
 #include <string.h>
 
-#include "server/server_impl.h"
+#include "server/job.h"
+#include "server/json.h"
+#include "server/openai.h"
+#include "server/parse.h"
+#include "server/toolcall.h"
 #include "sluice/util.h"
 
 const char *sl__srv_finish_openai(sl_finish f) {

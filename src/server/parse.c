@@ -1,15 +1,19 @@
 /* sluice — server: request bodies of the OpenAI and Anthropic APIs ->
  * validated sl_srv_request. Nothing here touches the engine or a model;
  * the fuzz harness and tests/test_server_parse.c drive it directly. */
-#include <errno.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "server/server_impl.h"
+#include "server/constrain.h"
+#include "server/embed.h"
+#include "server/json.h"
+#include "server/json_scan.h"
+#include "server/parse.h"
+#include "server/schema.h"
+#include "server/tools.h"
 #include "sluice/util.h"
 
 #define BAD(http, code, param, ...)                                            \
@@ -261,179 +265,6 @@ static bool reject_nonempty(json_t *root, const char *key, sl_srv_error *err) {
   return false;
 }
 
-/* OpenAI's logit_bias: {"<token id>": bias in [-100, 100], ...}. The ids
- * are checked against the vocabulary where the tokenizer is known (the
- * engine refuses one outside it too). */
-static sl_status parse_logit_bias(json_t *v, sl_srv_request *r,
-                                  sl_srv_error *err) {
-  if (!v)
-    return SL_OK;
-  if (!json_is_object(v)) {
-    sl__srv_error_set(err, 400, "invalid_type", "logit_bias",
-                      "'logit_bias' must be an object of token ids to "
-                      "numbers");
-    return SL_ERR_FORMAT;
-  }
-  size_t n = json_object_size(v);
-  if (n > SL_MAX_LOGIT_BIAS) {
-    sl__srv_error_set(err, 400, "invalid_value", "logit_bias",
-                      "'logit_bias' may hold at most %d entries",
-                      SL_MAX_LOGIT_BIAS);
-    return SL_ERR_FORMAT;
-  }
-  if (!n)
-    return SL_OK;
-  if (!(r->bias = sl_malloc(sizeof *r->bias * n))) {
-    sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
-    return SL_ERR_NOMEM;
-  }
-  const char *key;
-  json_t *b;
-  int i = 0;
-  json_object_foreach(v, key, b) {
-    char *end = NULL;
-    errno = 0;
-    long id = strtol(key, &end, 10);
-    if (!key[0] || *end || errno || id < 0 || id > INT32_MAX ||
-        (key[0] < '0' || key[0] > '9')) {
-      sl__srv_error_set(err, 400, "invalid_value", "logit_bias",
-                        "'logit_bias' keys must be token ids (decimal), got "
-                        "'%.32s'",
-                        key);
-      return SL_ERR_FORMAT;
-    }
-    double d = json_is_number(b) ? json_number_value(b) : NAN;
-    if (!(d >= -100 && d <= 100)) {
-      sl__srv_error_set(err, 400, "invalid_value", "logit_bias",
-                        "'logit_bias[%ld]' must be a number between -100 and "
-                        "100",
-                        id);
-      return SL_ERR_FORMAT;
-    }
-    r->bias[i++] = (sl_logit_bias){(int32_t)id, (float)d};
-  }
-  r->gen.logit_bias = r->bias;
-  r->gen.n_logit_bias = i;
-  return SL_OK;
-}
-
-/* Compiles GBNF text into r->grammar (constrained decoding); a 400 naming
- * `param` when it does not compile. */
-sl_status sl__srv_set_grammar(sl_srv_request *r, const char *gbnf, size_t len,
-                              const char *param, sl_srv_error *err) {
-  char gerr[256] = "";
-  sl_grammar_t *g = NULL;
-  sl_status st = sl_grammar_compile_shared(gbnf, len, &g, gerr, sizeof gerr);
-  if (st == SL_ERR_NOMEM) {
-    sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
-    return st;
-  }
-  if (st != SL_OK) {
-    sl__srv_error_set(err, 400, "invalid_value", param, "'%s': %s", param,
-                      gerr);
-    return SL_ERR_FORMAT;
-  }
-  /* a grammar so ambiguous that its start state alone passes the
-   * matcher's budget is refused here, not in the engine */
-  sl_grammar_matcher_t *m = sl_grammar_matcher_create(g);
-  if (!m) {
-    sl_grammar_unref(g);
-    sl__srv_error_set(err, 400, "invalid_value", param,
-                      "'%s': the grammar is too ambiguous to follow", param);
-    return SL_ERR_FORMAT;
-  }
-  sl_grammar_matcher_free(m);
-  r->grammar = g;
-  r->gen.grammar = g;
-  return SL_OK;
-}
-
-/* A JSON Schema (borrowed) as r's grammar; `param` names it in errors. */
-static sl_status set_schema(sl_srv_request *r, json_t *schema,
-                            const char *param, sl_srv_error *err) {
-  sl_sbuf g = {0};
-  char serr[256] = "";
-  sl_status st = sl__srv_schema_gbnf(schema, &g, serr, sizeof serr);
-  if (st == SL_OK)
-    st = sl__srv_set_grammar(r, g.p, g.len, param, err);
-  else if (st == SL_ERR_NOMEM)
-    sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
-  else
-    sl__srv_error_set(err, 400, "invalid_value", param,
-                      "'%s': the JSON schema cannot be used: %s", param, serr);
-  sl__sbuf_free(&g);
-  return st;
-}
-
-/* response_format (OpenAI), and llama.cpp's grammar and json_schema. */
-static sl_status parse_structured(json_t *root, sl_srv_request *r,
-                                  sl_srv_error *err) {
-  json_t *rf = member(root, "response_format");
-  json_t *gr = member(root, "grammar");
-  json_t *js = member(root, "json_schema");
-  const char *rft = NULL;
-  if (rf) {
-    json_t *t = json_object_get(rf, "type");
-    if (!json_is_object(rf) || !json_is_string(t)) {
-      sl__srv_error_set(err, 400, "invalid_type", "response_format",
-                        "'response_format' must be an object with a 'type'");
-      return SL_ERR_FORMAT;
-    }
-    rft = json_string_value(t);
-    if (strcmp(rft, "text") && strcmp(rft, "json_object") &&
-        strcmp(rft, "json_schema")) {
-      sl__srv_error_set(err, 400, "invalid_value", "response_format",
-                        "response_format type '%s' is not one of text, "
-                        "json_object, json_schema",
-                        rft);
-      return SL_ERR_FORMAT;
-    }
-    if (!strcmp(rft, "text"))
-      rft = NULL;
-  }
-  if ((rft != NULL) + (gr != NULL) + (js != NULL) > 1) {
-    sl__srv_error_set(err, 400, "invalid_value", "response_format",
-                      "give one of response_format (json), grammar and "
-                      "json_schema");
-    return SL_ERR_FORMAT;
-  }
-  if (gr) {
-    if (!json_is_string(gr)) {
-      sl__srv_error_set(err, 400, "invalid_type", "grammar",
-                        "'grammar' must be a string (GBNF)");
-      return SL_ERR_FORMAT;
-    }
-    return sl__srv_set_grammar(r, json_string_value(gr), json_string_length(gr),
-                               "grammar", err);
-  }
-  if (js)
-    return set_schema(r, js, "json_schema", err);
-  if (rft && !strcmp(rft, "json_object")) {
-    sl_sbuf g = {0};
-    sl__srv_json_object_gbnf(&g);
-    sl_status st =
-        g.oom ? SL_ERR_NOMEM
-              : sl__srv_set_grammar(r, g.p, g.len, "response_format", err);
-    sl__sbuf_free(&g);
-    if (st == SL_ERR_NOMEM)
-      sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
-    return st;
-  }
-  if (rft) { /* json_schema */
-    json_t *o = json_object_get(rf, "json_schema");
-    json_t *sc = json_is_object(o) ? json_object_get(o, "schema") : NULL;
-    if (!sc) {
-      sl__srv_error_set(err, 400, "missing_required_parameter",
-                        "response_format",
-                        "response_format json_schema needs "
-                        "'json_schema': {'name', 'schema'}");
-      return SL_ERR_FORMAT;
-    }
-    return set_schema(r, sc, "response_format", err);
-  }
-  return SL_OK;
-}
-
 static sl_status parse_openai_common(json_t *root, const sl_srv_limits *lim,
                                      sl_srv_request *r, sl_srv_error *err) {
   sl_status st = SL_OK;
@@ -486,7 +317,8 @@ static sl_status parse_openai_common(json_t *root, const sl_srv_limits *lim,
   }
   if (k)
     r->gen.sampling.repeat_penalty = (float)d;
-  if ((st = parse_logit_bias(member(root, "logit_bias"), r, err)) != SL_OK)
+  if ((st = sl__srv_parse_logit_bias(member(root, "logit_bias"), r, err)) !=
+      SL_OK)
     return st;
   r->n_choices = 1;
   if ((k = opt_int(root, "n", 1, SL_SRV_MAX_N, &ll, err)) < 0)
@@ -512,7 +344,7 @@ static sl_status parse_openai_common(json_t *root, const sl_srv_limits *lim,
   }
   if (!reject_nonempty(root, "functions", err))
     return SL_ERR_UNSUPPORTED;
-  if ((st = parse_structured(root, r, err)) != SL_OK)
+  if ((st = sl__srv_parse_structured(root, r, err)) != SL_OK)
     return st;
   int sr = parse_stop(member(root, "stop"), "stop", false,
                       SL_SRV_MAX_STOP_OPENAI, r, err);
@@ -838,7 +670,7 @@ static sl_status parse_messages(json_t *root, const sl_srv_limits *lim,
       BAD(400, "invalid_value", "output_config",
           "output_config.format must be {\"type\": \"json_schema\", "
           "\"schema\": {...}}");
-    if ((st = set_schema(r, sc, "output_config", err)) != SL_OK)
+    if ((st = sl__srv_set_schema(r, sc, "output_config", err)) != SL_OK)
       goto fail;
   }
   json_t *th = member(root, "thinking");

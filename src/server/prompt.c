@@ -4,7 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server/server_impl.h"
+#include "server/json.h"
+#include "server/parse.h"
+#include "server/prompt.h"
 #include "sluice/util.h"
 
 /* The text of token `id` as a C string in buf ("" when absent). */

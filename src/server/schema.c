@@ -15,7 +15,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server/server_impl.h"
+#include "server/json.h"
+#include "server/schema.h"
 #include "sluice/util.h"
 
 /* the rules every grammar may use */

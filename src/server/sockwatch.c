@@ -11,7 +11,7 @@
  * and shuts the socket down, which makes libmicrohttpd close it.
  *
  * The watch's thread also calls the server's tick each round (parked jobs
- * whose client hung up, http.c).
+ * whose client hung up, reply.c).
  *
  * Threads: add / remove / request / read / idle are called by libmicrohttpd's
  * threads; the watch thread scans the list every SL_SRV_WATCH_TICK_MS. An
@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -31,7 +32,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "server/server_impl.h"
+#include "server/head.h"
+#include "server/json.h"
+#include "server/sockwatch.h"
 #include "sluice/util.h"
 
 #define SL_SRV_WATCH_TICK_MS 100

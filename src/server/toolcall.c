@@ -1,6 +1,6 @@
 /* sluice — server: tool calls read back out of a model's text, one parser
  * per format family, the family picked from the chat template
- * (server_impl.h, "toolcall.c"). Each parser finds the calls, checks that
+ * (toolcall.h). Each parser finds the calls, checks that
  * each is a name and a JSON object of arguments, and keeps the text around
  * them as the message's content. Text that only looks like a call (bad
  * JSON, no name) stays content: nothing is dropped. */
@@ -8,7 +8,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server/server_impl.h"
+#include "server/job.h"
+#include "server/json.h"
+#include "server/parse.h"
+#include "server/toolcall.h"
 #include "sluice/util.h"
 
 sl_srv_toolfmt sl__srv_toolfmt_of_template(const char *tmpl) {

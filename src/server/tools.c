@@ -12,7 +12,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server/server_impl.h"
+#include "server/json.h"
+#include "server/parse.h"
+#include "server/schema.h"
+#include "server/toolcall.h"
+#include "server/tools.h"
 #include "sluice/util.h"
 
 #define MAX_TOOLS 256

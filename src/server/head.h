@@ -1,0 +1,39 @@
+/* sluice — server: the request head check, raw (pre-libmicrohttpd) error
+ * answers (head.c). */
+#ifndef SLUICE_SERVER_HEAD_H
+#define SLUICE_SERVER_HEAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "server/json.h"
+
+#define SL_SRV_HEAD_MAX   16384 /* request head bytes (431 past this) */
+#define SL_SRV_TARGET_MAX 8192  /* request-target bytes (414 past this) */
+#define SL_SRV_METHOD_MAX 32
+
+enum { SL_SRV_HEAD_BAD = -1, SL_SRV_HEAD_MORE = 0, SL_SRV_HEAD_OK = 1 };
+
+typedef struct sl_srv_head_info {
+  size_t len;     /* SL_SRV_HEAD_OK: the head's bytes, its empty line too */
+  bool anthropic; /* the target is /v1/messages or below */
+  bool line_done; /* the request line was seen whole */
+} sl_srv_head_info;
+
+/* Checks the start p[0..n) of a connection's bytes: SL_SRV_HEAD_OK when a
+ * whole, valid head is there; SL_SRV_HEAD_MORE when what came so far can
+ * still start one; SL_SRV_HEAD_BAD with *err (400, 414, 431 or 505)
+ * otherwise. Pure: no allocation. */
+int sl__srv_head_check(const char *p, size_t n, sl_srv_head_info *info,
+                       sl_srv_error *err);
+
+/* Whether errors on target t[0..n) take Anthropic's shape: /v1/messages
+ * and the paths under it (a query string aside), not /v1/messagesXYZ.
+ * Every other path, known or not, answers in OpenAI's shape. */
+bool sl__srv_anthropic_target(const char *t, size_t n);
+
+/* Appends a whole HTTP/1.1 response for `e` (JSON in `fam`'s shape,
+ * Connection: close) to out. */
+void sl__srv_raw_error(sl_srv_family fam, const sl_srv_error *e, sl_sbuf *out);
+
+#endif

@@ -1,0 +1,118 @@
+/* sluice — server: the server's state and one request's state on its
+ * connection, as the HTTP front (http.c) makes them; read by the routes
+ * (generate.c, routes.c, admin.c) and the replies (reply.c).
+ *
+ * Layers inside the server, bottom first (each file has its own header):
+ *   json.c      UTF-8 checks, a string builder, API error bodies (no engine)
+ *   json_scan.c a body's shape, before jansson builds it
+ *   parse.c     request bodies -> sl_srv_request, or an sl_srv_error
+ *   prompt.c    sl_srv_request -> prompt token ids (chat template, tokenizer)
+ *   schema.c    JSON Schema -> GBNF (structured output)
+ *   tools.c     tools and tool_choice, tool calls and results in the
+ *               conversation, the grammar of a forced call
+ *   toolcall.c  tool calls read out of a model's text, per format family
+ *   embed.c     /v1/embeddings bodies and answers
+ *   head.c      the request head check, raw (pre-libmicrohttpd) error answers
+ *   routes.c    model leases; /v1/models, count_tokens, /tokenize,
+ *               /detokenize, /apply-template, the admin model actions
+ *   job.c       the job: engine events, posting, aborts; the live jobs
+ *   openai.c    OpenAI response bodies and SSE chunks
+ *   anthropic.c Anthropic response bodies and SSE events
+ *   admin.c     /health, /metrics, /admin/api/stats
+ *   door.c      the front door: accept, connection limits, the first head
+ *   sockwatch.c the request watch (a 400 for bytes that make no line, a
+ *               408 past the request deadline), and the parked-job tick
+ *   reply.c     answers, parked connections and their wake-ups, SSE
+ *   generate.c  the generation and embeddings routes, waiting for a load
+ *   http.c      libmicrohttpd callbacks, framing, auth, routing, start and
+ *               stop
+ */
+#ifndef SLUICE_SERVER_HTTP_H
+#define SLUICE_SERVER_HTTP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "server/admin.h"
+#include "server/door.h"
+#include "server/job.h"
+#include "server/json.h"
+#include "server/sockwatch.h"
+#include "server/toolcall.h"
+#include "sluice/pool.h"
+#include "sluice/server.h"
+
+struct MHD_Daemon; /* libmicrohttpd's */
+
+struct sl_server {
+  sl_pool_t *pool;      /* the models (borrowed); "default" is entry 0 */
+  sl_server_config cfg; /* strings below are owned copies */
+  char *host, *api_key, *cors;
+  sl_srv_toolfmt toolfmt; /* --tool-call-format (NONE: the template's) */
+  struct MHD_Daemon *mhd;
+  sl_srv_door *door;   /* NULL: not started */
+  sl_srv_watch *watch; /* NULL: not started */
+  atomic_int n_parked; /* connections suspended, not yet back in a handler */
+  /* generation requests parked while the model they name loads
+   * (generate.c: one helper thread per model loading, which resumes
+   * them) */
+  pthread_mutex_t load_mu;
+  struct sl_srv_loading *loading;
+  atomic_int n_load_parked;
+  int port;
+  uint64_t t_start_ns;
+  long long started_at; /* wall clock, seconds (the models' "created") */
+
+  sl_srv_jobs jobs;    /* live jobs, open responses, the stopping flag */
+  atomic_bool closing; /* MHD is about to stop: a handler parks nothing */
+
+  sl_srv_metrics m;
+};
+
+typedef enum sl_srv_route {
+  SL_SRV_ROUTE_NONE = 0,
+  SL_SRV_ROUTE_HEALTH,
+  SL_SRV_ROUTE_MODELS,
+  SL_SRV_ROUTE_METRICS,
+  SL_SRV_ROUTE_STATS,
+  SL_SRV_ROUTE_CHAT,
+  SL_SRV_ROUTE_COMPLETIONS,
+  SL_SRV_ROUTE_MESSAGES,
+  SL_SRV_ROUTE_MODEL,          /* GET /v1/models/{id} */
+  SL_SRV_ROUTE_ADMIN_MODEL,    /* POST /admin/api/models/{id}/{action} */
+  SL_SRV_ROUTE_ADMIN_CLEAR,    /* POST /admin/api/clear-cache */
+  SL_SRV_ROUTE_ADMIN_PAGE,     /* GET /admin: the dashboard (no data, no key) */
+  SL_SRV_ROUTE_COUNT_TOKENS,   /* POST /v1/messages/count_tokens */
+  SL_SRV_ROUTE_TOKENIZE,       /* POST /tokenize */
+  SL_SRV_ROUTE_DETOKENIZE,     /* POST /detokenize */
+  SL_SRV_ROUTE_APPLY_TEMPLATE, /* POST /apply-template */
+  SL_SRV_ROUTE_EMBEDDINGS,     /* POST /v1/embeddings */
+} sl_srv_route;
+
+/* The headers every answer to one request carries (reply.c adds them). */
+typedef struct sl_srv_hdrs {
+  char rid[136];  /* x-request-id: the client's, or made here */
+  char acao[264]; /* Access-Control-Allow-Origin ("" : none) */
+} sl_srv_hdrs;
+
+/* Per-request state of one connection (MHD's con_cls): made and freed by
+ * http.c, on the connection's pool thread only. */
+typedef struct sl_srv_conn {
+  sl_srv_route route;
+  sl_srv_family fam;
+  bool responded; /* an early response (401, 413) was queued */
+  bool too_large;
+  sl_sbuf body;
+  sl_srv_job *job;
+  bool open;    /* counted in the jobs' n_open until on_completed */
+  bool waiting; /* submitted; the answer is not yet queued */
+  /* parked while the model it names loads; resumed with load_err.http 0
+   * (loaded) or the load's error */
+  bool load_wait;
+  sl_srv_error load_err;
+  sl_srv_hdrs hdrs;
+} sl_srv_conn;
+
+#endif

@@ -1,0 +1,65 @@
+/* sluice — server: the replies (reply.c): answers queued on a connection,
+ * the SSE stream, parking a connection while its job runs and waking it
+ * on the job's news, the hang-up watch's tick over parked jobs, the CORS
+ * preflight and the dashboard page.
+ *
+ * Threads: every sl__srv_send_*, park and stream call runs on the pool
+ * thread of the connection it answers (libmicrohttpd's rule), inside an
+ * sl__srv_reply_scope. sl__srv_reply_wake runs wherever a job has news
+ * (the executor, the stopping thread); sl__srv_reap_parked on the watch's
+ * thread; sl__srv_unpark_all on the stopping thread. */
+#ifndef SLUICE_SERVER_REPLY_H
+#define SLUICE_SERVER_REPLY_H
+
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "server/http.h"
+#include "server/job.h"
+#include "server/json.h"
+
+/* The request this pool thread answers from here on (NULL: none): every
+ * response queued meanwhile carries its id and CORS headers, and
+ * `anthropic` adds request-id. Borrowed until the next call. */
+void sl__srv_reply_scope(const sl_srv_hdrs *h, bool anthropic);
+
+/* Queues data[0..len) (copied) with status and content type; close adds
+ * Connection: close; retry_after_s > 0 a Retry-After header. */
+enum MHD_Result sl__srv_send_bytes(struct MHD_Connection *c, unsigned status,
+                                   const char *ctype, const char *data,
+                                   size_t len, bool close,
+                                   unsigned retry_after_s);
+/* Queues `j` as JSON (its reference is taken over; NULL: a 500). */
+enum MHD_Result sl__srv_send_json(struct MHD_Connection *c, unsigned status,
+                                  json_t *j, bool close,
+                                  unsigned retry_after_s);
+/* Queues *e in fam's shape. A 503 (shutting down, queue timeout, out of
+ * memory: the request was fine, the server could not serve it now) says
+ * when to retry: 5 s after a queue timeout, else 1 s. */
+enum MHD_Result sl__srv_send_error(struct MHD_Connection *c, sl_srv_family fam,
+                                   const sl_srv_error *e, bool close);
+/* A CORS preflight (OPTIONS on a known route): 204. */
+enum MHD_Result sl__srv_send_preflight(struct MHD_Connection *c);
+/* GET /admin: the dashboard. */
+enum MHD_Result sl__srv_send_page(struct MHD_Connection *c);
+/* Queues the job's SSE stream (the response takes a reference). */
+enum MHD_Result sl__srv_send_stream(struct MHD_Connection *c, sl_srv_job *j);
+
+/* Parks the job's connection until the job's next news (j->mu held;
+ * called from a handler of that connection). */
+void sl__srv_park(sl_srv_job *j);
+/* A handler of the job's connection runs again (j->mu held). */
+void sl__srv_unparked(sl_srv_job *j);
+/* Resumes the job's parked connection, once (j->mu held): the registry's
+ * notify hook. */
+void sl__srv_reply_wake(sl_srv_job *j);
+/* The watch's tick (arg: the server): aborts the parked jobs whose client
+ * hung up. */
+void sl__srv_reap_parked(void *arg);
+/* From here on no handler parks; every parked connection is resumed, and
+ * this waits until each is back in a handler (2 s at most), and for the
+ * requests waiting for a model's load. */
+void sl__srv_unpark_all(sl_server_t *s);
+
+#endif
