@@ -1,8 +1,9 @@
 /* The grammar engine (constrained decoding): GBNF compiled or refused with a
- * message; sentences accepted and others refused, repetitions, classes,
- * UTF-8 split across calls; and the token mask checked against brute force
- * (every token of the default model's vocabulary fed to a matcher at the
- * same point) at several points of a JSON grammar. */
+ * message (ill-formed UTF-8 in its text among the refusals); sentences
+ * accepted and others refused, repetitions, classes, UTF-8 split across
+ * calls; and the token mask checked against brute force (every token of the
+ * default model's vocabulary fed to a matcher at the same point) at several
+ * points of a JSON grammar. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,54 @@ static void test_errors(void) {
     CHECK(sl_grammar_compile(bad[i], strlen(bad[i]), NULL, &g, err,
                              sizeof err) == SL_ERR_FORMAT);
     CHECK(g == NULL && strncmp(err, "grammar: ", 9) == 0);
+  }
+}
+
+/* The grammar's own text is well-formed UTF-8 or refused: an overlong form,
+ * a surrogate or a value past U+10FFFF in a literal or a class would be a
+ * character no model output can spell (the matcher takes well-formed UTF-8
+ * only), and an overlong one reads as another character ("s", "/"). */
+static void test_source_utf8(void) {
+  static const char *bad[] = {
+      "root ::= \"\xc1\xb3\"",         /* "s" in two bytes */
+      "root ::= \"\xc0\xaf\"",         /* "/" in two bytes */
+      "root ::= \"\xe0\x81\xb3\"",     /* "s" in three */
+      "root ::= \"\xf0\x80\x81\xb3\"", /* "s" in four */
+      "root ::= \"a\xe0\x9f\xbf\"",    /* U+07FF in three */
+      "root ::= [\xc0\x80-\xc1\xbf]",  /* overlong in a class */
+      "root ::= [a-\xe0\x80\x80]",     /* overlong at a range's end */
+      "root ::= \"\xed\xa0\x80\"",     /* surrogate U+D800 */
+      "root ::= \"\xf4\x90\x80\x80\"", /* U+110000 */
+      "root ::= \"\xf5\x80\x80\x80\"", /* no such lead byte */
+      "root ::= \"\xc3\"",             /* cut short */
+      "root ::= \"\xc3\x41\"",         /* not a continuation */
+      "root ::= \"\x80\"",             /* a lone continuation */
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    sl_grammar_t *g = NULL;
+    char err[256] = "";
+    CHECK_MSG(sl_grammar_compile(bad[i], strlen(bad[i]), NULL, &g, err,
+                                 sizeof err) == SL_ERR_FORMAT,
+              "source %zu", i);
+    CHECK_MSG(g == NULL && strncmp(err, "grammar: invalid UTF-8", 22) == 0,
+              "source %zu: %s", i, err);
+    sl_grammar_unref(g);
+  }
+  /* the shortest forms compile, and match themselves */
+  static const char *good[] = {
+      "\xc2\x80",     "\xdf\xbf",         "\xe0\xa0\x80",    "\xed\x9f\xbf",
+      "\xee\x80\x80", "\xf0\x90\x80\x80", "\xf4\x8f\xbf\xbf"};
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+    char src[64];
+    snprintf(src, sizeof src, "root ::= \"%s\" [%s]", good[i], good[i]);
+    sl_grammar_t *g = compile(src);
+    CHECK_MSG(g != NULL, "good %zu", i);
+    if (!g)
+      continue;
+    char text[16];
+    snprintf(text, sizeof text, "%s%s", good[i], good[i]);
+    CHECK_MSG(matches(g, text, false) && matches(g, text, true), "good %zu", i);
+    sl_grammar_unref(g);
   }
 }
 
@@ -293,6 +342,7 @@ static void test_mask(void) {
 
 int main(void) {
   RUN(test_errors);
+  RUN(test_source_utf8);
   RUN(test_sentences);
   RUN(test_json);
   RUN(test_mask);

@@ -1,4 +1,4 @@
-/* sluice — model: the chat-template engine, a Jinja2 subset interpreter.
+/* sluice — jinja: the chat-template engine, a Jinja2 subset interpreter.
  *
  * Renders the `tokenizer.chat_template` strings found in GGUF files the way
  * Hugging Face transformers does: jinja2's ImmutableSandboxedEnvironment with

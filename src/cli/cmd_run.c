@@ -102,49 +102,60 @@ int sl_cli_run_main(int argc, char **argv) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     long lv;
     double dv;
-#define NEED_VALUE                                                             \
-  if (!v) {                                                                    \
-    fprintf(stderr, "sluice run: %s needs a value\n", a);                      \
-    return 2;                                                                  \
-  }                                                                            \
-  i++;
-#define BAD_VALUE                                                              \
-  {                                                                            \
-    fprintf(stderr, "sluice run: bad value '%s' for %s\n", v, a);              \
-    return 2;                                                                  \
-  }
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-      NEED_VALUE model = v;
+      SL_CLI_NEED_VALUE("run");
+      model = v;
     } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-      NEED_VALUE prompt = v;
+      SL_CLI_NEED_VALUE("run");
+      prompt = v;
     } else if (!strcmp(a, "--chat")) {
       chat = true;
     } else if (!strcmp(a, "-n")) {
-      NEED_VALUE if (!sl_parse_long(v, 0, 1 << 20, &n_predict)) BAD_VALUE
+      SL_CLI_NEED_VALUE("run");
+      if (!sl_parse_long(v, 0, 1 << 20, &n_predict))
+        SL_CLI_BAD_VALUE("run");
     } else if (!strcmp(a, "-c")) {
-      NEED_VALUE if (!sl_parse_long(v, 16, 1 << 20, &ctx)) BAD_VALUE
+      SL_CLI_NEED_VALUE("run");
+      if (!sl_parse_long(v, 16, 1 << 20, &ctx))
+        SL_CLI_BAD_VALUE("run");
     } else if (!strcmp(a, "-t")) {
-      NEED_VALUE if (!sl_parse_long(v, 1, 1024, &threads)) BAD_VALUE
+      SL_CLI_NEED_VALUE("run");
+      if (!sl_parse_long(v, 1, 1024, &threads))
+        SL_CLI_BAD_VALUE("run");
     } else if (!strcmp(a, "--device")) {
-      NEED_VALUE if (!sl_engine_device_parse(v, &devsel)) BAD_VALUE
+      SL_CLI_NEED_VALUE("run");
+      if (!sl_engine_device_parse(v, &devsel))
+        SL_CLI_BAD_VALUE("run");
     } else if (!strcmp(a, "--temp")) {
-      NEED_VALUE if (!sl_cli_parse_double(v, 0, 100, &dv))
-          BAD_VALUE sp.temperature = (float)dv;
+      SL_CLI_NEED_VALUE("run");
+      if (!sl_cli_parse_double(v, 0, 100, &dv))
+        SL_CLI_BAD_VALUE("run");
+      sp.temperature = (float)dv;
     } else if (!strcmp(a, "--top-p")) {
-      NEED_VALUE if (!sl_cli_parse_double(v, 0, 1, &dv)) BAD_VALUE sp.top_p =
-          (float)dv;
+      SL_CLI_NEED_VALUE("run");
+      if (!sl_cli_parse_double(v, 0, 1, &dv))
+        SL_CLI_BAD_VALUE("run");
+      sp.top_p = (float)dv;
     } else if (!strcmp(a, "--min-p")) {
-      NEED_VALUE if (!sl_cli_parse_double(v, 0, 1, &dv)) BAD_VALUE sp.min_p =
-          (float)dv;
+      SL_CLI_NEED_VALUE("run");
+      if (!sl_cli_parse_double(v, 0, 1, &dv))
+        SL_CLI_BAD_VALUE("run");
+      sp.min_p = (float)dv;
     } else if (!strcmp(a, "--top-k")) {
-      NEED_VALUE if (!sl_parse_long(v, 0, 1 << 24, &lv)) BAD_VALUE sp.top_k =
-          (int)lv;
+      SL_CLI_NEED_VALUE("run");
+      if (!sl_parse_long(v, 0, 1 << 24, &lv))
+        SL_CLI_BAD_VALUE("run");
+      sp.top_k = (int)lv;
     } else if (!strcmp(a, "--repeat-penalty")) {
-      NEED_VALUE if (!sl_cli_parse_double(v, 0.01, 100, &dv))
-          BAD_VALUE sp.repeat_penalty = (float)dv;
+      SL_CLI_NEED_VALUE("run");
+      if (!sl_cli_parse_double(v, 0.01, 100, &dv))
+        SL_CLI_BAD_VALUE("run");
+      sp.repeat_penalty = (float)dv;
     } else if (!strcmp(a, "--seed")) {
-      NEED_VALUE if (!sl_parse_long(v, 0, LONG_MAX, &lv)) BAD_VALUE sp.seed =
-          (uint64_t)lv;
+      SL_CLI_NEED_VALUE("run");
+      if (!sl_parse_long(v, 0, LONG_MAX, &lv))
+        SL_CLI_BAD_VALUE("run");
+      sp.seed = (uint64_t)lv;
     } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       run_usage();
       return 0;
@@ -153,8 +164,6 @@ int sl_cli_run_main(int argc, char **argv) {
       run_usage();
       return 2;
     }
-#undef NEED_VALUE
-#undef BAD_VALUE
   }
   if (!model)
     model = sl_model_default_path(defbuf, sizeof defbuf);

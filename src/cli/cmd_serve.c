@@ -263,118 +263,174 @@ int sl_cli_serve_main(int argc, char **argv) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     long lv;
     uint64_t bv;
-#define NEED_VALUE                                                             \
-  if (!v) {                                                                    \
-    fprintf(stderr, "sluice serve: %s needs a value\n", a);                    \
-    return 2;                                                                  \
-  }                                                                            \
-  i++;
-#define BAD_VALUE                                                              \
-  {                                                                            \
-    fprintf(stderr, "sluice serve: bad value '%s' for %s\n", v, a);            \
-    return 2;                                                                  \
-  }
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-      NEED_VALUE if (n_files == MAX_MODELS) BAD_VALUE files[n_files++] = v;
+      SL_CLI_NEED_VALUE("serve");
+      if (n_files == MAX_MODELS)
+        SL_CLI_BAD_VALUE("serve");
+      files[n_files++] = v;
     } else if (!strcmp(a, "--models")) {
-      NEED_VALUE models_dir = v;
+      SL_CLI_NEED_VALUE("serve");
+      models_dir = v;
     } else if (!strcmp(a, "--alias")) {
-      NEED_VALUE if (!strchr(v, '=') || v[0] == '=' || n_aliases == MAX_MODELS)
-          BAD_VALUE aliases[n_aliases++] = v;
+      SL_CLI_NEED_VALUE("serve");
+      if (!strchr(v, '=') || v[0] == '=' || n_aliases == MAX_MODELS)
+        SL_CLI_BAD_VALUE("serve");
+      aliases[n_aliases++] = v;
     } else if (!strcmp(a, "--pin")) {
-      NEED_VALUE if (n_pins == MAX_MODELS) BAD_VALUE pins[n_pins++] = v;
+      SL_CLI_NEED_VALUE("serve");
+      if (n_pins == MAX_MODELS)
+        SL_CLI_BAD_VALUE("serve");
+      pins[n_pins++] = v;
     } else if (!strcmp(a, "--idle-ttl")) {
-      NEED_VALUE if (!sl_parse_long(v, 0, 365L * 86400, &idle_ttl)) BAD_VALUE
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_parse_long(v, 0, 365L * 86400, &idle_ttl))
+        SL_CLI_BAD_VALUE("serve");
     } else if (!strcmp(a, "--host")) {
-      NEED_VALUE scfg.host = v;
+      SL_CLI_NEED_VALUE("serve");
+      scfg.host = v;
     } else if (!strcmp(a, "--port")) {
-      NEED_VALUE if (!sl_parse_long(v, 0, 65535, &lv)) BAD_VALUE scfg.port =
-          (int)lv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_parse_long(v, 0, 65535, &lv))
+        SL_CLI_BAD_VALUE("serve");
+      scfg.port = (int)lv;
     } else if (!strcmp(a, "--api-key")) {
-      NEED_VALUE scfg.api_key = v;
+      SL_CLI_NEED_VALUE("serve");
+      scfg.api_key = v;
     } else if (!strcmp(a, "--model-name")) {
-      NEED_VALUE name = v;
+      SL_CLI_NEED_VALUE("serve");
+      name = v;
     } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
-      NEED_VALUE if (!sl_parse_long(v, 16, 1 << 20, &lv)) BAD_VALUE ecfg.n_ctx =
-          (int)lv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_parse_long(v, 16, 1 << 20, &lv))
+        SL_CLI_BAD_VALUE("serve");
+      ecfg.n_ctx = (int)lv;
       ctx_set = true;
     } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-      NEED_VALUE if (!sl_parse_long(v, 1, 1024, &lv)) BAD_VALUE ecfg.n_threads =
-          (int)lv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_parse_long(v, 1, 1024, &lv))
+        SL_CLI_BAD_VALUE("serve");
+      ecfg.n_threads = (int)lv;
     } else if (!strcmp(a, "--max-memory")) {
-      NEED_VALUE if (!parse_bytes(v, &bv)) BAD_VALUE ecfg.max_memory = bv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!parse_bytes(v, &bv))
+        SL_CLI_BAD_VALUE("serve");
+      ecfg.max_memory = bv;
     } else if (!strcmp(a, "--clear-every-tokens")) {
-      NEED_VALUE if (!sl_parse_long(v, 0, 1 << 30, &lv))
-          BAD_VALUE ecfg.clear_every_tokens = (int)lv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_parse_long(v, 0, 1 << 30, &lv))
+        SL_CLI_BAD_VALUE("serve");
+      ecfg.clear_every_tokens = (int)lv;
     } else if (!strcmp(a, "--device")) {
-      NEED_VALUE if (!sl_engine_device_parse(v, &ecfg.device)) BAD_VALUE
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_engine_device_parse(v, &ecfg.device))
+        SL_CLI_BAD_VALUE("serve");
     } else if (!strcmp(a, "--max-seqs")) {
-      NEED_VALUE if (!sl_parse_long(v, 1, 4096, &lv)) BAD_VALUE ecfg.max_seqs =
-          (int)lv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_parse_long(v, 1, 4096, &lv))
+        SL_CLI_BAD_VALUE("serve");
+      ecfg.max_seqs = (int)lv;
     } else if (!strcmp(a, "--max-batched-tokens")) {
-      NEED_VALUE if (!sl_parse_long(v, 1, 1 << 20, &lv))
-          BAD_VALUE ecfg.max_batched_tokens = (int)lv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_parse_long(v, 1, 1 << 20, &lv))
+        SL_CLI_BAD_VALUE("serve");
+      ecfg.max_batched_tokens = (int)lv;
       mbt_set = true;
     } else if (!strcmp(a, "--prefill-chunk")) {
-      NEED_VALUE if (!sl_parse_long(v, 1, 1 << 20, &lv))
-          BAD_VALUE ecfg.prefill_chunk = (int)lv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_parse_long(v, 1, 1 << 20, &lv))
+        SL_CLI_BAD_VALUE("serve");
+      ecfg.prefill_chunk = (int)lv;
     } else if (!strcmp(a, "--kv-block-tokens")) {
-      NEED_VALUE if (!sl_parse_long(v, 1, 4096, &lv))
-          BAD_VALUE ecfg.kv_block_tokens = (int)lv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_parse_long(v, 1, 4096, &lv))
+        SL_CLI_BAD_VALUE("serve");
+      ecfg.kv_block_tokens = (int)lv;
     } else if (!strcmp(a, "--http-timeout")) {
-      NEED_VALUE if (!sl_parse_long(v, 1, 86400, &lv))
-          BAD_VALUE scfg.http_timeout_s = (unsigned)lv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_parse_long(v, 1, 86400, &lv))
+        SL_CLI_BAD_VALUE("serve");
+      scfg.http_timeout_s = (unsigned)lv;
     } else if (!strcmp(a, "--max-body")) {
-      NEED_VALUE if (!parse_bytes(v, &bv) || bv < 1024 || bv > (1ull << 32))
-          BAD_VALUE scfg.max_body_bytes = (size_t)bv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!parse_bytes(v, &bv) || bv < 1024 || bv > (1ull << 32))
+        SL_CLI_BAD_VALUE("serve");
+      scfg.max_body_bytes = (size_t)bv;
     } else if (!strcmp(a, "--max-conns")) {
-      NEED_VALUE if (!sl_parse_long(v, 1, 1 << 20, &lv))
-          BAD_VALUE scfg.max_conns = (unsigned)lv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_parse_long(v, 1, 1 << 20, &lv))
+        SL_CLI_BAD_VALUE("serve");
+      scfg.max_conns = (unsigned)lv;
     } else if (!strcmp(a, "--max-conns-per-ip")) {
-      NEED_VALUE if (!sl_parse_long(v, 0, 1 << 20, &lv))
-          BAD_VALUE scfg.max_conns_per_ip = (unsigned)lv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_parse_long(v, 0, 1 << 20, &lv))
+        SL_CLI_BAD_VALUE("serve");
+      scfg.max_conns_per_ip = (unsigned)lv;
     } else if (!strcmp(a, "--http-threads")) {
-      NEED_VALUE if (!sl_parse_long(v, 1, 256, &lv))
-          BAD_VALUE scfg.http_threads = (unsigned)lv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_parse_long(v, 1, 256, &lv))
+        SL_CLI_BAD_VALUE("serve");
+      scfg.http_threads = (unsigned)lv;
     } else if (!strcmp(a, "--head-timeout-ms")) {
-      NEED_VALUE if (!sl_parse_long(v, 100, 3600000, &lv))
-          BAD_VALUE scfg.head_timeout_ms = (unsigned)lv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_parse_long(v, 100, 3600000, &lv))
+        SL_CLI_BAD_VALUE("serve");
+      scfg.head_timeout_ms = (unsigned)lv;
     } else if (!strcmp(a, "--request-timeout-ms")) {
-      NEED_VALUE if (!sl_parse_long(v, 100, 86400000, &lv))
-          BAD_VALUE scfg.request_timeout_ms = (unsigned)lv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_parse_long(v, 100, 86400000, &lv))
+        SL_CLI_BAD_VALUE("serve");
+      scfg.request_timeout_ms = (unsigned)lv;
     } else if (!strcmp(a, "--grace-ms")) {
-      NEED_VALUE if (!sl_parse_long(v, 0, 3600000, &lv))
-          BAD_VALUE scfg.grace_ms = (unsigned)lv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_parse_long(v, 0, 3600000, &lv))
+        SL_CLI_BAD_VALUE("serve");
+      scfg.grace_ms = (unsigned)lv;
     } else if (!strcmp(a, "--max-tokens-default")) {
-      NEED_VALUE if (!sl_parse_long(v, 0, 1 << 30, &lv))
-          BAD_VALUE scfg.max_tokens_default = (int)lv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_parse_long(v, 0, 1 << 30, &lv))
+        SL_CLI_BAD_VALUE("serve");
+      scfg.max_tokens_default = (int)lv;
     } else if (!strcmp(a, "--pooling")) {
-      NEED_VALUE if (strcmp(v, "mean") && strcmp(v, "last"))
-          BAD_VALUE scfg.pooling =
-          !strcmp(v, "last") ? SL_POOL_LAST : SL_POOL_MEAN;
+      SL_CLI_NEED_VALUE("serve");
+      if (strcmp(v, "mean") && strcmp(v, "last"))
+        SL_CLI_BAD_VALUE("serve");
+      scfg.pooling = !strcmp(v, "last") ? SL_POOL_LAST : SL_POOL_MEAN;
     } else if (!strcmp(a, "--tool-call-format")) {
-      NEED_VALUE if (strcmp(v, "hermes") && strcmp(v, "llama3") &&
-                     strcmp(v, "mistral") && strcmp(v, "generic"))
-          BAD_VALUE scfg.tool_call_format = v;
+      SL_CLI_NEED_VALUE("serve");
+      if (strcmp(v, "hermes") && strcmp(v, "llama3") && strcmp(v, "mistral") &&
+          strcmp(v, "generic"))
+        SL_CLI_BAD_VALUE("serve");
+      scfg.tool_call_format = v;
     } else if (!strcmp(a, "--cors-origin")) {
-      NEED_VALUE scfg.cors_origin = v;
+      SL_CLI_NEED_VALUE("serve");
+      scfg.cors_origin = v;
     } else if (!strcmp(a, "--parse-special-in-content")) {
       scfg.parse_special_in_content = true;
     } else if (!strcmp(a, "--ssd-cache-dir")) {
-      NEED_VALUE ecfg.ssd_cache_dir = v;
+      SL_CLI_NEED_VALUE("serve");
+      ecfg.ssd_cache_dir = v;
     } else if (!strcmp(a, "--ssd-cache-bytes")) {
-      NEED_VALUE if (!parse_bytes(v, &bv) || bv < (1u << 20))
-          BAD_VALUE ecfg.ssd_cache_bytes = bv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!parse_bytes(v, &bv) || bv < (1u << 20))
+        SL_CLI_BAD_VALUE("serve");
+      ecfg.ssd_cache_bytes = bv;
     } else if (!strcmp(a, "--ssd-cache-optional")) {
       ecfg.ssd_cache_optional = true;
     } else if (!strcmp(a, "--hot-cache-bytes")) {
-      NEED_VALUE if (!parse_bytes(v, &bv)) BAD_VALUE ecfg.hot_cache_bytes = bv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!parse_bytes(v, &bv))
+        SL_CLI_BAD_VALUE("serve");
+      ecfg.hot_cache_bytes = bv;
     } else if (!strcmp(a, "--hot-cache-compress")) {
-      NEED_VALUE if (strcmp(v, "lz4") && strcmp(v, "none"))
-          BAD_VALUE ecfg.hot_cache_lz4 = !strcmp(v, "lz4");
+      SL_CLI_NEED_VALUE("serve");
+      if (strcmp(v, "lz4") && strcmp(v, "none"))
+        SL_CLI_BAD_VALUE("serve");
+      ecfg.hot_cache_lz4 = !strcmp(v, "lz4");
     } else if (!strcmp(a, "--queue-timeout-ms")) {
-      NEED_VALUE if (!sl_parse_long(v, 0, 86400000, &lv))
-          BAD_VALUE ecfg.queue_timeout_ms = (int)lv;
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_parse_long(v, 0, 86400000, &lv))
+        SL_CLI_BAD_VALUE("serve");
+      ecfg.queue_timeout_ms = (int)lv;
     } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       serve_usage(stdout);
       return 0;
@@ -383,8 +439,6 @@ int sl_cli_serve_main(int argc, char **argv) {
       serve_usage(stderr);
       return 2;
     }
-#undef NEED_VALUE
-#undef BAD_VALUE
   }
   if (models_dir &&
       !scan_models(models_dir, scanned, &n_scanned, MAX_MODELS - n_files))

@@ -14,20 +14,6 @@
 #include "sluice/utf8.h"
 #include "sluice/util.h"
 
-/* The length of the longest prefix of s[0..n) that does not end inside a
- * UTF-8 sequence (util/utf8's sequence lengths). */
-static size_t utf8_complete_prefix(const char *s, size_t n) {
-  size_t i = n, back = 0;
-  while (i > 0 && back < 4) {
-    unsigned char c = (unsigned char)s[i - 1];
-    if (!sl_utf8_is_cont(c))
-      return back + 1 >= sl_utf8_seq_len(c) ? n : i - 1;
-    i--;
-    back++;
-  }
-  return n;
-}
-
 sl_status sl__detok_append(sl__req *r, const char *piece, size_t plen,
                            size_t *emit, bool *stopped) {
   if (r->pend_len + plen + 1 > r->pend_cap) {
@@ -53,7 +39,7 @@ sl_status sl__detok_append(sl__req *r, const char *piece, size_t plen,
      * since what was emitted could begin none */
     size_t hold = sl__stops_hold(&r->stops);
     SL_ASSERT(hold <= r->pend_len);
-    *emit = utf8_complete_prefix(r->pend, r->pend_len - hold);
+    *emit = sl_utf8_complete_prefix(r->pend, r->pend_len - hold);
   }
   return SL_OK;
 }

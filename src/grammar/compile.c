@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "grammar/grammar_impl.h"
+#include "sluice/utf8.h"
 #include "sluice/util.h"
 
 /* ---- building ------------------------------------------------------------ */
@@ -187,17 +188,13 @@ static bool read_char(parser *ps, uint32_t *cp) {
     *cp = c;
     return true;
   }
-  int n = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : -1;
-  if (n < 0 || ps->end - ps->s < n)
-    return fail(ps, "grammar: invalid UTF-8 (at byte %d)", ps->s);
-  uint32_t v = c & (0x3Fu >> n);
-  for (int i = 0; i < n; i++) {
-    unsigned char d = (unsigned char)*ps->s++;
-    if ((d & 0xC0) != 0x80)
-      return fail(ps, "grammar: invalid UTF-8 (at byte %d)", ps->s);
-    v = (v << 6) | (d & 0x3F);
-  }
-  *cp = v;
+  /* well-formed only: an overlong form, a surrogate or a value past
+   * U+10FFFF is no character the matcher can ever take */
+  const char *at = ps->s - 1;
+  size_t off = 0;
+  if (!sl_utf8_decode_valid(at, (size_t)(ps->end - at), &off, cp))
+    return fail(ps, "grammar: invalid UTF-8 (at byte %d)", at);
+  ps->s = at + off;
   return true;
 }
 

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "grammar/grammar_impl.h"
+#include "sluice/utf8.h"
 #include "sluice/util.h"
 
 /* ---- stacks -------------------------------------------------------------- */
@@ -178,25 +179,6 @@ static bool ss_copy(stackset *dst, const stackset *src) {
 /* ---- the matcher ----------------------------------------------------------
  */
 
-/* A partial UTF-8 sequence: the bits so far and how many bytes are left. */
-typedef struct utf8_part {
-  uint32_t v;
-  int left;
-  uint32_t min; /* the least code point of this length (no overlongs) */
-} utf8_part;
-
-/* The code points a partial sequence can still become, as [*lo, *hi]:
- * false when none is valid (overlong, above U+10FFFF). */
-static bool part_range(const utf8_part *p, uint32_t *lo, uint32_t *hi) {
-  *lo = p->v << (6 * p->left);
-  *hi = *lo | ((1u << (6 * p->left)) - 1);
-  if (*lo < p->min)
-    *lo = p->min;
-  if (*hi > 0x10FFFF)
-    *hi = 0x10FFFF;
-  return *lo <= *hi;
-}
-
 /* A mask computed before, by the state it was computed in and the
  * vocabulary it was computed for: a state comes back again and again
  * (every character of a long string leaves the same stacks, and every
@@ -208,7 +190,7 @@ static bool part_range(const utf8_part *p, uint32_t *lo, uint32_t *hi) {
 
 typedef struct mask_ent {
   stackset key;
-  utf8_part part;
+  sl_utf8_state part;
   uint64_t vocab; /* the vocabulary's id */
   uint8_t *bits;  /* one per token */
   size_t n_vocab, n_allowed;
@@ -254,7 +236,10 @@ void sl_grammar_unref(sl_grammar_t *g) {
 struct sl_grammar_matcher {
   sl_grammar_t *g;
   stackset cur, tmp;
-  utf8_part part;
+  /* a code point begun: util/utf8 takes well-formed UTF-8 only (no overlong
+   * form, surrogate or value past U+10FFFF), a byte refused as soon as no
+   * completion is valid */
+  sl_utf8_state part;
 };
 
 sl_grammar_matcher_t *sl_grammar_matcher_create(sl_grammar_t *g) {
@@ -289,30 +274,19 @@ void sl_grammar_matcher_free(sl_grammar_matcher_t *m) {
 /* One byte on (ss, part): false when the grammar cannot take it. Uses tmp
  * as scratch; the result is in ss. */
 static bool step_byte(const sl_grammar_t *g, stackset *ss, stackset *tmp,
-                      utf8_part *part, unsigned char b) {
-  uint32_t cp;
-  if (part->left) {
-    if ((b & 0xC0) != 0x80)
-      return false;
-    part->v = (part->v << 6) | (b & 0x3F);
+                      sl_utf8_state *part, unsigned char b) {
+  uint32_t cp = 0;
+  switch (sl_utf8_feed(part, b, &cp)) {
+  case SL_UTF8_STEP_BAD:
+    return false;
+  case SL_UTF8_STEP_MORE: {
+    /* still partial: can any completion match? */
     uint32_t lo, hi;
-    if (--part->left) /* still partial: can any completion match? */
-      return part_range(part, &lo, &hi) && admits_range(ss, lo, hi);
-    cp = part->v;
-    /* overlong, a surrogate or past U+10FFFF: not UTF-8 */
-    if (cp < part->min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-      return false;
-  } else if (b < 0x80) {
-    cp = b;
-  } else {
-    int n = b >= 0xF5 ? -1 : b >= 0xF0 ? 3 : b >= 0xE0 ? 2 : b >= 0xC2 ? 1 : -1;
-    if (n < 0)
-      return false;
-    part->v = b & (0x3Fu >> n);
-    part->left = n;
-    part->min = n == 1 ? 0x80 : n == 2 ? 0x800 : 0x10000;
-    uint32_t lo, hi;
-    return part_range(part, &lo, &hi) && admits_range(ss, lo, hi);
+    sl_utf8_state_range(part, &lo, &hi);
+    return admits_range(ss, lo, hi);
+  }
+  case SL_UTF8_STEP_DONE:
+    break;
   }
   advance(g, ss, cp, tmp);
   stackset t = *ss;
@@ -324,7 +298,7 @@ static bool step_byte(const sl_grammar_t *g, stackset *ss, stackset *tmp,
 bool sl_grammar_matcher_accept(sl_grammar_matcher_t *m, const char *bytes,
                                size_t n) {
   stackset work = {0}, tmp = {0};
-  utf8_part part = m->part;
+  sl_utf8_state part = m->part;
   bool ok = ss_copy(&work, &m->cur);
   for (size_t i = 0; ok && i < n; i++)
     ok = step_byte(m->g, &work, &tmp, &part, (unsigned char)bytes[i]);
@@ -449,11 +423,12 @@ typedef struct mask_walk {
 /* Every child of node `at`, from the state (ss, part): a token whose bytes
  * end at a child that the grammar can take is allowed; its subtree is walked
  * only while a parse survives. */
-static void walk(mask_walk *w, int32_t at, const stackset *ss, utf8_part part) {
+static void walk(mask_walk *w, int32_t at, const stackset *ss,
+                 sl_utf8_state part) {
   stackset cur = {0}, tmp = {0};
   for (int32_t c = w->v->n[at].child; c >= 0 && !w->oom;
        c = w->v->n[c].sibling) {
-    utf8_part p = part;
+    sl_utf8_state p = part;
     if (++w->steps > MASK_BUDGET || !ss_copy(&cur, ss)) {
       w->oom = true;
       break;
@@ -495,8 +470,9 @@ static size_t cache_find(sl__mask_cache *mc, const sl_grammar_matcher_t *m,
   for (int i = 0; i < MASK_CACHE; i++) {
     mask_ent *c = &mc->e[i];
     if (c->used && c->vocab == v->id && c->n_vocab == v->n_vocab &&
-        c->part.left == m->part.left && c->part.v == m->part.v &&
-        c->part.min == m->part.min && ss_equal(&c->key, &m->cur)) {
+        c->part.left == m->part.left && c->part.cp == m->part.cp &&
+        c->part.lo == m->part.lo && c->part.hi == m->part.hi &&
+        ss_equal(&c->key, &m->cur)) {
       c->used = ++mc->clock;
       for (size_t id = 0; id < v->n_vocab; id++)
         allowed[id] = (c->bits[id >> 3] >> (id & 7)) & 1;

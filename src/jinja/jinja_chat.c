@@ -1,4 +1,4 @@
-/* sluice — model: rendering a chat template the way HF transformers does. */
+/* sluice — jinja: rendering a chat template the way HF transformers does. */
 #include <string.h>
 
 #include "jinja_impl.h"

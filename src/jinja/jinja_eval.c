@@ -1,4 +1,4 @@
-/* sluice — model: the Jinja evaluator, and the public compile / render API.
+/* sluice — jinja: the Jinja evaluator, and the public compile / render API.
  *
  * Scoping follows jinja2: each for-loop iteration, macro call and with block
  * gets a fresh frame whose parent is the enclosing one; {% if %} makes none;

@@ -1,4 +1,4 @@
-/* sluice — model: Jinja tests (`x is defined`, ...) and the global
+/* sluice — jinja: Jinja tests (`x is defined`, ...) and the global
  * functions (range, namespace, dict, raise_exception, strftime_now).
  */
 #define _GNU_SOURCE /* memmem */

@@ -1,4 +1,4 @@
-/* sluice — model: private parts of the Jinja engine (include/sluice/jinja.h).
+/* sluice — jinja: private parts of the Jinja engine (include/sluice/jinja.h).
  *
  * Layout: jinja_value.c (values, the arena, untrusted marks, str() /
  * repr()), jinja_json.c (tojson), jinja_lex.c (tokens, whitespace control),

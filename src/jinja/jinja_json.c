@@ -1,4 +1,4 @@
-/* sluice — model: Jinja's tojson, Python's json.dumps of a value with its
+/* sluice — jinja: Jinja's tojson, Python's json.dumps of a value with its
  * options, untrusted marks kept (a string or scalar from an untrusted value
  * is untrusted in the output, quotes and escapes included). */
 #include <math.h>

@@ -1,4 +1,4 @@
-/* sluice — model: the Jinja lexer.
+/* sluice — jinja: the Jinja lexer.
  *
  * Follows jinja2's lexer with trim_blocks=True, lstrip_blocks=True,
  * keep_trailing_newline=False: newlines are normalized to "\n" and one

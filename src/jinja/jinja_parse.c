@@ -1,4 +1,4 @@
-/* sluice — model: the Jinja parser (tokens -> AST), after jinja2's parser.
+/* sluice — jinja: the Jinja parser (tokens -> AST), after jinja2's parser.
  *
  * Precedence, loosest first: `a if c else b`; or; and; not; comparisons and
  * (not) in; + -; ~; * / // %; **; unary - +; then postfix (.attr, [item],

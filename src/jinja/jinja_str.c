@@ -1,4 +1,4 @@
-/* sluice — model: Jinja string operations: Python's str methods
+/* sluice — jinja: Jinja string operations: Python's str methods
  * (startswith, split, strip, replace, ...) and the case mappings the filters
  * share. Strings are UTF-8 and indexed by code point (sluice/utf8.h). Case
  * mapping is Unicode's simple mapping (utf8proc); Python's full and context

@@ -1,4 +1,4 @@
-/* sluice — model: Jinja values, the arena, untrusted marks, str() / repr()
+/* sluice — jinja: Jinja values, the arena, untrusted marks, str() / repr()
  * (json.dumps is jinja_json.c). */
 #include <math.h>
 #include <stdarg.h>

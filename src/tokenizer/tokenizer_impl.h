@@ -7,8 +7,10 @@
  *   tokenizer_unicode.c  llama.cpp-compatible UTF-8 decoding, code point
  *                        categories, the GPT-2 byte <-> unicode map
  *   tokenizer_pre.c      pre-tokenizers (word splitting)
- *   tokenizer_bpe.c      byte-level BPE merges
- *   tokenizer_spm.c      SentencePiece merges with byte fallback
+ *   tokenizer_merge.c    the merge loop BPE and SentencePiece share
+ *   tokenizer_bpe.c      byte-level BPE: merges ranked by the merges list
+ *   tokenizer_spm.c      SentencePiece: merges ranked by score, byte
+ *                        fallback
  *   tokenizer_map.c      the string -> int hash map used by all of them
  */
 #ifndef SLUICE_TOKENIZER_IMPL_H
@@ -162,6 +164,30 @@ struct sl_tokenizer {
 static inline const char *sl__tok_text(const sl_tokenizer_t *t, int32_t id) {
   return t->text_arena + t->text_off[id];
 }
+
+/* ---- the merge loop (tokenizer_merge.c) --------------------------------- */
+/* How a tokenizer kind merges. rank(t, ctx, p, na, nb, &joins, &rank) ranks
+ * joining the adjacent pieces p[0, na) and p[na, na + nb): *joins false
+ * where they do not join, else *rank, lower joining first (ties: the
+ * leftmost pair); an error ends the merge. byte_id(t, c) is the id of byte c
+ * of a piece that is no token, or SL_TOKEN_NULL to drop it. ctx is the
+ * rule's own, passed to rank (scratch space); borrowed. */
+typedef struct sl__merge_rule {
+  sl_status (*rank)(const sl_tokenizer_t *t, void *ctx, const char *p,
+                    size_t na, size_t nb, bool *joins, double *rank);
+  int32_t (*byte_id)(const sl_tokenizer_t *t, unsigned char c);
+  void *ctx;
+} sl__merge_rule;
+
+/* Splits s[0, len) into characters (sl_utf8_seq_len; a sequence cut short
+ * at the end is one piece), joins adjacent pieces as rule ranks them until
+ * no pair joins, and appends each piece's id, or where a piece is no token
+ * rule->byte_id of each of its bytes. SL_ERR_INVALID_ARG past UINT32_MAX / 2
+ * bytes, SL_ERR_NOMEM, or rank's error (ids appended before it stay).
+ * Borrows everything; thread-safe for a shared t (rule->ctx is the
+ * caller's). */
+sl_status sl__merge_text(const sl_tokenizer_t *t, const char *s, size_t len,
+                         const sl__merge_rule *rule, sl__ivec *out);
 
 /* BPE: appends the ids of one pre-tokenized word (already byte-encoded). */
 sl_status sl__bpe_word(const sl_tokenizer_t *t, const char *w, size_t wlen,

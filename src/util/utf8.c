@@ -1,5 +1,5 @@
-/* UTF-8: the one encoder, the two decoders and the case mapping (see
- * include/sluice/utf8.h). */
+/* UTF-8: the one encoder, the three decoders, the scanners and the case
+ * mapping (see include/sluice/utf8.h). */
 #include "sluice/utf8.h"
 
 #include <utf8proc.h>
@@ -91,6 +91,95 @@ size_t sl_utf8_count(const char *p, size_t n) {
     if (!sl_utf8_is_cont((unsigned char)p[i]) || i == 0)
       c++;
   return c;
+}
+
+size_t sl_utf8_complete_prefix(const char *p, size_t n) {
+  size_t i = n, back = 0;
+  while (i > 0 && back < 4) {
+    unsigned char c = (unsigned char)p[i - 1];
+    if (!sl_utf8_is_cont(c))
+      return back + 1 >= sl_utf8_seq_len(c) ? n : i - 1;
+    i--;
+    back++;
+  }
+  return n;
+}
+
+sl_utf8_step sl_utf8_feed(sl_utf8_state *st, unsigned char b, uint32_t *cp) {
+  if (st->left) {
+    if (b < st->lo || b > st->hi)
+      return SL_UTF8_STEP_BAD;
+    uint32_t v = (st->cp << 6) | (b & 0x3F);
+    if (st->left == 1) {
+      *st = (sl_utf8_state){0};
+      *cp = v;
+      return SL_UTF8_STEP_DONE;
+    }
+    *st = (sl_utf8_state){v, (uint8_t)(st->left - 1), 0x80, 0xBF};
+    return SL_UTF8_STEP_MORE;
+  }
+  if (b < 0x80) {
+    *cp = b;
+    return SL_UTF8_STEP_DONE;
+  }
+  /* Table 3-7: C0, C1 and F5..FF never occur; the second byte's bounds
+   * after E0, ED, F0 and F4 rule out overlong forms, surrogates and values
+   * past U+10FFFF */
+  if (b < 0xC2 || b > 0xF4)
+    return SL_UTF8_STEP_BAD;
+  if (b < 0xE0)
+    *st = (sl_utf8_state){b & 0x1Fu, 1, 0x80, 0xBF};
+  else if (b < 0xF0)
+    *st = (sl_utf8_state){b & 0x0Fu, 2, b == 0xE0 ? 0xA0 : 0x80,
+                          b == 0xED ? 0x9F : 0xBF};
+  else
+    *st = (sl_utf8_state){b & 0x07u, 3, b == 0xF0 ? 0x90 : 0x80,
+                          b == 0xF4 ? 0x8F : 0xBF};
+  return SL_UTF8_STEP_MORE;
+}
+
+void sl_utf8_state_range(const sl_utf8_state *st, uint32_t *lo, uint32_t *hi) {
+  /* the next byte within [st->lo, st->hi], any continuation bytes after */
+  unsigned rest = 6u * (st->left - 1u);
+  *lo = ((st->cp << 6) | (st->lo & 0x3Fu)) << rest;
+  *hi = (((st->cp << 6) | (st->hi & 0x3Fu)) << rest) | ((1u << rest) - 1);
+}
+
+bool sl_utf8_decode_valid(const char *s, size_t len, size_t *off,
+                          uint32_t *cp) {
+  sl_utf8_state st = {0};
+  for (size_t o = *off; o < len; o++) {
+    sl_utf8_step r = sl_utf8_feed(&st, (unsigned char)s[o], cp);
+    if (r == SL_UTF8_STEP_BAD)
+      return false;
+    if (r == SL_UTF8_STEP_DONE) {
+      *off = o + 1;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool sl_utf8_valid(const char *s, size_t len) {
+  size_t i = 0;
+  uint32_t cp;
+  while (i < len) {
+    if (!((unsigned char)s[i] & 0x80)) {
+      i++;
+      continue;
+    }
+    if (!sl_utf8_decode_valid(s, len, &i, &cp))
+      return false;
+  }
+  return true;
+}
+
+size_t sl_utf8_valid_prefix(const char *s, size_t len) {
+  size_t i = 0;
+  uint32_t cp;
+  while (i < len && sl_utf8_decode_valid(s, len, &i, &cp))
+    ;
+  return i;
 }
 
 uint32_t sl_utf8_upper(uint32_t cp) {
