@@ -480,6 +480,44 @@ static void test_clear_thread_streams(void) {
               sl_malloc_live_bytes(), live0);
 }
 
+/* I5 on the calling thread, where no thread exit follows to hide a clear
+ * that did nothing (the pthread key's destructor drains what a thread
+ * leaves behind, so the count after a join matches either way): the clear
+ * itself drains the stream's queued work, unregisters it, and the next
+ * sl_thread_stream makes a fresh one. */
+static void test_clear_thread_streams_on_caller(void) {
+  sl_device_t *dev = sl_cpu_device();
+  sl_clear_thread_streams(); /* start with no thread stream on this thread */
+  int before = sl_device_stream_count(dev);
+  sl_stream_t *mine = sl_thread_stream(dev);
+  CHECK(mine != NULL);
+  if (!mine)
+    return;
+  CHECK_EQ_INT(sl_device_stream_count(dev), before + 1);
+  _Atomic int ran = 0;
+  sleep_arg s = {100, &ran, 0, NULL};
+  CHECK_OK(sl_stream_submit(mine, sleep_task, &s, sizeof s, NULL, 0, NULL));
+  uint64_t t0 = sl_now_ns();
+  sl_clear_thread_streams();
+  double ms = sl_ns_to_ms(sl_now_ns() - t0);
+  CHECK_MSG(atomic_load(&ran) == 1,
+            "sl_clear_thread_streams returned with the task still queued");
+  CHECK_MSG(ms >= 90, "returned after %.2f ms, before the work was drained",
+            ms);
+  CHECK_MSG(sl_device_stream_count(dev) == before,
+            "%d streams registered after the clear, %d before the thread "
+            "stream was made",
+            sl_device_stream_count(dev), before);
+  sl_stream_t *again = sl_thread_stream(dev);
+  CHECK(again != NULL);
+  if (!again)
+    return;
+  CHECK_EQ_INT(sl_stream_query(again).submitted, 0); /* a new stream */
+  CHECK_EQ_INT(sl_device_stream_count(dev), before + 1);
+  sl_clear_thread_streams();
+  CHECK_EQ_INT(sl_device_stream_count(dev), before);
+}
+
 /* ---- the store-worker race ------------------------------------------------
  */
 
@@ -750,6 +788,7 @@ int main(int argc, char **argv) {
   RUN(test_access_lock_excludes_clears);
   RUN(test_drain_all);
   RUN(test_clear_thread_streams);
+  RUN(test_clear_thread_streams_on_caller);
   RUN(test_store_worker_race);
   RUN(test_stress);
   sl_rt_shutdown();

@@ -46,6 +46,83 @@ sl_engine_config sl_engine_config_defaults(void) {
   return c;
 }
 
+/* ---- invariants (engine_impl.h), for SL_ASSERT
+ * ------------------------------------------------------ */
+
+static int blocks_of(const sl_engine_t *e, int n_tokens) {
+  int T = e->cfg.kv_block_tokens;
+  return (n_tokens + T - 1) / T;
+}
+
+bool sl__req_sanity(const sl_engine_t *e, const sl__req *r) {
+  int T = e->cfg.kv_block_tokens;
+  const sl_gen_params *p = &r->params;
+  if (!r->tokens || !r->sampler || !r->cb || r->n_prompt <= 0 ||
+      r->n_tokens < r->n_prompt || r->n_tokens > e->cfg.n_ctx ||
+      r->n_tokens != r->n_prompt + r->n_generated ||
+      r->n_generated > p->max_tokens)
+    return false;
+  bool embed = p->pooling != SL_POOL_NONE;
+  if (embed != (r->emb != NULL) ||
+      (embed && (p->max_tokens != 0 || r->n_generated != 0)))
+    return false;
+  if (r->n_cached < 0 || r->n_cached > r->n_prompt || r->n_cached % T ||
+      r->retries < 0 || r->retries > 2 || (r->grammar_taken && !r->matcher))
+    return false;
+  if (r->pend_len > r->pend_cap || (r->pend_cap && !r->pend) ||
+      r->stops.n != p->n_stop)
+    return false;
+  if (r->t_first && r->t_first < r->t_submit)
+    return false;
+  switch (r->state) {
+  case SL__REQ_WAITING:
+    return r->n_computed == 0 && r->n_blocks == 0 && !r->first_chunk_done &&
+           r->n_target == r->n_tokens;
+  case SL__REQ_PREFILLING:
+    if (r->n_computed < 0 || r->n_computed > r->n_target ||
+        r->n_target != r->n_tokens || r->n_blocks < blocks_of(e, r->n_target))
+      return false;
+    break;
+  case SL__REQ_RUNNING:
+    if (r->n_computed != r->n_tokens - 1)
+      return false;
+    break;
+  default: /* DONE: freed by sl__finish, never seen */
+    return false;
+  }
+  if (!r->admitted || !r->fits_alone || !r->blocks ||
+      r->n_blocks > blocks_of(e, r->n_prompt + p->max_tokens) ||
+      (int64_t)r->n_blocks * T < r->n_computed)
+    return false;
+  int nb = sl_kv_config_of(e->kv)->n_blocks;
+  for (int i = 0; i < r->n_blocks; i++)
+    if (r->blocks[i] < 0 || r->blocks[i] >= nb ||
+        sl_kv_block_refcount(e->kv, r->blocks[i]) < 1)
+      return false;
+  return true;
+}
+
+/* The executor's queues between steps: at most max_seqs active, each
+ * PREFILLING or RUNNING; the waiting list WAITING, its tail its last; every
+ * request sane. O(requests + their blocks). Executor thread. */
+static bool sched_sanity(const sl_engine_t *e) {
+  if (e->n_active < 0 || e->n_active > e->cfg.max_seqs)
+    return false;
+  for (int i = 0; i < e->n_active; i++) {
+    const sl__req *r = e->active[i];
+    if ((r->state != SL__REQ_PREFILLING && r->state != SL__REQ_RUNNING) ||
+        !sl__req_sanity(e, r))
+      return false;
+  }
+  const sl__req *last = NULL;
+  for (const sl__req *r = e->waiting; r; r = r->next) {
+    if (r->state != SL__REQ_WAITING || !sl__req_sanity(e, r))
+      return false;
+    last = r;
+  }
+  return e->waiting_tail == last;
+}
+
 /* ---- inbox (any thread)
  * ------------------------------------------------------ */
 
@@ -125,6 +202,7 @@ sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
   r->cb = cb;
   r->user = user;
   r->t_submit = sl_now_ns();
+  SL_ASSERT(sl__req_sanity(e, r)); /* WAITING: reads no reference count */
   pthread_mutex_lock(&e->mu);
   if (e->stopping) {
     pthread_mutex_unlock(&e->mu);
@@ -503,6 +581,7 @@ static void *executor_main(void *p) {
       sl__fail_active(e, e->clear_error);
       e->clear_error = SL_OK;
     }
+    SL_ASSERT(sched_sanity(e)); /* between steps: every request's state */
   }
   executor_fini(e);
   return NULL;

@@ -111,6 +111,31 @@ bool sl__stops_feed(sl__stops *m, const char *p, size_t n, size_t *tail);
  * - 1. */
 size_t sl__stops_hold(const sl__stops *m);
 
+/* A request's invariants, between the executor's steps and at submit
+ * (sl__req_sanity checks them; T is cfg.kv_block_tokens):
+ *   - tokens (capacity cfg.n_ctx), sampler and cb are set; 0 < n_prompt <=
+ *     n_tokens <= cfg.n_ctx, and n_tokens == n_prompt + n_generated;
+ *   - n_generated <= params.max_tokens; an embedding (params.pooling) has
+ *     emb, generates nothing and has max_tokens 0; only an embedding has
+ *     emb;
+ *   - WAITING: nothing computed and no blocks held (n_computed == 0,
+ *     n_blocks == 0, first_chunk_done false), n_target == n_tokens (the
+ *     prompt, or after a preemption the prompt and the tokens so far);
+ *   - PREFILLING and RUNNING: admitted, which implies fits_alone; blocks
+ *     holds n_blocks ids of the pool, each referenced, at most the table's
+ *     capacity ceil((n_prompt + max_tokens) / T), and they cover the
+ *     computed tokens (n_blocks * T >= n_computed);
+ *   - PREFILLING: n_computed <= n_target == n_tokens, and every block of
+ *     the target is reserved (n_blocks >= ceil(n_target / T));
+ *   - RUNNING: every token but the last sampled one is computed
+ *     (n_computed == n_tokens - 1);
+ *   - n_cached is whole blocks of the prompt (a multiple of T, <= n_prompt),
+ *     counted at the first admission; retries is 0..2 (a third failure
+ *     ends the request); grammar_taken only with a matcher;
+ *   - pend_len <= pend_cap, and pend is set when pend_cap is not 0;
+ *     stops covers params.stop (stops.n == params.n_stop);
+ *   - t_first is 0 until the first token, then not before t_submit.
+ * DONE is never seen: sl__finish frees the request. */
 typedef struct sl__req {
   uint64_t id;
   sl__req_state state;
@@ -218,6 +243,10 @@ struct sl_engine {
 /* ---- shared by engine.c, scheduler.c and detok.c (executor thread) ---- */
 
 void sl__req_free(sl__req *r);
+/* The invariants above (engine.c); for SL_ASSERT only. Reads the pool's
+ * reference counts of an admitted request's blocks: executor thread, or
+ * any thread for a request not yet admitted. */
+bool sl__req_sanity(const sl_engine_t *e, const sl__req *r);
 void sl__list_push(sl__req **head, sl__req **tail, sl__req *r);
 /* Ends a request: reports, publishes and frees its blocks, frees it. */
 void sl__finish(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,

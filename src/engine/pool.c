@@ -82,6 +82,64 @@ const char *sl_pool_state_name(sl_pool_state s) {
   return "?";
 }
 
+/* An entry's invariants, with p->mu held (pool_entry_sanity checks them
+ * at each change of state and at each lease and release; pool_sanity adds
+ * the budget's sum):
+ *   - name and path are set; alias[0..n_alias) are set, n_alias is at most
+ *     MAX_ALIASES;
+ *   - refs >= 0, and only a LOADED entry is leased (refs > 0), except for
+ *     the leases that sl_pool_free finds still held as it unloads all;
+ *   - model, tok and engine are all set while LOADED and all NULL otherwise
+ *     (a load sets them at its end, an unload takes them at its start);
+ *     chat_template is NULL unless LOADED (a model may have none);
+ *   - n_ctx > 0 while LOADED or UNLOADING, 0 while UNLOADED or LOADING;
+ *   - bytes is 0 while UNLOADED and > 0 while LOADED or UNLOADING (a load
+ *     reserves it before it runs, under the mutex); p->planned is the sum
+ *     of bytes over the entries;
+ *   - each load ends once, as a success or a failure: attempt == loads +
+ *     load_failures (waiters tell their attempt's end by it); loads ==
+ *     unloads + 1 while LOADED or UNLOADING, == unloads otherwise;
+ *   - evictions and reclaims are counted as their unload starts, so
+ *     evictions + reclaims <= unloads, + 1 while UNLOADING;
+ *   - last_status is SL_OK exactly when last_err is empty. */
+static bool pool_entry_sanity(const sl_pool_t *p, int i) {
+  const entry *x = &p->e[i];
+  if (!x->name || !x->path || x->n_alias < 0 || x->n_alias > MAX_ALIASES)
+    return false;
+  for (int k = 0; k < x->n_alias; k++)
+    if (!x->alias[k])
+      return false;
+  bool loaded = x->state == SL_POOL_LOADED;
+  bool holds = loaded || x->state == SL_POOL_UNLOADING; /* a load's result */
+  if (x->refs < 0 || (x->refs > 0 && !loaded && !p->stopping))
+    return false;
+  if (loaded != (x->model != NULL) || loaded != (x->tok != NULL) ||
+      loaded != (x->engine != NULL) || (!loaded && x->chat_template))
+    return false;
+  if (holds != (x->n_ctx > 0))
+    return false;
+  if ((x->state == SL_POOL_UNLOADED && x->bytes) || (holds && !x->bytes))
+    return false;
+  if (x->attempt != x->loads + x->load_failures ||
+      x->loads != x->unloads + (holds ? 1 : 0))
+    return false;
+  if (x->evictions + x->reclaims >
+      x->unloads + (x->state == SL_POOL_UNLOADING ? 1 : 0))
+    return false;
+  return (x->last_status == SL_OK) == (x->last_err[0] == 0);
+}
+
+/* Every entry's invariants, and the budget: planned is their bytes. */
+static bool pool_sanity(const sl_pool_t *p) {
+  uint64_t sum = 0;
+  for (int i = 0; i < p->n; i++) {
+    if (!pool_entry_sanity(p, i))
+      return false;
+    sum += p->e[i].bytes;
+  }
+  return sum == p->planned;
+}
+
 static int find_locked(sl_pool_t *p, const char *name) {
   if (!name)
     return -1;
@@ -133,6 +191,7 @@ static void unload_locked(sl_pool_t *p, int i, const char *why) {
   x->tok = NULL;
   x->engine = NULL;
   x->chat_template = NULL;
+  SL_ASSERT(pool_sanity(p));
   char name[128];
   snprintf(name, sizeof name, "%s", x->name);
   pthread_mutex_unlock(&p->mu);
@@ -147,6 +206,7 @@ static void unload_locked(sl_pool_t *p, int i, const char *why) {
   x->state = SL_POOL_UNLOADED;
   x->unloads++;
   x->n_ctx = 0;
+  SL_ASSERT(pool_sanity(p));
   pthread_cond_broadcast(&p->cv);
 }
 
@@ -234,6 +294,7 @@ static sl_status load_locked(sl_pool_t *p, int i) {
       p->planned += plan;
       p->e[i].bytes = plan;
       reserved = true;
+      SL_ASSERT(pool_sanity(p));
       break;
     }
     int v = lru_victim(p, i);
@@ -311,6 +372,7 @@ static sl_status load_locked(sl_pool_t *p, int i) {
   x->last_status = SL_OK;
   x->last_err[0] = 0;
   x->attempt++;
+  SL_ASSERT(pool_sanity(p));
   pthread_cond_broadcast(&p->cv);
   return SL_OK;
 
@@ -330,6 +392,7 @@ fail:
   snprintf(x->last_err, sizeof x->last_err, "%s",
            err[0] ? err : sl_status_str(x->last_status));
   x->attempt++;
+  SL_ASSERT(pool_sanity(p));
   pthread_cond_broadcast(&p->cv);
   return x->last_status;
 }
@@ -353,6 +416,7 @@ static void fill_lease(sl_pool_t *p, int i, sl_pool_lease *out, bool request) {
   out->chat_template = x->chat_template;
   out->n_ctx = x->n_ctx;
   out->index = i;
+  SL_ASSERT(pool_entry_sanity(p, i));
 }
 
 /* Locks the pool and finds `name`: its index with the mutex held, or -1
@@ -437,6 +501,7 @@ void sl_pool_release(sl_pool_t *p, sl_pool_lease *l) {
   x->refs--;
   if (!l->look)
     x->last_used_ns = sl_now_ns();
+  SL_ASSERT(pool_entry_sanity(p, l->index));
   if (x->refs == 0)
     pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
@@ -641,6 +706,7 @@ sl_status sl_pool_add(sl_pool_t *p, const char *name, const char *path,
     goto out;
   }
   p->n++;
+  SL_ASSERT(pool_sanity(p));
   st = ssd_dirs(p, err, errcap);
 out:
   pthread_mutex_unlock(&p->mu);

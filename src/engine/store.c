@@ -114,6 +114,44 @@ typedef struct sl__store {
   int n_readers;
 } sl__store;
 
+/* The store queue's invariants, with s->mu held (store_queue_sanity checks
+ * them where the queue changes hands: an enqueue, the worker's take of a
+ * batch, a hand-back, a collect):
+ *   - the ring: 0 <= head < STORE_QUEUE, 0 <= n <= STORE_QUEUE;
+ *   - each queued item names a block of the pool, owns its token ids, and
+ *     carries an event of the engine stream (the point after which the
+ *     block's K/V is written);
+ *   - done[0..n_done) are blocks of the pool, n_done <= cap_done, and done
+ *     is NULL exactly when cap_done is 0;
+ *   - every block queued or handed back holds the pool reference that the
+ *     enqueue took until sl__store_collect drops it (refcount >= 1; read
+ *     only where the caller is the executor, which owns the counts);
+ *   - each block queued is written, failed, dropped, still queued or in
+ *     the worker's batch: queued - written - failed - dropped - n is
+ *     0..STORE_BATCH. */
+static bool store_queue_sanity(const sl__store *s, const sl_kv_pool_t *kv) {
+  const sl_engine_t *e = s->e;
+  int nb = sl_kv_config_of(e->kv)->n_blocks;
+  if (s->head < 0 || s->head >= STORE_QUEUE || s->n < 0 || s->n > STORE_QUEUE)
+    return false;
+  for (int i = 0; i < s->n; i++) {
+    const store_item *it = &s->q[(s->head + i) % STORE_QUEUE];
+    if (it->block < 0 || it->block >= nb || !it->tokens ||
+        it->ev.stream != e->stream)
+      return false;
+    if (kv && sl_kv_block_refcount(kv, it->block) < 1)
+      return false;
+  }
+  if (s->n_done < 0 || s->n_done > s->cap_done || (!s->done) != !s->cap_done)
+    return false;
+  for (int i = 0; i < s->n_done; i++)
+    if (s->done[i] < 0 || s->done[i] >= nb ||
+        (kv && sl_kv_block_refcount(kv, s->done[i]) < 1))
+      return false;
+  uint64_t out = s->st.written + s->st.failed + s->st.dropped + (uint64_t)s->n;
+  return s->st.queued >= out && s->st.queued - out <= STORE_BATCH;
+}
+
 /* ---- the copy tasks ---------------------------------------------------- */
 
 /* Blocks out of the pool (out = true) or into it: for each block, for each
@@ -311,6 +349,7 @@ static void hand_back(sl__store *s, const store_item *it, int n) {
     }
     s->done[s->n_done++] = it[i].block;
   }
+  SL_ASSERT(store_queue_sanity(s, NULL)); /* the worker's thread, or a drop */
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -342,6 +381,7 @@ static void *store_main(void *p) {
       batch[i] = s->q[(s->head + i) % STORE_QUEUE];
     s->head = (s->head + n) % STORE_QUEUE;
     s->n -= n;
+    SL_ASSERT(store_queue_sanity(s, NULL));
     pthread_mutex_unlock(&s->mu);
     copy_arg a = {.pool = sl_kv_buffer(e->kv),
                   .view = sl_kv_view_of(e->kv),
@@ -533,6 +573,7 @@ void sl__store_enqueue(sl_engine_t *e, int block, uint64_t hash,
       (store_item){.block = block, .hash = hash, .ev = ev, .tokens = t};
   s->n++;
   s->st.queued++;
+  SL_ASSERT(store_queue_sanity(s, e->kv)); /* the executor: counts readable */
   pthread_cond_signal(&s->cv);
   pthread_mutex_unlock(&s->mu);
 }
@@ -622,6 +663,7 @@ void sl__store_collect(sl_engine_t *e) {
   int ids[256];
   for (;;) {
     pthread_mutex_lock(&s->mu);
+    SL_ASSERT(store_queue_sanity(s, e->kv)); /* the executor */
     int n = s->n_done < 256 ? s->n_done : 256;
     if (n) /* done is NULL until the first hand-back */
       memcpy(ids, s->done + s->n_done - n, sizeof *ids * (size_t)n);
