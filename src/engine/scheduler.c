@@ -2,7 +2,9 @@
  * guard, block reservation), one batch per step (a decode token for every
  * running sequence, prefill chunks in the rest of the budget), sampling,
  * finishing, aborts, the runtime-error ladders, and every clear site
- * (I3, I4: all on the engine stream). */
+ * (I3, I4: all on the engine stream). A step is planned (plan_step), run
+ * (run_step) and its results applied (update_step), as vLLM's scheduler
+ * does. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -877,35 +879,92 @@ static void embed_finish(sl_engine_t *e, sl__req *r) {
     r->emb[k] *= inv;
 }
 
-/* Builds and runs one batch; returns false when there was nothing to do. */
-bool sl__step(sl_engine_t *e) {
-  uint64_t t_step = sl_now_ns();
-  int nb = 0, nt = 0, budget = e->cfg.max_batched_tokens;
-  /* the KV blocks this step's decode tokens go into, oldest request first
-   * (a preemption takes the youngest) */
+/* One step as the scheduler planned it (vLLM's SchedulerOutput): the batch,
+ * over the engine's batch arrays, and the prefill clear sites it reaches.
+ * Filled by plan_step, run by run_step, applied by update_step; it lives
+ * for one sl__step. */
+typedef struct step_plan {
+  uint64_t t_start; /* sl_now_ns() when the step began (stats.step_ns) */
+  sl_batch batch;   /* borrows e->batch_tokens and e->batch_seqs */
+  sl__req **reqs;   /* (batch.n_seqs) each sequence's request: e->batch_reqs */
+  bool prefill_mid; /* a prompt's chunk that is not its last: prefill.chunk */
+  bool prefill_end; /* a prompt's last chunk: prefill.end */
+} step_plan;
+
+/* Adds r's sequence q to the plan (its q.n tokens already written to
+ * e->batch_tokens from batch.n_tokens on), with the device sampler's
+ * params where it samples there. */
+static void plan_add(sl_engine_t *e, step_plan *p, sl__req *r, sl_batch_seq q) {
+  int s = p->batch.n_seqs++;
+  e->batch_seqs[s] = q;
+  plan_device_sample(e, r, s);
+  p->reqs[s] = r;
+  p->batch.n_tokens += q.n;
+}
+
+/* The KV blocks of this step's decode tokens, oldest request first (a
+ * preemption takes the youngest), then one token for every running
+ * sequence. */
+static void plan_decode(sl_engine_t *e, step_plan *p) {
+  int budget = e->cfg.max_batched_tokens;
   for (int i = 0; i < e->n_active; i++) {
     sl__req *r = e->active[i];
     if (r->state == SL__REQ_RUNNING && !grow_blocks(e, r))
       break; /* r and every younger request went back to the queue */
   }
-  /* decode: one token for every running sequence */
-  for (int i = 0; i < e->n_active && nt < budget; i++) {
+  for (int i = 0; i < e->n_active && p->batch.n_tokens < budget; i++) {
     sl__req *r = e->active[i];
     if (r->state != SL__REQ_RUNNING)
       continue;
+    int nt = p->batch.n_tokens;
     e->batch_tokens[nt] = r->tokens[r->n_tokens - 1];
-    e->batch_seqs[nb] = (sl_batch_seq){
-        r->blocks, r->n_blocks,    r->n_computed, nt,   1,    true,
-        false,     argmax_only(r), true,          NULL, false};
-    plan_device_sample(e, r, nb);
-    e->batch_reqs[nb++] = r;
-    nt++;
+    plan_add(e, p, r,
+             (sl_batch_seq){r->blocks, r->n_blocks, r->n_computed, nt, 1, true,
+                            false, argmax_only(r), true, NULL, false});
   }
-  /* prefill chunks in the rest of the budget */
-  for (int i = 0; i < e->n_active && nt < budget; i++) {
+}
+
+/* The memory guard again, for a later chunk of `chunk` tokens of active
+ * request r. Returns true when r is over it and left the batch: preempted
+ * while others hold the memory in its way (it fits alone), else failed;
+ * either way after the chunk.memory_exceeded clear. */
+static bool later_chunk_refused(sl_engine_t *e, sl__req *r, int chunk) {
+  e->later_chunks++;
+  bool fault = e->hooks.fail_guard_chunk &&
+               (int)e->later_chunks == e->hooks.fail_guard_chunk;
+  uint64_t est = guard_estimate(e, 0, chunk);
+  if (!(e->cfg.max_memory && est > e->cfg.max_memory) && !fault)
+    return false;
+  r->est_bytes = est;
+  if (!fault && e->n_active > 1) {
+    /* it fits alone (checked at admission): the others' memory is in the
+     * way, so it waits at the head of the queue */
+    preempt(e, r);
+    sl__clear_at_site(e, SL__SITE_CHUNK_MEM_EXCEEDED);
+    return true;
+  }
+  sl__active_remove(e, r);
+  sl__clear_at_site(e, SL__SITE_CHUNK_MEM_EXCEEDED);
+  char msg[256];
+  snprintf(msg, sizeof msg,
+           "a prefill chunk would need an estimated %llu bytes, over the "
+           "memory limit of %llu bytes",
+           (unsigned long long)est, (unsigned long long)e->cfg.max_memory);
+  sl__finish(e, r, SL_FINISH_ERROR, SL_ERR_MEMORY_LIMIT,
+             SL_REASON_PREFILL_MEMORY_EXCEEDED, msg);
+  return true;
+}
+
+/* Prefill chunks of the prefilling requests, in order, in the rest of the
+ * step's token budget. A request that leaves the active list here (the
+ * guard, or no memory for an embedding's hidden states) is not planned. */
+static void plan_prefill(sl_engine_t *e, step_plan *p) {
+  int budget = e->cfg.max_batched_tokens;
+  for (int i = 0; i < e->n_active && p->batch.n_tokens < budget; i++) {
     sl__req *r = e->active[i];
     if (r->state != SL__REQ_PREFILLING)
       continue;
+    int nt = p->batch.n_tokens;
     int chunk = r->n_target - r->n_computed;
     if (chunk > e->cfg.prefill_chunk)
       chunk = e->cfg.prefill_chunk;
@@ -913,34 +972,9 @@ bool sl__step(sl_engine_t *e) {
       chunk = budget - nt;
     if (chunk <= 0)
       break;
-    bool admission = !r->first_chunk_done;
-    /* the memory guard again for a later chunk */
-    if (!admission) {
-      e->later_chunks++;
-      bool fault = e->hooks.fail_guard_chunk &&
-                   (int)e->later_chunks == e->hooks.fail_guard_chunk;
-      uint64_t est = guard_estimate(e, 0, chunk);
-      if ((e->cfg.max_memory && est > e->cfg.max_memory) || fault) {
-        r->est_bytes = est;
-        if (!fault && e->n_active > 1) {
-          /* it fits alone (checked at admission): the others' memory is
-           * in the way, so it waits at the head of the queue */
-          preempt(e, r);
-          sl__clear_at_site(e, SL__SITE_CHUNK_MEM_EXCEEDED);
-          i--;
-          continue;
-        }
-        sl__active_remove(e, r);
-        sl__clear_at_site(e, SL__SITE_CHUNK_MEM_EXCEEDED);
-        char msg[256];
-        snprintf(msg, sizeof msg,
-                 "a prefill chunk would need an estimated %llu bytes, over "
-                 "the memory limit of %llu bytes",
-                 (unsigned long long)est,
-                 (unsigned long long)e->cfg.max_memory);
-        sl__finish(e, r, SL_FINISH_ERROR, SL_ERR_MEMORY_LIMIT,
-                   SL_REASON_PREFILL_MEMORY_EXCEEDED, msg);
-        i--;
+    if (r->first_chunk_done) {
+      if (later_chunk_refused(e, r, chunk)) {
+        i--; /* active[i] is the next request now */
         continue;
       }
     } else {
@@ -960,23 +994,41 @@ bool sl__step(sl_engine_t *e) {
       i--;
       continue;
     }
-    e->batch_seqs[nb] =
-        (sl_batch_seq){r->blocks, r->n_blocks,    r->n_computed,
-                       nt,        chunk,          last && !r->params.pooling,
-                       false,     argmax_only(r), false,
-                       NULL,      embed};
-    plan_device_sample(e, r, nb);
-    e->batch_reqs[nb++] = r;
-    nt += chunk;
+    if (last)
+      p->prefill_end = true;
+    else
+      p->prefill_mid = true;
+    plan_add(e, p, r,
+             (sl_batch_seq){r->blocks, r->n_blocks, r->n_computed, nt, chunk,
+                            last && !r->params.pooling, false, argmax_only(r),
+                            false, NULL, embed});
   }
-  if (nb == 0)
+}
+
+/* Plans the next step into *p: KV blocks for the decode tokens (preempting
+ * the youngest requests when none can be had), one decode token for every
+ * running sequence, then prefill chunks. Returns false when there is
+ * nothing to run (no step is counted). */
+static bool plan_step(sl_engine_t *e, step_plan *p) {
+  memset(p, 0, sizeof *p);
+  p->t_start = sl_now_ns();
+  p->batch.tokens = e->batch_tokens;
+  p->batch.seqs = e->batch_seqs;
+  p->reqs = e->batch_reqs;
+  plan_decode(e, p);
+  plan_prefill(e, p);
+  if (p->batch.n_seqs == 0)
     return false;
   e->steps++;
-  sl_batch batch = {e->batch_tokens, nt, e->batch_seqs, nb};
-  /* fault hooks: a runtime memory error for the Nth first / later chunk */
+  return true;
+}
+
+/* The fault hooks: a runtime memory error in place of the step when it
+ * carries the Nth first / later chunk (each hook fires once). */
+static sl_status fault_hooks(sl_engine_t *e, const step_plan *p) {
   sl_status st = SL_OK;
-  for (int s = 0; s < nb; s++) {
-    sl__req *r = e->batch_reqs[s];
+  for (int s = 0; s < p->batch.n_seqs; s++) {
+    sl__req *r = p->reqs[s];
     if (r->state != SL__REQ_PREFILLING)
       continue;
     bool adm = !r->first_chunk_done;
@@ -989,96 +1041,128 @@ bool sl__step(sl_engine_t *e) {
       e->hooks.fail_oom_chunk = adm ? e->hooks.fail_oom_chunk : 0;
     }
   }
-  /* The step is queued and not waited for: the clear sites it reaches
-   * (DESIGN.md) run while its forward pass is in flight on the engine
-   * stream, and each drains that stream first. Then its results. */
+  return st;
+}
+
+/* Runs the planned step on the engine stream. It is queued and not waited
+ * for: the clear sites it reaches (DESIGN.md) run while its forward pass is
+ * in flight on the engine stream, and each drains that stream first; then
+ * the next step's admissions (sl__prepare_next); then its results, into
+ * e->logits, argmax, sampled and hidden. Returns the step's status: a
+ * failed submit or wait, or a fault hook's error (nothing was queued). */
+static sl_status run_step(sl_engine_t *e, const step_plan *p) {
+  sl_status st = fault_hooks(e, p);
   sl_batch_out out = {e->logits, e->argmax, NULL, e->sampled, e->hidden};
   if (st == SL_OK)
-    st = sl_batch_ctx_submit(e->bctx, &batch, &out);
+    st = sl_batch_ctx_submit(e->bctx, &p->batch, &out);
   bool submitted = st == SL_OK;
   if (submitted) {
     /* prefill.chunk between a prompt's chunks, prefill.end after its last */
-    bool mid = false, end = false;
-    for (int s = 0; s < nb; s++) {
-      sl__req *r = e->batch_reqs[s];
-      if (r->state != SL__REQ_PREFILLING)
-        continue;
-      if (r->n_computed + e->batch_seqs[s].n == r->n_target)
-        end = true;
-      else
-        mid = true;
-    }
-    if (mid)
+    if (p->prefill_mid)
       sl__clear_at_site(e, SL__SITE_PREFILL_CHUNK);
-    if (end)
+    if (p->prefill_end)
       sl__clear_at_site(e, SL__SITE_PREFILL_END);
     decode_clear_sites(e);
     sl__prepare_next(e);
     st = sl_batch_ctx_wait(e->bctx);
   }
+  return st;
+}
+
+/* The runtime error ladders after a step that ran out of memory: its
+ * prefilling requests are requeued (requeue_after_oom); a decode-only
+ * batch clears and is retried, each third failure failing the youngest
+ * request of the batch alone, giving its memory back. */
+static void update_after_oom(sl_engine_t *e, const step_plan *p, sl_status st) {
+  bool any = false;
+  for (int s = 0; s < p->batch.n_seqs; s++) {
+    sl__req *r = p->reqs[s];
+    if (r->state == SL__REQ_PREFILLING) {
+      requeue_after_oom(e, r, !r->first_chunk_done, st);
+      any = true;
+    }
+  }
+  if (any)
+    return;
+  /* a decode-only batch: clear, and retry at the next step */
+  sl__clear_at_site(e, SL__SITE_DECODE_RUNTIME_ERR);
+  sl__req *r = p->reqs[p->batch.n_seqs - 1];
+  if (++r->retries > 2) {
+    sl__active_remove(e, r);
+    sl__finish(e, r, SL_FINISH_ERROR, st, SL_REASON_OUT_OF_MEMORY,
+               "decode ran out of memory 3 times");
+  }
+}
+
+/* Applies sequence s's results to its request r: its K/V is computed;
+ * `hidden` (its rows, for an embedding) is pooled; a prompt's chunk
+ * publishes its full blocks, and its last ends an embedding or starts
+ * decoding; `row` (its logits row, or -1) gives its next token. */
+static void update_seq(sl_engine_t *e, sl__req *r, int s, int row,
+                       const float *hidden) {
+  const sl_batch_seq *q = &e->batch_seqs[s];
+  r->n_computed += q->n;
+  if (hidden)
+    pool_rows(e, r, hidden, q->n);
+  if (r->state == SL__REQ_PREFILLING) {
+    r->first_chunk_done = true;
+    /* the chunk's full blocks are written: published now, so that a
+     * request waiting on this prefix (in_flight_elsewhere) finds them */
+    publish_blocks(e, r);
+    if (r->n_computed < r->n_target)
+      return;
+    if (r->params.pooling) { /* an embedding: done */
+      embed_finish(e, r);
+      sl__active_remove(e, r);
+      sl__finish(e, r, SL_FINISH_STOP, SL_OK, SL_REASON_NONE, NULL);
+      return;
+    }
+    r->state = SL__REQ_RUNNING;
+  }
+  if (row >= 0 && sample_and_emit(e, r, s, row))
+    sl__active_remove(e, r); /* finished and freed: only the pointer is used */
+}
+
+/* Applies the step's outcome st: the OOM ladders, or any other error
+ * failing the batch's requests, or its results (tokens sampled and
+ * reported, requests finished) and the step's stats. */
+static void update_step(sl_engine_t *e, const step_plan *p, sl_status st) {
   if (is_oom(st)) {
-    bool any = false;
-    for (int s = 0; s < nb; s++) {
-      sl__req *r = e->batch_reqs[s];
-      if (r->state == SL__REQ_PREFILLING) {
-        requeue_after_oom(e, r, !r->first_chunk_done, st);
-        any = true;
-      }
-    }
-    if (!any) {
-      /* a decode-only batch: clear and retry; each third failure fails the
-       * youngest request of the batch alone, giving its memory back */
-      sl__clear_at_site(e, SL__SITE_DECODE_RUNTIME_ERR);
-      sl__req *r = e->batch_reqs[nb - 1];
-      if (++r->retries > 2) {
-        sl__active_remove(e, r);
-        sl__finish(e, r, SL_FINISH_ERROR, st, SL_REASON_OUT_OF_MEMORY,
-                   "decode ran out of memory 3 times");
-      }
-    }
-    return true;
+    update_after_oom(e, p, st);
+    return;
   }
   if (st != SL_OK) {
-    for (int s = 0; s < nb; s++) {
-      sl__active_remove(e, e->batch_reqs[s]);
-      sl__finish(e, e->batch_reqs[s], SL_FINISH_ERROR, st, SL_REASON_NONE,
+    for (int s = 0; s < p->batch.n_seqs; s++) {
+      sl__active_remove(e, p->reqs[s]);
+      sl__finish(e, p->reqs[s], SL_FINISH_ERROR, st, SL_REASON_NONE,
                  sl_status_str(st));
     }
-    return true;
+    return;
   }
-  int li = 0, hi = 0;
-  for (int s = 0; s < nb; s++) {
-    sl__req *r = e->batch_reqs[s];
-    sl_batch_seq *q = &e->batch_seqs[s];
-    r->n_computed += q->n;
+  int li = 0, hi = 0; /* the next logits row, the next hidden-state row */
+  for (int s = 0; s < p->batch.n_seqs; s++) {
+    const sl_batch_seq *q = &p->batch.seqs[s];
     int row = q->want_logits ? li++ : -1;
+    const float *hidden = NULL;
     if (q->embed) {
-      pool_rows(e, r, e->hidden + (size_t)hi * (size_t)e->n_embd, q->n);
+      hidden = e->hidden + (size_t)hi * (size_t)e->n_embd;
       hi += q->n;
     }
-    if (r->state == SL__REQ_PREFILLING) {
-      r->first_chunk_done = true;
-      /* the chunk's full blocks are written: published now, so that a
-       * request waiting on this prefix (in_flight_elsewhere) finds them */
-      publish_blocks(e, r);
-      if (r->n_computed < r->n_target)
-        continue;
-      if (r->params.pooling) { /* an embedding: done */
-        embed_finish(e, r);
-        sl__active_remove(e, r);
-        sl__finish(e, r, SL_FINISH_STOP, SL_OK, SL_REASON_NONE, NULL);
-        continue;
-      }
-      r->state = SL__REQ_RUNNING;
-    }
-    if (row >= 0 && sample_and_emit(e, r, s, row))
-      sl__active_remove(e,
-                        r); /* finished and freed: only the pointer is used */
+    update_seq(e, p->reqs[s], s, row, hidden);
   }
   pthread_mutex_lock(&e->mu);
   publish_picks(e);
   e->stats.steps = e->steps;
-  e->stats.step_ns += sl_now_ns() - t_step;
+  e->stats.step_ns += sl_now_ns() - p->t_start;
   pthread_mutex_unlock(&e->mu);
+}
+
+/* Plans, runs and applies one step; returns false when there was nothing
+ * to do. */
+bool sl__step(sl_engine_t *e) {
+  step_plan p;
+  if (!plan_step(e, &p))
+    return false;
+  update_step(e, &p, run_step(e, &p));
   return true;
 }
