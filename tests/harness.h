@@ -29,6 +29,22 @@
 
 extern char **environ;
 
+/* SL_TEST_TSAN: 1 in the ThreadSanitizer build (gcc defines
+ * __SANITIZE_THREAD__, clang has the feature), where every memory access
+ * costs 5-15 times as much. The threaded tests then take the same code
+ * paths (the same threads, locks, clears and checks) on a lighter
+ * workload: fewer tokens, fewer rounds. */
+#if defined(__SANITIZE_THREAD__)
+#define SL_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SL_TEST_TSAN 1
+#endif
+#endif
+#ifndef SL_TEST_TSAN
+#define SL_TEST_TSAN 0
+#endif
+
 static int sl_test_failures;
 static int sl_test_checks;
 static const char *sl_test_current = "";

@@ -17,12 +17,6 @@
 #include "sluice/tokenizer.h"
 #include "sluice/util.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define QUICK 1
-#else
-#define QUICK 0
-#endif
-
 #define T     16 /* KV block tokens */
 #define CHUNK 64 /* prefill chunk */
 
@@ -95,7 +89,7 @@ static void test_max_tokens_clamped_to_fit_alone(void) {
  * all finish in full (they wait, or are preempted and recomputed), with
  * the tokens each gets alone. The old guard refused all but the first. */
 static void test_concurrent_requests_wait_and_preempt(void) {
-  enum { N = QUICK ? 3 : 6, GEN = QUICK ? 40 : 100 };
+  enum { N = SL_TEST_TSAN ? 3 : 6, GEN = SL_TEST_TSAN ? 40 : 100 };
   const char *prompts[] = {"The capital of France is",   "Once upon a time",
                            "def add(a, b):\n    return", "1, 2, 3, 4,",
                            "The quick brown fox",        "In the beginning"};

@@ -24,12 +24,6 @@
 #include "sluice/pool.h"
 #include "sluice/util.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define QUICK 1
-#else
-#define QUICK 0
-#endif
-
 static char g_path[4096];
 
 /* ---- hooks: real work before each clear, and the evidence after it ---- */
@@ -212,7 +206,7 @@ static void test_pool_clear_sites(void) {
   CHECK_OK(sl_pool_acquire(p, "m0", &l, err, sizeof err));
   /* different prompts, each published into the prefix cache, until the
    * pool must evict cached blocks */
-  int rounds = QUICK ? 6 : 10;
+  int rounds = SL_TEST_TSAN ? 6 : 10;
   for (int i = 0; i < rounds; i++) {
     char text[512];
     snprintf(text, sizeof text, "%d. %s %s", i, TEXTS[i % 4],
@@ -305,7 +299,7 @@ static void test_busy_engine_holds_up_no_other(void) {
   pthread_t th;
   CHECK(pthread_create(&th, NULL, other_engines, &oa) == 0);
   uint64_t t0 = sl_now_ns();
-  uint64_t limit = (QUICK ? 300ull : 25ull) * 1000000000ull;
+  uint64_t limit = (SL_TEST_TSAN ? 300ull : 25ull) * 1000000000ull;
   while (!atomic_load(&oa.done) && sl_now_ns() - t0 < limit)
     usleep(10000);
   bool finished = atomic_load(&oa.done);

@@ -54,6 +54,8 @@ DEFAULT_MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # against llama.cpp's 0.0182 (+47%); the AVX2 Q4 gemm's weight scale d
 # times 1.01 gives top-1 84.5% against 95.1%.
 TOP1_MARGIN = 0.010        # absolute, on the top-1 rate against float64
+# (the floor: top1_margin() widens it to three standard deviations of the
+# boundary noise measured in the run, for a comparison on fewer positions)
 REL_MEAN_MARGIN = 0.10     # relative, on the mean relative L2 error
 REL_P99_MARGIN = 0.15      # relative, on its 99th percentile
 KL_MEAN_MARGIN = 0.15      # relative, on the mean KL divergence
@@ -64,6 +66,27 @@ KL_MEAN_MARGIN = 0.15      # relative, on the mean KL divergence
 NEAR_TIE_SCALE = 1.0
 MIN_POSITIONS = 2000
 SEQ_TOKENS = 256
+# How many positions each comparison needs. The Q4_1 and F32 files, the
+# default model and its exact copy, take every corpus sequence (13 of 256
+# tokens, 3,328 positions): there TOP1_MARGIN is 3 standard deviations of
+# the boundary noise, as above. The seven other quantizations
+# (test_model_quant_* and test_model_lowbit_*) take VARIANT_SEQS of them,
+# spread evenly over the corpus so that every kind of text is in (code,
+# Unicode, whitespace, numbers, prose): 2,048 positions, 62% of the cost. Their noise
+# grows by sqrt(3328 / 2048) = 1.27, so:
+#   - the top-1 margin is taken from the run: three standard deviations,
+#     3 * sqrt(d / n) for a discordance d between the engines' argmaxes
+#     over n positions (top1_margin): at d = 4%, 1.3 points instead of
+#     1.0; at the lowbit files' d of up to 8%, 1.9. A break that costs 3
+#     points of top-1 or more is caught with a power of 0.95 or more
+#     (the planted Q4 gemm break costs 10.6);
+#   - the relative margins (10% and 15%) stay: the mean metrics' noise of a
+#     few percent becomes 1.27 times that, and the margins still allow
+#     over twice it, while the planted breaks move them by 47% or more.
+# The kernels of every type are also checked one by one without a model
+# (test_kern_cpu, test_dequant_vs_gguf), so these files check the whole
+# forward pass of each type, not each rounding of each kernel.
+VARIANT_SEQS = 8
 
 PROMPTS = [
     "The capital of France is",
@@ -227,59 +250,103 @@ def _fmt(s):
             f"{s['top_err_p99']:.4f}")
 
 
-def teacher_forced(llm, model, tool, label, isas):
-    """Runs the corpus sequences through the float64 reference, llama.cpp and
+def teacher_forced(llm, model, tool, label, isas, n_seqs=None):
+    """Runs the corpus sequences (n_seqs of them spread evenly over the
+    corpus, all when None) through the float64 reference, llama.cpp and
     sluice at each level of `isas` (those this CPU runs); returns the
     summaries by engine ("llama.cpp", "sluice-<isa>") plus, per ISA, the
-    top-1 agreement of sluice with llama.cpp under "agree-<isa>"."""
-    seqs = _sequences(llm)
+    top-1 agreement of sluice with llama.cpp under "agree-<isa>", and the
+    positions under "positions"."""
+    return teacher_forced_shared([(label, llm, model)], tool, isas,
+                                 n_seqs)[0]
+
+
+def teacher_forced_shared(targets, tool, isas, n_seqs=None):
+    """teacher_forced() for several (label, llm, model) files whose
+    dequantized weights are the same (the Q4_1 file and its F32 copy): the
+    float64 reference forward pass of each sequence, and its softmax,
+    argmax and norms, are computed once, from the first file, and every
+    engine on every file is scored against it. One result per target."""
+    seqs = _sequences(targets[0][1])
+    if n_seqs is not None and n_seqs < len(seqs):
+        pick = np.linspace(0, len(seqs) - 1, n_seqs).round().astype(int)
+        seqs = [seqs[i] for i in sorted(set(pick))]
     npos = sum(len(s) for s in seqs)
     assert npos >= MIN_POSITIONS, f"only {npos} positions"
-    ref = reference(model)
-    n_vocab = llm.n_vocab()
-    procs = {}
+    ref = reference(targets[0][2])
+    here = _tool_isa(tool)
+    levels = []
     for isa in isas:
         if isa != "default" and _tool_isa(tool, isa) is None:
             continue
-        procs[isa] = subprocess.Popen([tool, "logits", model],
-                                      stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE,
-                                      env=_isa_env(isa))
-    scores = {"llama.cpp": Scores(), **{i: Scores() for i in procs}}
-    agree = {i: 0 for i in procs}
+        # a named level that is this CPU's default runs the same code as
+        # "default": scored once (its test skips, see _level)
+        if isa != "default" and isa == here and "default" in isas:
+            continue
+        levels.append(isa)
+    runs = []  # per target: llm, n_vocab, procs, scores, agree
     try:
+        for _, llm, model in targets:
+            procs = {isa: subprocess.Popen([tool, "logits", model],
+                                           stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE,
+                                           env=_isa_env(isa))
+                     for isa in levels}
+            runs.append((llm, llm.n_vocab(), procs,
+                         {"llama.cpp": Scores(),
+                          **{i: Scores() for i in procs}},
+                         {i: 0 for i in procs}))
         for ids in seqs:
-            for p in procs.values():  # sluice works while the others do
-                p.stdin.write((" ".join(map(str, ids)) + "\n").encode())
-                p.stdin.flush()
+            line = (" ".join(map(str, ids)) + "\n").encode()
+            for run in runs:  # sluice works while the others do
+                for p in run[2].values():
+                    p.stdin.write(line)
+                    p.stdin.flush()
             R = RefStats(ref.forward(ids))
-            L = _llama_logits(llm, ids)
-            scores["llama.cpp"].add(L, R)
-            for isa, p in procs.items():
-                nb = len(ids) * n_vocab * 4
-                raw = p.stdout.read(nb)
-                assert len(raw) == nb, f"sluice ({isa}) stopped"
-                S = np.frombuffer(raw, np.float32).reshape(len(ids), n_vocab)
-                scores[isa].add(S, R)
-                agree[isa] += int((S.argmax(1) == L.argmax(1)).sum())
+            for llm, n_vocab, procs, scores, agree in runs:
+                L = _llama_logits(llm, ids)
+                scores["llama.cpp"].add(L, R)
+                for isa, p in procs.items():
+                    nb = len(ids) * n_vocab * 4
+                    raw = p.stdout.read(nb)
+                    assert len(raw) == nb, f"sluice ({isa}) stopped"
+                    S = np.frombuffer(raw, np.float32).reshape(len(ids),
+                                                               n_vocab)
+                    scores[isa].add(S, R)
+                    agree[isa] += int((S.argmax(1) == L.argmax(1)).sum())
     finally:
+        for run in runs:
+            for p in run[2].values():
+                p.stdin.close()
+                p.wait(timeout=60)
+    outs = []
+    for (label, _, _), (_, _, procs, scores, agree) in zip(targets, runs):
         for p in procs.values():
-            p.stdin.close()
-            p.wait(timeout=60)
-    for p in procs.values():
-        assert p.returncode == 0
-    out = {}
-    print(f"\nteacher-forced ({label}): {npos} positions in {len(seqs)} "
-          "sequences, each engine against float64")
-    for name, sc in scores.items():
-        key = name if name == "llama.cpp" else "sluice-" + name
-        out[key] = sc.summary()
-        extra = "" if name == "llama.cpp" else \
-            f"; top-1 agreement with llama.cpp {agree[name] / npos:.4%}"
-        print(f"  {key:15s} {_fmt(out[key])}{extra}")
-        if name != "llama.cpp":
-            out["agree-" + name] = agree[name] / npos
-    return out
+            assert p.returncode == 0
+        out = {"positions": npos}
+        print(f"\nteacher-forced ({label}): {npos} positions in "
+              f"{len(seqs)} sequences, each engine against float64")
+        for name, sc in scores.items():
+            key = name if name == "llama.cpp" else "sluice-" + name
+            out[key] = sc.summary()
+            extra = "" if name == "llama.cpp" else \
+                f"; top-1 agreement with llama.cpp {agree[name] / npos:.4%}"
+            print(f"  {key:15s} {_fmt(out[key])}{extra}")
+            if name != "llama.cpp":
+                out["agree-" + name] = agree[name] / npos
+        outs.append(out)
+    return outs
+
+
+def top1_margin(measured, isa, floor):
+    """The top-1 margin for sluice at `isa` in a teacher_forced() result:
+    three standard deviations of the boundary noise between the two
+    engines' top-1 rates (each position where their argmaxes differ moves
+    the difference by at most one: sd <= sqrt(d / n) for a discordance d
+    over n positions), and no less than `floor`."""
+    n = measured["positions"]
+    d = 1.0 - measured["agree-" + isa]
+    return max(floor, 3.0 * (d / n) ** 0.5)
 
 
 def check_no_worse(ours, theirs, top1_margin, rel_mean_margin,
@@ -300,9 +367,42 @@ def check_no_worse(ours, theirs, top1_margin, rel_mean_margin,
 
 
 @pytest.fixture(scope="module")
-def measured(env):
+def f32_env(env):
+    """The F32 copy of the default model (test_model_f32_vs_llamacpp builds
+    and checks it) loaded in llama.cpp, once sluice has loaded it too."""
+    from test_model_f32_vs_llamacpp import f32_model
+    tool = env[2]
+    model = f32_model()
+    llm = llama_cpp_module().Llama(model_path=str(model), n_ctx=2048,
+                                   n_batch=512, logits_all=True, n_threads=2,
+                                   verbose=False)
+    r = subprocess.run([tool, "logits", str(model)], input=b"1 2 3\n",
+                       capture_output=True, timeout=300)
+    assert r.returncode == 0, \
+        f"sluice cannot run the F32 copy: {r.stderr.decode()}"
+    assert len(r.stdout) == 3 * llm.n_vocab() * 4
+    return llm, str(model), tool
+
+
+def llama_cpp_module():
+    return pytest.importorskip("llama_cpp")
+
+
+@pytest.fixture(scope="module")
+def measured_both(env, f32_env):
+    """The Q4_1 file and its F32 copy, scored in one pass: the copy's
+    weights are the file's dequantized weights (gguf.quants.dequantize, the
+    function the reference uses too), so one float64 forward pass per
+    sequence is the reference of both."""
     llm, model, tool = env
-    return teacher_forced(llm, model, tool, "Q4_1 file", isa_levels())
+    return teacher_forced_shared([("Q4_1 file", llm, model),
+                                  ("F32 weights", f32_env[0], f32_env[1])],
+                                 tool, isa_levels())
+
+
+@pytest.fixture(scope="module")
+def measured(measured_both):
+    return measured_both[0]
 
 
 def _level(tool, isa):
@@ -321,6 +421,20 @@ def test_teacher_forced_logits(env, measured, isa):
     check_no_worse(measured["sluice-" + isa], measured["llama.cpp"],
                    TOP1_MARGIN, REL_MEAN_MARGIN, REL_P99_MARGIN,
                    KL_MEAN_MARGIN)
+
+
+@pytest.mark.parametrize("isa", isa_levels())
+def test_teacher_forced_logits_f32(env, measured_both, isa):
+    """The F32 copy: see test_model_f32_vs_llamacpp for the margins."""
+    from test_model_f32_vs_llamacpp import (F32_KL_MEAN_MARGIN,
+                                            F32_REL_MEAN_MARGIN,
+                                            F32_REL_P99_MARGIN,
+                                            F32_TOP1_MARGIN)
+    _level(env[2], isa)
+    m = measured_both[1]
+    check_no_worse(m["sluice-" + isa], m["llama.cpp"], F32_TOP1_MARGIN,
+                   F32_REL_MEAN_MARGIN, F32_REL_P99_MARGIN,
+                   F32_KL_MEAN_MARGIN)
 
 
 GREEDY_TOKENS = 64
