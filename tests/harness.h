@@ -31,9 +31,12 @@ extern char **environ;
 
 /* SL_TEST_TSAN: 1 in the ThreadSanitizer build (gcc defines
  * __SANITIZE_THREAD__, clang has the feature), where every memory access
- * costs 5-15 times as much. The threaded tests then take the same code
- * paths (the same threads, locks, clears and checks) on a lighter
- * workload: fewer tokens, fewer rounds. */
+ * costs 5-15 times as much; SL_TEST_ASAN the same for AddressSanitizer
+ * (2-3 times). SL_TEST_SANITIZED: either. The engine tests then take the
+ * same code paths (the same threads, locks, clears, chunk boundaries and
+ * checks) on a lighter workload: fewer tokens, fewer rounds, fewer
+ * prompts. The normal build runs the full workloads (and the mutants), so
+ * what only the number of rounds shows is shown there, once. */
 #if defined(__SANITIZE_THREAD__)
 #define SL_TEST_TSAN 1
 #elif defined(__has_feature)
@@ -44,6 +47,17 @@ extern char **environ;
 #ifndef SL_TEST_TSAN
 #define SL_TEST_TSAN 0
 #endif
+#if defined(__SANITIZE_ADDRESS__)
+#define SL_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SL_TEST_ASAN 1
+#endif
+#endif
+#ifndef SL_TEST_ASAN
+#define SL_TEST_ASAN 0
+#endif
+#define SL_TEST_SANITIZED (SL_TEST_TSAN || SL_TEST_ASAN)
 
 static int sl_test_failures;
 static int sl_test_checks;

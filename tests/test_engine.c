@@ -122,8 +122,8 @@ static sl_engine_t *make_engine_blocks(int max_memory_mb, int kv_blocks,
   cfg.kv_blocks = kv_blocks;
   cfg.n_ctx = 1024;
   cfg.max_seqs = 8;
-  cfg.prefill_chunk = SL_TEST_TSAN ? 16 : 64;
-  cfg.max_batched_tokens = SL_TEST_TSAN ? 32 : 128;
+  cfg.prefill_chunk = SL_TEST_SANITIZED ? 16 : 64;
+  cfg.max_batched_tokens = SL_TEST_SANITIZED ? 32 : 128;
   cfg.kv_block_tokens = 16;
   cfg.clear_every_tokens = 8;
   cfg.hot_loop_steps = 4;
@@ -149,10 +149,11 @@ static void test_clear_sites_normal_path(void) {
   CHECK(e != NULL);
   if (!e)
     return;
-  char *text = long_text(SL_TEST_TSAN ? 3 : 12); /* several prefill chunks */
+  char *text =
+      long_text(SL_TEST_SANITIZED ? 3 : 12); /* several prefill chunks */
   int32_t *ids;
   int n = tokenize(text, &ids);
-  CHECK(n > (SL_TEST_TSAN ? 40 : 130));
+  CHECK(n > (SL_TEST_SANITIZED ? 40 : 130));
   result a, b;
   result_init(&a);
   result_init(&b);
@@ -186,7 +187,7 @@ static void test_clear_sites_normal_path(void) {
 }
 
 static void test_error_ladders(void) {
-  char *text = long_text(SL_TEST_TSAN ? 3 : 12);
+  char *text = long_text(SL_TEST_SANITIZED ? 3 : 12);
   int32_t *ids;
   int n = tokenize(text, &ids);
   struct {
@@ -265,7 +266,7 @@ static void test_batching_invariance_and_prefix_cache(void) {
                            "In 1492, Columbus",
                            "Water boils at",
                            "My favourite colour is"};
-  int np = SL_TEST_TSAN ? 3 : 8;
+  int np = SL_TEST_SANITIZED ? 3 : 8;
   int32_t *ids[8];
   int n[8];
   for (int i = 0; i < np; i++)
@@ -291,7 +292,7 @@ static void test_batching_invariance_and_prefix_cache(void) {
               "prompt %d differs when batched", i);
   }
   /* prefix cache: a long prompt twice; the second reuses full blocks */
-  char *text = long_text(SL_TEST_TSAN ? 2 : 6);
+  char *text = long_text(SL_TEST_SANITIZED ? 2 : 6);
   int32_t *lids;
   int ln = tokenize(text, &lids);
   result r1, r2;

@@ -89,7 +89,7 @@ static void test_max_tokens_clamped_to_fit_alone(void) {
  * all finish in full (they wait, or are preempted and recomputed), with
  * the tokens each gets alone. The old guard refused all but the first. */
 static void test_concurrent_requests_wait_and_preempt(void) {
-  enum { N = SL_TEST_TSAN ? 3 : 6, GEN = SL_TEST_TSAN ? 40 : 100 };
+  enum { N = SL_TEST_SANITIZED ? 3 : 6, GEN = SL_TEST_SANITIZED ? 40 : 100 };
   const char *prompts[] = {"The capital of France is",   "Once upon a time",
                            "def add(a, b):\n    return", "1, 2, 3, 4,",
                            "The quick brown fox",        "In the beginning"};

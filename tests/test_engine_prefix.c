@@ -80,8 +80,11 @@ static void test_hit_remainders(void) {
                      "grandmother had kept before him, page after page of "
                      "harbours, storms, cargo and weather for forty years";
   /* remainders 1..20, then 40 more prompts that leave one token (the case
-   * where the remainder runs alone, and the attention order could follow) */
-  for (int k = 1; k <= 60; k++) {
+   * where the remainder runs alone, and the attention order could follow);
+   * under a sanitizer 5 more (the paths are the same; the count is the
+   * normal build's evidence) */
+  const int prompts = SL_TEST_SANITIZED ? 25 : 60;
+  for (int k = 1; k <= prompts; k++) {
     const int rem = k <= 20 ? k : 1;
     char text[1024];
     snprintf(text, sizeof text, "Entry %d of the log, by keeper %c%c:%s", k,

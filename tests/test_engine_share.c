@@ -18,7 +18,7 @@
 enum { N = 8, GEN = 8 };
 /* the shared prefix's words: ~290 tokens, or ~115 under TSan (still three
  * prefill chunks, so the others wait on published blocks) */
-enum { PREFIX_WORDS = SL_TEST_TSAN ? 40 : 100 };
+enum { PREFIX_WORDS = SL_TEST_SANITIZED ? 40 : 100 };
 
 static sl_engine_t *make(sl_model_t *m, sl_tokenizer_t *tok) {
   sl_engine_config c = sl_engine_config_defaults();
@@ -45,7 +45,7 @@ int main(void) {
     o += (size_t)snprintf(text + o, sizeof text - o, "shared%d ", w * 13 % 89);
   int32_t *pre;
   int np = engine_tokenize(tok, text, &pre);
-  CHECK(np > (SL_TEST_TSAN ? 100 : 160));
+  CHECK(np > (SL_TEST_SANITIZED ? 100 : 160));
   int32_t *prompts[N];
   int n[N];
   for (int i = 0; i < N; i++) {

@@ -44,10 +44,14 @@
 #include "sluice/kv_tier.h"
 #include "sluice/util.h"
 
-/* Under TSan (SL_TEST_TSAN) the same seven engine runs on shorter prompts
- * in smaller prefill chunks (still several chunks and several full blocks
- * each) and fewer decode tokens (still a clear at each). */
-enum { N = 4, GEN = SL_TEST_TSAN ? 6 : 16, CHUNK = SL_TEST_TSAN ? 32 : 64 };
+/* Under a sanitizer (SL_TEST_SANITIZED) the same seven engine runs on shorter
+ * prompts in smaller prefill chunks (still several chunks and several full
+ * blocks each) and fewer decode tokens (still a clear at each). */
+enum {
+  N = 4,
+  GEN = SL_TEST_SANITIZED ? 6 : 16,
+  CHUNK = SL_TEST_SANITIZED ? 32 : 64
+};
 
 static sl_engine_device g_dev = SL_ENGINE_DEVICE_CPU;
 static int g_copy_delay_ms; /* the store copies' test delay (0: none) */
@@ -158,11 +162,11 @@ static void suite(sl_model_t *m, sl_tokenizer_t *tok) {
   for (int i = 0; i < N; i++) {
     char text[8192];
     size_t o = 0;
-    for (int w = 0; w < (SL_TEST_TSAN ? 24 + 8 * i : 60 + 20 * i); w++)
+    for (int w = 0; w < (SL_TEST_SANITIZED ? 24 + 8 * i : 60 + 20 * i); w++)
       o += (size_t)snprintf(text + o, sizeof text - o, "%s%d ",
                             (w + i) % 3 ? "word" : "item", (w * 7 + i) % 97);
     np[i] = engine_tokenize(tok, text, &prompts[i]);
-    CHECK(np[i] > (SL_TEST_TSAN ? 2 * CHUNK : 100));
+    CHECK(np[i] > (SL_TEST_SANITIZED ? 2 * CHUNK : 100));
   }
   result cold[N], first[N], again[N];
   sl_engine_store_stats ws;

@@ -206,7 +206,7 @@ static void test_pool_clear_sites(void) {
   CHECK_OK(sl_pool_acquire(p, "m0", &l, err, sizeof err));
   /* different prompts, each published into the prefix cache, until the
    * pool must evict cached blocks */
-  int rounds = SL_TEST_TSAN ? 6 : 10;
+  int rounds = SL_TEST_SANITIZED ? 6 : 10;
   for (int i = 0; i < rounds; i++) {
     char text[512];
     snprintf(text, sizeof text, "%d. %s %s", i, TEXTS[i % 4],

@@ -24,7 +24,12 @@ A mutant with `# requires: cuda` breaks GPU code: its test runs only with
 sm_90 unless CMAKE_CUDA_ARCHITECTURES says otherwise); without it the
 mutant is only checked for staleness and reported SKIPPED.
 
-Usage: tools/mutants.py [--keep] [--jobs N] [--cuda] [NAME_SUBSTRING ...]
+Mutants run --workers at a time (default: --jobs), each worker in its own
+copy of the tree and its own build folder, so that one mutant's build or
+test never sees another's break.
+
+Usage: tools/mutants.py [--keep] [--jobs N] [--workers N] [--cuda]
+                        [NAME_SUBSTRING ...]
 """
 import argparse
 import os
@@ -33,7 +38,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -67,6 +74,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--keep", action="store_true", help="keep the copy")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--workers", type=int, default=0,
+                    help="mutants at a time (default: --jobs)")
     ap.add_argument("--timeout", type=int, default=180,
                     help="seconds per test run of one mutant")
     ap.add_argument("--cuda", action="store_true",
@@ -91,28 +100,38 @@ def main():
         print(f"mutants: nothing to run, {len(skipped)} skipped (GPU)")
         return 0
     work = tempfile.mkdtemp(prefix="sluice-mutants-")
-    src = os.path.join(work, "src")
     listed = run(["git", "ls-files", "-co", "--exclude-standard"], ROOT).stdout
-    for rel in listed.splitlines():
-        if not os.path.isfile(os.path.join(ROOT, rel)):
-            continue
-        dst = os.path.join(src, rel)
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        shutil.copy2(os.path.join(ROOT, rel), dst)
-    if os.path.isdir(os.path.join(ROOT, "models")):
-        os.symlink(os.path.join(ROOT, "models"), os.path.join(src, "models"))
-    bld = os.path.join(work, "build")
     cuda = ["-DSLUICE_CUDA=ON"] if a.cuda else ["-DSLUICE_CUDA=OFF"]
-    r = run(["cmake", "-S", src, "-B", bld, "-G", "Ninja",
-             "-DCMAKE_BUILD_TYPE=RelWithDebInfo"] + cuda, work)
-    if r.returncode:
-        sys.exit("mutants: configure failed\n" + r.stdout)
     targets = sorted({t for m in muts for t in targets_of(m)})
+    workers = max(1, min(a.workers or a.jobs, len(muts)))
+
+    def tree(i):
+        """Worker i's copy of the tree, configured and built."""
+        src = os.path.join(work, f"src{i}")
+        for rel in listed.splitlines():
+            if not os.path.isfile(os.path.join(ROOT, rel)):
+                continue
+            dst = os.path.join(src, rel)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, rel), dst)
+        if os.path.isdir(os.path.join(ROOT, "models")):
+            os.symlink(os.path.join(ROOT, "models"),
+                       os.path.join(src, "models"))
+        bld = os.path.join(work, f"build{i}")
+        r = run(["cmake", "-S", src, "-B", bld, "-G", "Ninja",
+                 "-DCMAKE_BUILD_TYPE=RelWithDebInfo"] + cuda, work)
+        if r.returncode:
+            sys.exit("mutants: configure failed\n" + r.stdout)
+        r = run(["cmake", "--build", bld, "-j", str(a.jobs), "--target"] +
+                targets, work)
+        if r.returncode:
+            sys.exit("mutants: the unmutated build failed\n" +
+                     r.stdout[-4000:])
+        return src, bld
+
     t0 = time.time()
-    r = run(["cmake", "--build", bld, "-j", str(a.jobs), "--target"] + targets,
-            work)
-    if r.returncode:
-        sys.exit("mutants: the unmutated build failed\n" + r.stdout[-4000:])
+    trees = [tree(0)]
+    bld = trees[0][1]
     # the unmutated tests must pass, or a "kill" proves nothing: each named
     # test once (several mutants name the same one), in one ctest run
     for m in muts:
@@ -126,20 +145,41 @@ def main():
     if r.returncode:
         sys.exit("mutants: a named test fails without any mutant\n" +
                  r.stdout[-4000:])
-    print(f"mutants: baseline built and green in {time.time() - t0:.0f} s")
+    trees += [tree(i) for i in range(1, workers)]
+    print(f"mutants: baseline built and green in {time.time() - t0:.0f} s; "
+          f"{workers} at a time", flush=True)
     survived, stale = [], []
-    for m in muts:
+    lock = threading.Lock()
+    free = list(range(workers))
+    build_jobs = str(max(1, a.jobs // workers))
+
+    def one(m):
+        with lock:
+            i = free.pop()
+        src, bld = trees[i]
+        try:
+            verdict, detail, secs = try_mutant(m, src, bld)
+        finally:
+            with lock:
+                free.append(i)
+        with lock:
+            if verdict == "SURVIVED":
+                survived.append(m["name"])
+            if verdict in ("BROKEN", "STALE"):
+                stale.append(m["name"])
+            print(f"{verdict:8} {m['name']}: {m['break']} [{detail}] "
+                  f"{secs:.0f} s", flush=True)
+
+    def try_mutant(m, src, bld):
         path = os.path.join(src, m["file"])
         orig = open(path, encoding="utf-8").read()
         if orig.count(m["old"]) != 1:
-            stale.append(m["name"])
-            print(f"STALE    {m['name']}: the text to break occurs "
-                  f"{orig.count(m['old'])} times in {m['file']}")
-            continue
+            return ("STALE", f"the text to break occurs "
+                    f"{orig.count(m['old'])} times in {m['file']}", 0)
         open(path, "w", encoding="utf-8").write(orig.replace(m["old"], m["new"]))
         t1 = time.time()
         try:
-            b = run(["cmake", "--build", bld, "-j", str(a.jobs), "--target"] +
+            b = run(["cmake", "--build", bld, "-j", build_jobs, "--target"] +
                     targets_of(m), work)
             if b.returncode:  # proves nothing: the mutant must be fixed
                 verdict, detail = "BROKEN", "(does not build)"
@@ -163,12 +203,10 @@ def main():
         finally:
             open(path, "w", encoding="utf-8").write(orig)
             os.utime(path)
-        if verdict == "SURVIVED":
-            survived.append(m["name"])
-        if verdict == "BROKEN":
-            stale.append(m["name"])
-        print(f"{verdict:8} {m['name']}: {m['break']} [{detail}] "
-              f"{time.time() - t1:.0f} s", flush=True)
+        return verdict, detail, time.time() - t1
+
+    with ThreadPoolExecutor(workers) as ex:
+        list(ex.map(one, muts))
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)
     n = len(muts)
