@@ -555,6 +555,81 @@ static void test_matmul_parts(void) {
   sl_kern_pool_destroy(pools[1]);
 }
 
+/* sl_kern_matmul_grouped against one sl_kern_matmul per op: bit for bit,
+ * for ops of mixed types (a packed copy among them where the ISA has one),
+ * each over its own slice of X or sharing one (gate and up of an expert),
+ * token counts 0 to 17, one or two threads, every ISA. An op computed from
+ * another's activations (a wrong share of the quantization), or rows no
+ * thread took, fail it. */
+static void test_matmul_grouped(void) {
+  enum { NOPS = 7 };
+  static const sl_ggml_type types[NOPS] = {
+      SL_GGML_Q8_0, SL_GGML_Q8_0, SL_GGML_Q4_K, SL_GGML_F32,
+      SL_GGML_Q4_1, SL_GGML_Q6_K, SL_GGML_Q8_0};
+  static const int64_t rows[NOPS] = {24, 24, 9, 5, 16, 40, 8},
+                       ntok[NOPS] = {3, 3, 17, 1, 0, 2, 3};
+  /* X slice of each op: ops 0 and 6 share one (quantized once); op 1 has
+   * their type and size but rows of its own */
+  static const int64_t xoff[NOPS] = {0, 5, 3, 20, 21, 21, 0};
+  const int64_t cols = 256;
+  sl_kern_isa isas[SL_KERN_ISA_COUNT];
+  int ni = isa_list(isas);
+  sl_kern_pool_t *pools[2] = {sl_kern_pool_create(1), sl_kern_pool_create(2)};
+  CHECK(pools[0] && pools[1]);
+  float *X = sl_malloc(24 * cols * sizeof(float));
+  for (int64_t i = 0; i < 24 * cols; i++)
+    X[i] = rnd_f(-1, 1);
+  sl_kern_weight W[NOPS];
+  uint8_t *wd[NOPS];
+  void *pk[NOPS] = {0};
+  float *ref[NOPS], *got[NOPS];
+  for (int i = 0; i < NOPS; i++) {
+    wd[i] = sl_malloc(row_bytes(types[i], cols) * rows[i]);
+    fill_random(types[i], wd[i], cols * rows[i]);
+    W[i] = (sl_kern_weight){types[i], rows[i], cols, wd[i], NULL};
+    ref[i] = sl_malloc(17 * rows[i] * sizeof(float) + 4);
+    got[i] = sl_malloc(17 * rows[i] * sizeof(float) + 4);
+  }
+  for (int ki = 0; ki < ni; ki++) {
+    CHECK_OK(sl_kern_cpu_set_isa(isas[ki]));
+    /* op 0's weight packed where this level packs Q8_0 */
+    sl_free(pk[0]);
+    pk[0] = NULL;
+    W[0].packed = NULL;
+    size_t pb = sl_kern_repack_bytes(&W[0]);
+    if (pb) {
+      pk[0] = sl_malloc(pb);
+      CHECK_OK(sl_kern_repack(&W[0], pk[0], pb));
+      W[0].packed = pk[0];
+    }
+    for (int p = 0; p < 2; p++) {
+      sl_kern_matmul_op op[NOPS];
+      for (int i = 0; i < NOPS; i++) {
+        op[i] = (sl_kern_matmul_op){&W[i], X + xoff[i] * cols, got[i], ntok[i]};
+        if (ntok[i])
+          CHECK_OK(sl_kern_matmul(pools[p], &W[i], op[i].X, ref[i], ntok[i]));
+        memset(got[i], 0xff, 17 * rows[i] * sizeof(float));
+      }
+      CHECK_OK(sl_kern_matmul_grouped(pools[p], op, NOPS));
+      for (int i = 0; i < NOPS; i++)
+        CHECK_MSG(
+            memcmp(got[i], ref[i], ntok[i] * rows[i] * sizeof(float)) == 0,
+            "op %d isa %s threads %d", i, sl_kern_isa_name(isas[ki]), p + 1);
+    }
+  }
+  CHECK_OK(sl_kern_matmul_grouped(pools[1], NULL, 0));
+  CHECK_EQ_INT(sl_kern_matmul_grouped(pools[1], NULL, 1), SL_ERR_INVALID_ARG);
+  for (int i = 0; i < NOPS; i++) {
+    sl_free(wd[i]);
+    sl_free(pk[i]);
+    sl_free(ref[i]);
+    sl_free(got[i]);
+  }
+  sl_free(X);
+  sl_kern_pool_destroy(pools[0]);
+  sl_kern_pool_destroy(pools[1]);
+}
+
 /* The VNNI levels under test, for the types they bring kernels for (their
  * own summation order: vnni_body.h): the dot for 1..4 tokens at once equals
  * the dot token by token, and matmul for 1..9 tokens (tiles of eight rows by
@@ -1080,6 +1155,7 @@ int main(void) {
   RUN(test_vec_dot_scalar_vs_f64);
   RUN(test_matmul);
   RUN(test_matmul_parts);
+  RUN(test_matmul_grouped);
   RUN(test_vnni);
   RUN(test_pool);
   RUN(test_small_ops);

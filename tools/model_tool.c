@@ -5,6 +5,13 @@
  *                                         little-endian float32 to stdout
  *   sl_model_tool greedy MODEL N < ids   greedy continuation of N tokens per
  *                                         line; prints the ids, one line each
+ *   sl_model_tool batch MODEL N < ids    greedy continuation of N tokens of
+ *                                         every line (at most 16) at once:
+ *                                         one prefill batch of all lines,
+ *                                         then N decode steps of them all;
+ *                                         prints what greedy prints, so a
+ *                                         test compares a sequence alone
+ *                                         with it in company (DESIGN.md I9)
  *   sl_model_tool isa                    prints the CPU kernels' ISA level
  *
  * Each line runs in a fresh KV cache. Exit 1 with a message on error.
@@ -65,6 +72,127 @@ static int check_isa(void) {
   return 0;
 }
 
+/* The stream of SLUICE_DEVICE (cpu by default); NULL with *rc set when it
+ * cannot be had. */
+static sl_stream_t *tool_stream(int *rc) {
+  sl_device_t *dev = sl_cpu_device();
+  const char *dv = getenv("SLUICE_DEVICE");
+  sl_engine_device want = SL_ENGINE_DEVICE_CPU;
+  if (dv && *dv && !sl_engine_device_parse(dv, &want)) {
+    fprintf(stderr, "sl_model_tool: SLUICE_DEVICE: not cpu, cuda or auto\n");
+    *rc = 2;
+    return NULL;
+  }
+  if (want != SL_ENGINE_DEVICE_CPU) {
+    dev = sl_engine_resolve_device(want);
+    if (want == SL_ENGINE_DEVICE_CUDA &&
+        sl_device_kind_of(dev) != SL_DEVICE_CUDA) {
+      *rc = 77;
+      return NULL;
+    }
+  }
+  return sl_thread_stream(dev);
+}
+
+#define BATCH_MAX   16
+#define BATCH_CTX   1024 /* positions per sequence */
+#define BATCH_BLOCK 16
+
+/* The batch mode (see the top). */
+static int run_batch(const char *path, int n_gen) {
+  char err[512];
+  sl_status st;
+  sl_model_t *m = sl_model_load(path, &st, err, sizeof err);
+  if (!m) {
+    fprintf(stderr, "sl_model_tool: %s\n", err);
+    return 1;
+  }
+  const sl_model_hparams *hp = sl_model_hparams_of(m);
+  int rc = 0;
+  sl_stream_t *s = tool_stream(&rc);
+  if (!s) {
+    sl_model_free(m);
+    return rc;
+  }
+  static int32_t prompt[BATCH_MAX][BATCH_CTX];
+  int plen[BATCH_MAX], ns = 0, n;
+  while (ns < BATCH_MAX &&
+         (n = read_line_ids(stdin, prompt[ns], BATCH_CTX)) >= 0)
+    if (n > 0)
+      plen[ns++] = n;
+  int bps = BATCH_CTX / BATCH_BLOCK; /* blocks per sequence */
+  sl_kv_view kv = {NULL, (int)hp->n_layer, bps * (ns ? ns : 1), BATCH_BLOCK,
+                   (int)(hp->n_head_kv * hp->head_dim)};
+  int32_t *table = sl_malloc(sizeof(int32_t) * (size_t)kv.n_blocks);
+  int32_t *tokens = sl_malloc(sizeof(int32_t) * BATCH_MAX * BATCH_CTX);
+  float *logits = sl_malloc(sizeof(float) * BATCH_MAX * (size_t)hp->n_vocab);
+  int32_t out[BATCH_MAX][BATCH_CTX];
+  sl_batch_seq seqs[BATCH_MAX];
+  sl_batch_ctx_t *bc = NULL;
+  for (int i = 0; i < kv.n_blocks; i++)
+    table[i] = i;
+  if ((st = sl_buf_alloc(s, sl_kv_view_bytes(&kv), &kv.buf)) != SL_OK ||
+      (st = sl_batch_ctx_create2(m, &kv, s, 0, &bc, err, sizeof err)) !=
+          SL_OK) {
+    fprintf(stderr, "sl_model_tool: context: %s %s\n", sl_status_str(st), err);
+    rc = 1;
+    goto done;
+  }
+  for (int step = 0; step <= n_gen && ns > 0 && rc == 0; step++) {
+    /* step 0: every prompt in one batch; then one token each */
+    int nt = 0;
+    for (int i = 0; i < ns; i++) {
+      int k = step == 0 ? plen[i] : 1,
+          pos0 = step == 0 ? 0 : plen[i] + step - 1;
+      if (pos0 + k > BATCH_CTX) {
+        fprintf(stderr, "sl_model_tool: batch: past %d positions\n", BATCH_CTX);
+        rc = 1;
+        goto done;
+      }
+      seqs[i] =
+          (sl_batch_seq){table + i * bps, bps,   pos0,     nt,   k,    true,
+                         false,           false, step > 0, NULL, false};
+      if (step == 0)
+        memcpy(tokens + nt, prompt[i], sizeof(int32_t) * (size_t)k);
+      else
+        tokens[nt] = out[i][step - 1];
+      nt += k;
+    }
+    if (step == n_gen)
+      break;
+    sl_batch b = {tokens, nt, seqs, ns};
+    if ((st = sl_batch_ctx_run(bc, &b, logits)) != SL_OK) {
+      fprintf(stderr, "sl_model_tool: batch: %s\n", sl_status_str(st));
+      rc = 1;
+      break;
+    }
+    for (int i = 0; i < ns; i++) {
+      const float *lg = logits + (size_t)i * (size_t)hp->n_vocab;
+      int32_t best = 0;
+      for (int64_t v = 1; v < hp->n_vocab; v++)
+        if (lg[v] > lg[best])
+          best = (int32_t)v;
+      out[i][step] = best;
+    }
+  }
+  for (int i = 0; rc == 0 && i < ns; i++) {
+    for (int k = 0; k < n_gen; k++)
+      printf(k ? " %d" : "%d", out[i][k]);
+    printf("\n");
+  }
+done:
+  sl_batch_ctx_free(bc);
+  sl_buf_release(kv.buf);
+  sl_free(logits);
+  sl_free(tokens);
+  sl_free(table);
+  sl_sync_and_clear_cache(s);
+  sl_model_free(m);
+  sl_clear_thread_streams();
+  sl_rt_shutdown();
+  return rc;
+}
+
 int main(int argc, char **argv) {
   int isa_rc = check_isa();
   if (argc == 2 && strcmp(argv[1], "isa") == 0) {
@@ -90,13 +218,16 @@ int main(int argc, char **argv) {
     sl_model_free(m);
     return 0;
   }
-  if (argc < 3 || (strcmp(argv[1], "logits") && strcmp(argv[1], "greedy"))) {
-    fprintf(stderr, "usage: sl_model_tool logits|greedy MODEL [N] < ids | "
-                    "bytes MODEL | isa\n");
+  if (argc < 3 || (strcmp(argv[1], "logits") && strcmp(argv[1], "greedy") &&
+                   strcmp(argv[1], "batch"))) {
+    fprintf(stderr, "usage: sl_model_tool logits|greedy|batch MODEL [N] < ids "
+                    "| bytes MODEL | isa\n");
     return 2;
   }
   if (isa_rc)
     return isa_rc;
+  if (strcmp(argv[1], "batch") == 0)
+    return run_batch(argv[2], argc > 3 ? atoi(argv[3]) : 0);
   bool greedy = strcmp(argv[1], "greedy") == 0;
   int n_gen = greedy && argc > 3 ? atoi(argv[3]) : 0;
   char err[512];
@@ -108,20 +239,10 @@ int main(int argc, char **argv) {
   }
   const sl_model_hparams *hp = sl_model_hparams_of(m);
   int n_ctx = 2048;
-  sl_device_t *dev = sl_cpu_device();
-  const char *dv = getenv("SLUICE_DEVICE");
-  sl_engine_device want = SL_ENGINE_DEVICE_CPU;
-  if (dv && *dv && !sl_engine_device_parse(dv, &want)) {
-    fprintf(stderr, "sl_model_tool: SLUICE_DEVICE: not cpu, cuda or auto\n");
-    return 2;
-  }
-  if (want != SL_ENGINE_DEVICE_CPU) {
-    dev = sl_engine_resolve_device(want);
-    if (want == SL_ENGINE_DEVICE_CUDA &&
-        sl_device_kind_of(dev) != SL_DEVICE_CUDA)
-      return 77;
-  }
-  sl_stream_t *s = sl_thread_stream(dev);
+  int src = 0;
+  sl_stream_t *s = tool_stream(&src);
+  if (!s)
+    return src;
   sl_ctx_t *c;
   if ((st = sl_ctx_create(m, s, n_ctx, 0, &c)) != SL_OK) {
     fprintf(stderr, "sl_model_tool: context: %s\n", sl_status_str(st));

@@ -25,23 +25,43 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class Ref:
+    """llama, qwen2, qwen3 and qwen3moe (and Mixtral-class llama files:
+    expert_count > 0): float64 throughout."""
+
     def __init__(self, path):
         self.r = gguf.GGUFReader(path)
         self.T = {t.name: t for t in self.r.tensors}
         self._w = {}
-        f = self.field
-        self.nl = int(f("llama.block_count"))
-        self.eps = float(f("llama.attention.layer_norm_rms_epsilon"))
-        self.nh = int(f("llama.attention.head_count"))
-        self.nkv = int(f("llama.attention.head_count_kv"))
-        self.base = float(f("llama.rope.freq_base"))
-        self.d = int(f("llama.embedding_length"))
-        self.hd = self.d // self.nh
+        self.arch = self.field("general.architecture")
+        if isinstance(self.arch, (bytes, np.ndarray)):
+            self.arch = bytes(self.arch).decode()
+        f = self.key
+        self.nl = int(f("block_count"))
+        self.eps = float(f("attention.layer_norm_rms_epsilon"))
+        self.nh = int(f("attention.head_count"))
+        self.nkv = int(f("attention.head_count_kv"))
+        self.base = float(f("rope.freq_base", 10000.0))
+        self.d = int(f("embedding_length"))
+        self.hd = int(f("attention.key_length", self.d // self.nh))
+        self.neox = self.arch != "llama"
+        self.ne = int(f("expert_count", 0))
+        self.nk = int(f("expert_used_count", 0))
+        self.enorm = bool(f("expert_weights_norm", True))
+        self.escale = float(f("expert_weights_scale", 1.0))
         self.E = self.W("token_embd.weight")
 
     def field(self, key):
         v = self.r.fields[key]
+        if v.types[0] == gguf.GGUFValueType.STRING:
+            return bytes(v.parts[v.data[0]]).decode()
         return v.parts[v.data[0]][0]
+
+    def key(self, name, default=None):
+        k = f"{self.arch}.{name}"
+        if k not in self.r.fields:
+            assert default is not None, f"missing {k}"
+            return default
+        return self.field(k)
 
     def W(self, name):
         # dequantized once: a forward pass reads every tensor
@@ -59,16 +79,44 @@ class Ref:
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps) * w
 
     def rope(self, x, nheads):
-        # x: (n, nheads*hd); llama NORM mode: pairs (2i, 2i+1)
+        # x: (n, nheads*hd); llama NORM mode: pairs (2i, 2i+1); NEOX (qwen):
+        # pairs (i, i + hd/2)
         n = x.shape[0]
         hd = self.hd
         i = np.arange(hd // 2)
         theta = np.arange(n)[:, None] * self.base ** (-2.0 * i / hd)[None, :]
         c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
-        v = x.reshape(n, nheads, hd // 2, 2)
-        x0, x1 = v[..., 0], v[..., 1]
-        out = np.stack([x0 * c - x1 * s, x0 * s + x1 * c], -1)
+        if self.neox:
+            v = x.reshape(n, nheads, 2, hd // 2)
+            x0, x1 = v[:, :, 0], v[:, :, 1]
+            out = np.stack([x0 * c - x1 * s, x0 * s + x1 * c], 2)
+        else:
+            v = x.reshape(n, nheads, hd // 2, 2)
+            x0, x1 = v[..., 0], v[..., 1]
+            out = np.stack([x0 * c - x1 * s, x0 * s + x1 * c], -1)
         return out.reshape(n, nheads * hd)
+
+    def headnorm(self, x, nheads, w):
+        n = x.shape[0]
+        return self.rms(x.reshape(n, nheads, self.hd), w).reshape(n, -1)
+
+    def moe(self, p, xn):
+        """The routed experts: softmax over all, top-k, renormalised."""
+        logits = xn @ self.W(p + "ffn_gate_inp.weight").T
+        pr = np.exp(logits - logits.max(1, keepdims=True))
+        pr /= pr.sum(1, keepdims=True)
+        G, U, D = (self.W(p + f"ffn_{k}_exps.weight")
+                   for k in ("gate", "up", "down"))
+        out = np.zeros_like(xn)
+        for t in range(xn.shape[0]):
+            sel = np.argsort(-pr[t], kind="stable")[:self.nk]
+            wt = pr[t, sel]
+            if self.enorm:
+                wt = wt / wt.sum()
+            for e, a in zip(sel, wt * self.escale):
+                g, u = G[e] @ xn[t], U[e] @ xn[t]
+                out[t] += a * (D[e] @ (g / (1 + np.exp(-g)) * u))
+        return out
 
     def forward(self, ids):
         x = self.E[np.array(ids)].copy()
@@ -77,9 +125,17 @@ class Ref:
         for l in range(self.nl):
             p = f"blk.{l}."
             xn = self.rms(x, self.W(p + "attn_norm.weight"))
-            q = self.rope(xn @ self.W(p + "attn_q.weight").T, nh)
-            k = self.rope(xn @ self.W(p + "attn_k.weight").T, nkv)
+            q = xn @ self.W(p + "attn_q.weight").T
+            k = xn @ self.W(p + "attn_k.weight").T
             v = xn @ self.W(p + "attn_v.weight").T
+            if p + "attn_q.bias" in self.T:
+                q = q + self.W(p + "attn_q.bias")
+                k = k + self.W(p + "attn_k.bias")
+                v = v + self.W(p + "attn_v.bias")
+            if p + "attn_q_norm.weight" in self.T:
+                q = self.headnorm(q, nh, self.W(p + "attn_q_norm.weight"))
+                k = self.headnorm(k, nkv, self.W(p + "attn_k_norm.weight"))
+            q, k = self.rope(q, nh), self.rope(k, nkv)
             att = np.empty((n, nh * hd))
             for h in range(nh):
                 kh = h // (nh // nkv)
@@ -90,6 +146,9 @@ class Ref:
                 att[:, h * hd:(h + 1) * hd] = s @ v[:, kh * hd:(kh + 1) * hd]
             x = x + att @ self.W(p + "attn_output.weight").T
             xn = self.rms(x, self.W(p + "ffn_norm.weight"))
+            if self.ne > 0:
+                x = x + self.moe(p, xn)
+                continue
             g = xn @ self.W(p + "ffn_gate.weight").T
             u = xn @ self.W(p + "ffn_up.weight").T
             x = x + (g / (1 + np.exp(-g)) * u) @ self.W(p + "ffn_down.weight").T

@@ -216,6 +216,26 @@ sl_status sl_kern_matmul_parts(sl_kern_pool_t *pool,
                                const float *X, float *const *Y,
                                int64_t n_tokens);
 
+/* One product of a grouped call: Y = W X, X [n_tokens][W->cols], Y
+ * [n_tokens][W->rows]. */
+typedef struct sl_kern_matmul_op {
+  const sl_kern_weight *W;
+  const float *X;
+  float *Y;
+  int64_t n_tokens;
+} sl_kern_matmul_op;
+
+/* Independent products Y[i] = W[i] X[i], each as sl_kern_matmul computes
+ * it, bit for bit, with one fork and join of the pool for the activations'
+ * quantization (ops whose X, activation type and size are the same share
+ * one) and one for all the products (a thread that finds one product's rows
+ * taken goes on to the next): a mixture-of-experts layer's experts, each
+ * over the tokens routed to it, in two pool runs instead of two per
+ * expert. Ops with no tokens are skipped; no Y overlaps an X or another
+ * Y. SL_ERR_NOMEM when the op list or the scratch space cannot be had. */
+sl_status sl_kern_matmul_grouped(sl_kern_pool_t *pool,
+                                 const sl_kern_matmul_op *ops, int n_ops);
+
 /* ---- small ops (all vectorized; out may alias an input) --------------------
  */
 

@@ -21,9 +21,10 @@
 #include "sluice/status.h"
 
 typedef enum sl_arch {
-  SL_ARCH_LLAMA = 0, /* Llama 2/3, SmolLM2, Mistral */
-  SL_ARCH_QWEN2 = 1, /* attention biases, NEOX rope */
-  SL_ARCH_QWEN3 = 2, /* q/k RMSNorm, NEOX rope */
+  SL_ARCH_LLAMA = 0,    /* Llama 2/3, SmolLM2, Mistral */
+  SL_ARCH_QWEN2 = 1,    /* attention biases, NEOX rope */
+  SL_ARCH_QWEN3 = 2,    /* q/k RMSNorm, NEOX rope */
+  SL_ARCH_QWEN3MOE = 3, /* qwen3 attention, routed experts (no shared one) */
 } sl_arch;
 
 typedef struct sl_model_hparams {
@@ -42,6 +43,17 @@ typedef struct sl_model_hparams {
   float rms_eps;
   int rope_mode; /* sl_kern_rope_mode */
   bool tied_embeddings;
+  /* Mixture of experts (qwen3moe; llama with expert_count > 0, Mixtral):
+   * each layer's FFN is n_expert experts of hidden width n_ff_exp, of which
+   * a router (ffn_gate_inp) picks n_expert_used per token: softmax over all
+   * experts, the top k (the lowest index first on a tie), their weights
+   * renormalised to sum 1 when expert_norm, times expert_scale. n_expert 0:
+   * a dense FFN of width n_ff. */
+  int64_t n_expert;
+  int64_t n_expert_used;
+  int64_t n_ff_exp;
+  bool expert_norm;
+  float expert_scale;
 } sl_model_hparams;
 
 typedef struct sl_model sl_model_t;
@@ -61,11 +73,13 @@ const sl_gguf_t *sl_model_gguf(const sl_model_t *m);
  * as long as `m`. */
 const uint8_t *sl_model_fingerprint(const sl_model_t *m);
 /* Bytes of the weights the model uses (the memory they take): the tensors'
- * file bytes, and, once a CPU batch context has repacked the matrices, the
- * packed copies in place of the mapped pages they gave back. */
+ * file bytes (every expert of an MoE model), and, once a CPU batch context has
+ * repacked the matrices, the packed copies in place of the mapped pages they
+ * gave back. */
 uint64_t sl_model_weight_bytes(const sl_model_t *m);
 /* Bytes of weights one decode token reads: all of them, except that an
- * untied embedding table gives one row (the output matrix is read whole). */
+ * untied embedding table gives one row (the output matrix is read whole),
+ * and of an MoE layer's experts only the n_expert_used it is routed to. */
 uint64_t sl_model_bytes_per_token(const sl_model_t *m);
 const char *sl_arch_name(sl_arch a);
 

@@ -38,6 +38,8 @@ const char *sl_arch_name(sl_arch a) {
     return "qwen2";
   case SL_ARCH_QWEN3:
     return "qwen3";
+  case SL_ARCH_QWEN3MOE:
+    return "qwen3moe";
   }
   return "?";
 }
@@ -75,6 +77,19 @@ static const sl_gguf_tensor *tensor(loader *L, const char *name, int layer,
   return t;
 }
 
+/* The bytes of one row of `cols` elements of t's type; false (an error
+ * naming the tensor) for a type the kernels do not take. */
+static bool row_bytes(loader *L, const sl_gguf_tensor *t, const char *name,
+                      int64_t cols, size_t *rb) {
+  if (sl_kern_row_bytes(t->type, cols, rb) == SL_OK)
+    return true;
+  const sl_ggml_type_traits *tr = sl_ggml_type_traits_of(t->type);
+  char what[160];
+  snprintf(what, sizeof what, "tensor '%s': unsupported type %s (%d)", name,
+           tr ? tr->name : "?", (int)t->type);
+  return fail(L, SL_ERR_UNSUPPORTED, "%s%.0lld", what, 0);
+}
+
 /* Binds a matrix of `rows` × `cols`. */
 static bool matrix(loader *L, sl_kern_weight *w, const char *name, int layer,
                    int64_t rows, int64_t cols) {
@@ -85,18 +100,58 @@ static bool matrix(loader *L, sl_kern_weight *w, const char *name, int layer,
     return fail(L, SL_ERR_FORMAT,
                 "tensor '%s' has the wrong shape (layer %lld)", name, layer);
   size_t rb;
-  if (sl_kern_row_bytes(t->type, cols, &rb) != SL_OK) {
-    const sl_ggml_type_traits *tr = sl_ggml_type_traits_of(t->type);
-    char what[160];
-    snprintf(what, sizeof what, "tensor '%s': unsupported type %s (%d)", name,
-             tr ? tr->name : "?", (int)t->type);
-    return fail(L, SL_ERR_UNSUPPORTED, "%s%.0lld", what, 0);
-  }
+  if (!row_bytes(L, t, name, cols, &rb))
+    return false;
   w->type = t->type;
   w->rows = rows;
   w->cols = cols;
   w->data = t->data;
   L->m->weight_bytes += t->nbytes;
+  return true;
+}
+
+/* Binds the n_expert matrices of `rows` × `cols` of a 3-D expert tensor
+ * (GGUF ne = cols, rows, n_expert): views of its consecutive slices. */
+static bool experts(loader *L, sl_kern_weight *ws, const char *name, int layer,
+                    int64_t rows, int64_t cols) {
+  const sl_model_hparams *hp = &L->m->hp;
+  const sl_gguf_tensor *t = tensor(L, name, layer, false);
+  if (!t) {
+    char split[64];
+    snprintf(split, sizeof split, "blk.%d.ffn_gate.0.weight", layer);
+    if (sl_gguf_find_tensor(L->m->g, split)) {
+      L->st = SL_OK; /* say why instead */
+      return fail(L, SL_ERR_UNSUPPORTED,
+                  "tensor '%s': experts stored one tensor each (an old "
+                  "Mixtral conversion); convert again for merged "
+                  "ffn_*_exps tensors (layer %lld)",
+                  split, layer);
+    }
+    return false;
+  }
+  if (t->n_dims != 3 || (int64_t)t->ne[0] != cols ||
+      (int64_t)t->ne[1] != rows) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "tensor '%s' has the wrong shape", name);
+    return fail(L, SL_ERR_FORMAT, "%s (layer %lld)", msg, layer);
+  }
+  if ((int64_t)t->ne[2] != hp->n_expert) {
+    char msg[240];
+    snprintf(msg, sizeof msg,
+             "tensor 'blk.%d.%s' holds %llu experts, metadata "
+             "'%s.expert_count' says",
+             layer, name, (unsigned long long)t->ne[2], sl_arch_name(hp->arch));
+    return fail(L, SL_ERR_FORMAT, "%s %lld", msg, hp->n_expert);
+  }
+  size_t rb;
+  if (!row_bytes(L, t, name, cols, &rb))
+    return false;
+  size_t per = rb * (size_t)rows;
+  for (int64_t e = 0; e < hp->n_expert; e++)
+    ws[e] = (sl_kern_weight){t->type, rows, cols,
+                             (const char *)t->data + (size_t)e * per, NULL};
+  L->m->weight_bytes += t->nbytes;
+  L->m->expert_bytes += t->nbytes;
   return true;
 }
 
@@ -121,6 +176,10 @@ static bool get_i(loader *L, const char *arch, const char *key, int64_t *out,
   snprintf(full, sizeof full, "%s.%s", arch, key);
   uint64_t v;
   if (!sl_gguf_get_u64(L->m->g, full, &v)) {
+    if (sl_gguf_find(L->m->g, full) >= 0)
+      return fail(L, SL_ERR_FORMAT,
+                  "metadata '%s' must be a non-negative integer%.0lld", full,
+                  0);
     if (optional)
       return false;
     return fail(L, SL_ERR_FORMAT, "missing metadata '%s'%.0lld", full, 0);
@@ -141,6 +200,74 @@ static bool get_f(loader *L, const char *arch, const char *key, float *out) {
   return true;
 }
 
+/* A metadata value out of its range: the error names the key. */
+static bool bad_key(loader *L, const char *arch, const char *key, int64_t v,
+                    const char *why) {
+  char msg[200];
+  snprintf(msg, sizeof msg, "metadata '%s.%s' = %lld: %s", arch, key,
+           (long long)v, why);
+  return fail(L, SL_ERR_FORMAT, "%s%.0lld", msg, 0);
+}
+
+/* Largest expert count sluice routes over (qwen3moe: 128, gpt-oss: 32,
+ * DeepSeek-V3: 256). */
+#define MAX_EXPERTS 1024
+
+/* The MoE keys: expert_count (required by qwen3moe, > 0 makes a llama file
+ * Mixtral-class), expert_used_count, expert_feed_forward_length (else
+ * feed_forward_length), expert_weights_norm (default true),
+ * expert_weights_scale (default 1) and expert_gating_func (softmax only). */
+static bool load_experts(loader *L, const char *arch) {
+  sl_model_hparams *hp = &L->m->hp;
+  bool moe_arch = hp->arch == SL_ARCH_QWEN3MOE;
+  if (!get_i(L, arch, "expert_count", &hp->n_expert, !moe_arch))
+    hp->n_expert = 0;
+  if (L->st != SL_OK)
+    return false;
+  if (moe_arch && hp->n_expert == 0)
+    return bad_key(L, arch, "expert_count", 0, "an MoE model needs experts");
+  if (hp->arch != SL_ARCH_LLAMA && !moe_arch && hp->n_expert > 0)
+    return bad_key(L, arch, "expert_count", hp->n_expert,
+                   "this architecture has no experts in sluice");
+  if (hp->n_expert == 0)
+    return true;
+  if (hp->n_expert > MAX_EXPERTS)
+    return bad_key(L, arch, "expert_count", hp->n_expert, "more than 1024");
+  if (!get_i(L, arch, "expert_used_count", &hp->n_expert_used, false))
+    return false;
+  if (hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert)
+    return bad_key(L, arch, "expert_used_count", hp->n_expert_used,
+                   "must be 1..expert_count");
+  if (!get_i(L, arch, "expert_feed_forward_length", &hp->n_ff_exp, true))
+    hp->n_ff_exp = 0;
+  if (L->st != SL_OK)
+    return false;
+  char key[128];
+  snprintf(key, sizeof key, "%s.expert_shared_count", arch);
+  uint64_t shared = 0;
+  if (sl_gguf_get_u64(L->m->g, key, &shared) && shared > 0)
+    return bad_key(L, arch, "expert_shared_count", (int64_t)shared,
+                   "shared experts are not supported");
+  snprintf(key, sizeof key, "%s.expert_gating_func", arch);
+  uint64_t gating = 1;
+  if (sl_gguf_get_u64(L->m->g, key, &gating) && gating != 1)
+    return bad_key(L, arch, "expert_gating_func", (int64_t)gating,
+                   "only softmax gating (1) is supported");
+  snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
+  hp->expert_norm = true;
+  if (sl_gguf_find(L->m->g, key) >= 0 &&
+      !sl_gguf_get_bool(L->m->g, key, &hp->expert_norm))
+    return fail(L, SL_ERR_FORMAT, "metadata '%s' must be a bool%.0lld", key, 0);
+  hp->expert_scale = 1.0f;
+  get_f(L, arch, "expert_weights_scale", &hp->expert_scale);
+  if (!(hp->expert_scale > 0) || !isfinite(hp->expert_scale))
+    return fail(L, SL_ERR_FORMAT,
+                "metadata '%s.expert_weights_scale' must be a finite number "
+                "> 0%.0lld",
+                arch, 0);
+  return true;
+}
+
 static bool load_hparams(loader *L) {
   sl_model_t *m = L->m;
   sl_model_hparams *hp = &m->hp;
@@ -155,25 +282,52 @@ static bool load_hparams(loader *L) {
     hp->arch = SL_ARCH_QWEN2;
   else if (strcmp(arch, "qwen3") == 0)
     hp->arch = SL_ARCH_QWEN3;
+  else if (strcmp(arch, "qwen3moe") == 0)
+    hp->arch = SL_ARCH_QWEN3MOE;
   else
     return fail(L, SL_ERR_UNSUPPORTED,
                 "unsupported architecture '%s' (sluice runs llama, qwen2, "
-                "qwen3)%.0lld",
+                "qwen3, qwen3moe)%.0lld",
                 arch, 0);
   if (!get_i(L, arch, "embedding_length", &hp->n_embd, false) ||
       !get_i(L, arch, "block_count", &hp->n_layer, false) ||
-      !get_i(L, arch, "feed_forward_length", &hp->n_ff, false) ||
       !get_i(L, arch, "attention.head_count", &hp->n_head, false))
     return false;
   if (!get_i(L, arch, "attention.head_count_kv", &hp->n_head_kv, true))
     hp->n_head_kv = hp->n_head;
   if (!get_i(L, arch, "context_length", &hp->n_ctx_train, true))
     hp->n_ctx_train = 2048;
-  if (hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv ||
-      hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_layer > 1024 ||
-      hp->n_ff <= 0)
-    return fail(L, SL_ERR_FORMAT, "inconsistent hyperparameters%s%.0lld", "",
-                0);
+  if (hp->n_embd <= 0)
+    return bad_key(L, arch, "embedding_length", hp->n_embd, "must be > 0");
+  if (hp->n_layer <= 0 || hp->n_layer > 1024)
+    return bad_key(L, arch, "block_count", hp->n_layer, "must be 1..1024");
+  if (hp->n_head <= 0)
+    return bad_key(L, arch, "attention.head_count", hp->n_head, "must be > 0");
+  if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv)
+    return bad_key(L, arch, "attention.head_count_kv", hp->n_head_kv,
+                   "must divide attention.head_count");
+  if (!load_experts(L, arch))
+    return false;
+  /* the dense FFN's width; an MoE file may carry it unused, Mixtral's
+   * gives the experts' width there */
+  bool have_ff = get_i(L, arch, "feed_forward_length", &hp->n_ff, true);
+  if (hp->n_expert == 0 && !have_ff)
+    return get_i(L, arch, "feed_forward_length", &hp->n_ff, false);
+  if (hp->n_expert > 0 && hp->n_ff_exp == 0) {
+    if (!have_ff)
+      return fail(L, SL_ERR_FORMAT,
+                  "missing metadata '%s.expert_feed_forward_length' (nor "
+                  "feed_forward_length)%.0lld",
+                  arch, 0);
+    hp->n_ff_exp = hp->n_ff;
+  }
+  if (!have_ff)
+    hp->n_ff = hp->n_ff_exp;
+  if (hp->n_ff <= 0 || hp->n_ff > (1 << 20))
+    return bad_key(L, arch, "feed_forward_length", hp->n_ff, "must be 1..2^20");
+  if (hp->n_expert > 0 && (hp->n_ff_exp <= 0 || hp->n_ff_exp > (1 << 20)))
+    return bad_key(L, arch, "expert_feed_forward_length", hp->n_ff_exp,
+                   "must be 1..2^20");
   if (!get_i(L, arch, "attention.key_length", &hp->head_dim, true))
     hp->head_dim = hp->n_embd / hp->n_head;
   if (!get_i(L, arch, "rope.dimension_count", &hp->n_rot, true))
@@ -227,6 +381,12 @@ static bool load_tensors(loader *L) {
   m->layers = sl_calloc((size_t)hp->n_layer, sizeof *m->layers);
   if (!m->layers)
     return fail(L, SL_ERR_NOMEM, "out of memory%s%.0lld", "", 0);
+  if (hp->n_expert > 0) {
+    m->experts = sl_calloc((size_t)hp->n_layer * 3 * (size_t)hp->n_expert,
+                           sizeof *m->experts);
+    if (!m->experts)
+      return fail(L, SL_ERR_NOMEM, "out of memory%s%.0lld", "", 0);
+  }
   for (int i = 0; i < hp->n_layer && L->st == SL_OK; i++) {
     sl__layer_w *w = &m->layers[i];
     w->attn_norm = vector(L, "attn_norm.weight", i, d, false);
@@ -235,15 +395,25 @@ static bool load_tensors(loader *L) {
     matrix(L, &w->wk, "attn_k.weight", i, hp->n_head_kv * hd, d);
     matrix(L, &w->wv, "attn_v.weight", i, hp->n_head_kv * hd, d);
     matrix(L, &w->wo, "attn_output.weight", i, d, hp->n_head * hd);
-    matrix(L, &w->w_gate, "ffn_gate.weight", i, hp->n_ff, d);
-    matrix(L, &w->w_up, "ffn_up.weight", i, hp->n_ff, d);
-    matrix(L, &w->w_down, "ffn_down.weight", i, d, hp->n_ff);
+    if (hp->n_expert > 0) {
+      size_t E = (size_t)hp->n_expert;
+      sl_kern_weight *ex = m->experts + (size_t)i * 3 * E;
+      w->gate_exps = ex, w->up_exps = ex + E, w->down_exps = ex + 2 * E;
+      matrix(L, &w->router, "ffn_gate_inp.weight", i, hp->n_expert, d);
+      experts(L, w->gate_exps, "ffn_gate_exps.weight", i, hp->n_ff_exp, d);
+      experts(L, w->up_exps, "ffn_up_exps.weight", i, hp->n_ff_exp, d);
+      experts(L, w->down_exps, "ffn_down_exps.weight", i, d, hp->n_ff_exp);
+    } else {
+      matrix(L, &w->w_gate, "ffn_gate.weight", i, hp->n_ff, d);
+      matrix(L, &w->w_up, "ffn_up.weight", i, hp->n_ff, d);
+      matrix(L, &w->w_down, "ffn_down.weight", i, d, hp->n_ff);
+    }
     if (hp->arch == SL_ARCH_QWEN2) {
       w->bq = vector(L, "attn_q.bias", i, hp->n_head * hd, false);
       w->bk = vector(L, "attn_k.bias", i, hp->n_head_kv * hd, false);
       w->bv = vector(L, "attn_v.bias", i, hp->n_head_kv * hd, false);
     }
-    if (hp->arch == SL_ARCH_QWEN3) {
+    if (hp->arch == SL_ARCH_QWEN3 || hp->arch == SL_ARCH_QWEN3MOE) {
       w->q_norm = vector(L, "attn_q_norm.weight", i, hd, false);
       w->k_norm = vector(L, "attn_k_norm.weight", i, hd, false);
     }
@@ -274,6 +444,7 @@ sl_model_t *sl_model_load(const char *path, sl_status *st, char *err,
   *st = SL_OK;
   return m;
 fail_bind:
+  sl_free(m->experts);
   sl_free(m->layers);
   sl_gguf_close(m->g);
 fail_open:
@@ -286,6 +457,7 @@ void sl_model_free(sl_model_t *m) {
   if (!m)
     return;
   sl_free(m->packed);
+  sl_free(m->experts);
   sl_free(m->layers);
   sl_gguf_close(m->g);
   pthread_mutex_destroy(&m->repack_mu);
@@ -308,10 +480,15 @@ uint64_t sl_model_weight_bytes(const sl_model_t *m) {
 }
 
 uint64_t sl_model_bytes_per_token(const sl_model_t *m) {
+  uint64_t b = m->weight_bytes;
+  if (m->hp.n_expert > 0) /* only the routed experts */
+    b = b - m->expert_bytes +
+        m->expert_bytes / (uint64_t)m->hp.n_expert *
+            (uint64_t)m->hp.n_expert_used;
   if (m->hp.tied_embeddings || m->hp.n_vocab <= 0)
-    return m->weight_bytes;
+    return b;
   uint64_t e = m->tok_embd->nbytes;
-  return m->weight_bytes - e + e / (uint64_t)m->hp.n_vocab;
+  return b - e + e / (uint64_t)m->hp.n_vocab;
 }
 
 /* ---- context ----------------------------------------------------------------

@@ -127,7 +127,7 @@ void sl_batch_ctx_free(sl_batch_ctx_t *c) {
 
 /* Activation layout for n tokens, in floats (each region 64-byte aligned). */
 typedef struct act_layout {
-  size_t x, xn, q, k, v, att, g, u, total;
+  size_t x, xn, q, k, v, att, g, u, moe, total;
 } act_layout;
 
 static size_t up16(size_t n) {
@@ -137,6 +137,8 @@ static size_t up16(size_t n) {
 static act_layout layout_for(const sl_model_hparams *hp, size_t n) {
   size_t d = (size_t)hp->n_embd, qd = (size_t)(hp->n_head * hp->head_dim),
          kvd = (size_t)(hp->n_head_kv * hp->head_dim), ff = (size_t)hp->n_ff;
+  if (hp->n_expert > 0) /* g takes the experts' sum (n, d); u is unused */
+    ff = 0;
   act_layout L;
   size_t o = 0;
   L.x = o, o += up16(n * d);
@@ -145,8 +147,9 @@ static act_layout layout_for(const sl_model_hparams *hp, size_t n) {
   L.k = o, o += up16(n * kvd);
   L.v = o, o += up16(n * kvd);
   L.att = o, o += up16(n * qd);
-  L.g = o, o += up16(n * ff);
+  L.g = o, o += up16(n * (hp->n_expert > 0 ? d : ff));
   L.u = o, o += up16(n * ff);
+  L.moe = o, o += up16(sl__moe_scratch_floats(hp, n));
   L.total = o;
   return L;
 }
@@ -336,6 +339,12 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
     sl_kern_add(x, x, xn, (int64_t)n * d);
     for (int t = 0; t < n; t++)
       sl_kern_rmsnorm(xn + t * d, x + t * d, w->ffn_norm, d, hp->rms_eps);
+    if (hp->n_expert > 0) {
+      if ((st = sl__moe_ffn(c->pool, hp, w, xn, g, n, act + L.moe)) != SL_OK)
+        break;
+      sl_kern_add(x, x, g, (int64_t)n * d);
+      continue;
+    }
     if ((st = sl_kern_matmul_parts(c->pool, wgu, 2, xn, ygu, n)) != SL_OK)
       break;
     sl_kern_swiglu(g, g, u, (int64_t)n * ff);

@@ -398,6 +398,17 @@ sl_status sl__cu_create(sl_model_t *m, const sl_kv_view *kv,
     errcap = sizeof tmp;
   }
   err[0] = 0;
+  if (m->hp.n_expert > 0) { /* (the file's own name of its architecture:
+                               sl_arch_name is llama.c's, above this file) */
+    sl_str arch = {0};
+    sl_gguf_get_str(m->g, "general.architecture", &arch);
+    snprintf(err, errcap,
+             "%.*s with %lld experts: mixture-of-experts layers have no CUDA "
+             "kernels yet (run it on the CPU)",
+             (int)arch.len, arch.ptr ? arch.ptr : "",
+             (long long)m->hp.n_expert);
+    return SL_ERR_UNSUPPORTED;
+  }
   for (int64_t l = 0; l < m->hp.n_layer; l++) {
     const sl__layer_w *w = &m->layers[l];
     const sl_kern_weight *ws[] = {&w->wq,     &w->wk,   &w->wv,    &w->wo,

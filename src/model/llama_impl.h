@@ -16,6 +16,12 @@ typedef struct sl__layer_w {
   const float *attn_norm, *ffn_norm;   /* (d) */
   const float *bq, *bk, *bv;           /* qwen2: (n_head*hd) (n_kv*hd) ... */
   const float *q_norm, *k_norm;        /* qwen3: (hd) */
+  /* MoE (hp.n_expert > 0; w_gate, w_up and w_down are then unused): the
+   * router (n_expert, d) and each expert's matrices, views of expert e's
+   * slice of the 3-D tensors ffn_{gate,up,down}_exps: (n_ff_exp, d) (n_ff_exp,
+   * d) (d, n_ff_exp). Arrays of n_expert, in sl_model.experts. */
+  sl_kern_weight router;
+  sl_kern_weight *gate_exps, *up_exps, *down_exps;
 } sl__layer_w;
 
 struct sl_model {
@@ -25,6 +31,10 @@ struct sl_model {
   sl_kern_weight output;          /* (n_vocab, d), tied or not */
   const float *output_norm;       /* (d) */
   sl__layer_w *layers;            /* (n_layer) */
+  sl_kern_weight *experts;        /* (n_layer * 3 * n_expert): the layers'
+                                     expert views, or NULL (dense) */
+  uint64_t expert_bytes;          /* the expert tensors' bytes (of
+                                     weight_bytes) */
   uint64_t weight_bytes;          /* the tensors' bytes in the file */
   uint8_t fingerprint[16];        /* sl_gguf_fingerprint of the file */
   /* The matrices' packed copies (sl__model_repack): one allocation, owned;
@@ -45,6 +55,24 @@ struct sl_model {
  * so a GPU run spends no host memory on copies. Without memory for the
  * copies it logs and leaves the weights as they are. Any thread (locked). */
 void sl__model_repack(sl_model_t *m);
+
+/* The routed-expert FFN of one MoE layer over n tokens (llama_moe.c):
+ * out[t] = sum over token t's top-k experts e, in expert order, of
+ * weight(t, e) * down_e(silu(gate_e x[t]) * up_e x[t]). The tokens are
+ * grouped by expert, so each expert's matrices are read once per call, and
+ * every token's arithmetic (its routing, its rows of each product, its
+ * order of sums) is the same whatever else is in the batch. x and out are
+ * (n, d) and do not overlap; scratch holds sl__moe_scratch_floats(hp, n)
+ * floats, 64-byte aligned. */
+sl_status sl__moe_ffn(sl_kern_pool_t *pool, const sl_model_hparams *hp,
+                      const sl__layer_w *w, const float *x, float *out, int n,
+                      float *scratch);
+size_t sl__moe_scratch_floats(const sl_model_hparams *hp, size_t n);
+/* The top-k routing of one token from its router logits (n_expert floats,
+ * overwritten by their softmax): sel[0..k) the chosen experts in increasing
+ * index order, wt[0..k) their weights. */
+void sl__moe_route(const sl_model_hparams *hp, float *logits, int32_t *sel,
+                   float *wt);
 
 /* The CUDA forward pass (llama_cuda.c), behind sl_batch_ctx on a CUDA
  * stream. */

@@ -11,8 +11,8 @@ void sl__model_repack(sl_model_t *m) {
   if (m->repack_done)
     goto out;
   m->repack_done = true;
-  const int64_t nl = m->hp.n_layer;
-  const size_t nw = (size_t)nl * 7 + 1;
+  const int64_t nl = m->hp.n_layer, ne = m->hp.n_expert;
+  const size_t nw = (size_t)nl * (7 + 1 + 3 * (size_t)ne) + 1;
   sl_kern_weight **ws = sl_malloc(nw * sizeof *ws);
   if (!ws)
     goto out;
@@ -21,6 +21,14 @@ void sl__model_repack(sl_model_t *m) {
     sl__layer_w *w = &m->layers[i];
     sl_kern_weight *lw[] = {&w->wq,     &w->wk,   &w->wv,    &w->wo,
                             &w->w_gate, &w->w_up, &w->w_down};
+    if (ne > 0) { /* the experts and the router instead of a dense FFN */
+      for (size_t k = 0; k < 4; k++)
+        ws[n++] = lw[k];
+      ws[n++] = &w->router;
+      for (int64_t e = 0; e < 3 * ne; e++) /* gate, up, down: adjacent */
+        ws[n++] = &w->gate_exps[e];
+      continue;
+    }
     for (size_t k = 0; k < sizeof lw / sizeof lw[0]; k++)
       ws[n++] = lw[k];
   }

@@ -42,9 +42,8 @@ typedef struct mm_job {
   int64_t ld;
 } mm_job;
 
-static void quant_task(void *p, int ith, int nth) {
-  mm_job *j = p;
-  int64_t t0 = j->n_tokens * ith / nth, t1 = j->n_tokens * (ith + 1) / nth;
+/* Quantizes tokens [t0, t1) of j's activations (and their scales). */
+static void quant_range(mm_job *j, int64_t t0, int64_t t1) {
   const int64_t nb = j->W->cols / SL__QK;
   for (int64_t t = t0; t < t1; t++) {
     char *row = (char *)j->xq + t * j->xq_row_bytes;
@@ -69,6 +68,11 @@ static void quant_task(void *p, int ith, int nth) {
       }
     }
   }
+}
+
+static void quant_task(void *p, int ith, int nth) {
+  mm_job *j = p;
+  quant_range(j, j->n_tokens * ith / nth, j->n_tokens * (ith + 1) / nth);
 }
 
 /* Runs one product's share: chunks of its rows off its counter until none
@@ -188,6 +192,73 @@ static sl_status part_init(const sl__kern_cpu_ops *ops, const sl_kern_weight *W,
   return SL_OK;
 }
 
+/* Adds to *total the scratch bytes q's quantized activations take (none
+ * for F32, whose products read X as it is): the rows, 64-byte aligned,
+ * then, where a gemm or packed kernel of the group takes them, the scales
+ * block-major (setting q->ld). False on overflow. */
+static bool act_bytes(mm_job *q, size_t *total) {
+  size_t xbytes;
+  if (!sl_mul_ok(q->xq_row_bytes, (size_t)q->n_tokens, &xbytes))
+    return false;
+  if (q->act == SL_GGML_F32)
+    return true;
+  *total += (xbytes + 63) & ~(size_t)63;
+  if (q->need_sc) {
+    q->ld = (q->n_tokens + 3) & ~(int64_t)3;
+    *total += 3 * sizeof(float) * (size_t)(q->W->cols / SL__QK) * (size_t)q->ld;
+  }
+  return true;
+}
+
+/* Points q's activation buffers at base (act_bytes' layout), or at X for
+ * F32; the padding tokens' scales read as zeros. */
+static void act_place(mm_job *q, char *base) {
+  if (q->act == SL_GGML_F32) {
+    q->xq = (void *)q->X;
+    return;
+  }
+  q->xq = base;
+  if (!q->need_sc)
+    return;
+  const int64_t nb = q->W->cols / SL__QK;
+  size_t xbytes = q->xq_row_bytes * (size_t)q->n_tokens;
+  q->xd = (float *)((char *)q->xq + ((xbytes + 63) & ~(size_t)63));
+  q->xsum = q->xd + nb * q->ld;
+  q->xsi = (int32_t *)(q->xsum + nb * q->ld);
+  for (int64_t i = 0; i < nb; i++)
+    for (int64_t t = q->n_tokens; t < q->ld; t++) {
+      q->xd[i * q->ld + t] = q->xsum[i * q->ld + t] = 0.0f;
+      q->xsi[i * q->ld + t] = 0;
+    }
+  if (q->act != SL_GGML_Q8_1)
+    q->xsum = NULL;
+  if (!q->need_si)
+    q->xsi = NULL;
+}
+
+/* Gives product j its group's quantized activations and its chunk size:
+ * ~8 chunks per thread for balance, at least 4 rows each; a gemm's chunk
+ * also fits its weight scales on the stack. */
+static void job_ready(const sl__kern_cpu_ops *ops, mm_job *j, const mm_job *q,
+                      int nth) {
+  const int64_t nb = j->W->cols / SL__QK;
+  j->xq = q->xq;
+  if (j->need_sc) {
+    j->xd = q->xd;
+    j->xsum = q->xsum;
+    j->xsi = q->xsi;
+    j->ld = q->ld;
+  }
+  int64_t chunk = j->W->rows / ((int64_t)nth * 8);
+  chunk = chunk < 4 ? 4 : chunk;
+  if ((j->gemm && ops->gemm_one[j->W->type]) || j->pk) /* eight rows */
+    chunk = (chunk + 7) & ~(int64_t)7;
+  if (j->gemm && chunk > SL__GEMM_WSC_MAX / (2 * nb))
+    chunk = SL__GEMM_WSC_MAX / (2 * nb);
+  j->chunk = chunk;
+  atomic_init(&j->next, 0);
+}
+
 sl_status sl_kern_matmul_parts(sl_kern_pool_t *pool,
                                const sl_kern_weight *const *W, int n_parts,
                                const float *X, float *const *Y,
@@ -204,7 +275,7 @@ sl_status sl_kern_matmul_parts(sl_kern_pool_t *pool,
     if (W[i]->cols != W[0]->cols)
       return SL_ERR_INVALID_ARG; /* one X for all */
   }
-  const int64_t cols = W[0]->cols, nb = cols / SL__QK;
+  const int64_t cols = W[0]->cols;
   if (n_tokens == 0)
     return SL_OK;
   if (cols == 0) {
@@ -231,18 +302,9 @@ sl_status sl_kern_matmul_parts(sl_kern_pool_t *pool,
     of[i] = g;
   }
   for (int g = 0; g < ng; g++) {
-    mm_job *q = &grp[g];
-    size_t xbytes;
-    if (!sl_mul_ok(q->xq_row_bytes, (size_t)n_tokens, &xbytes))
-      return SL_ERR_OVERFLOW;
     off[g] = total;
-    if (q->act == SL_GGML_F32)
-      continue; /* float weights read the activations as they are */
-    total += (xbytes + 63) & ~(size_t)63;
-    if (q->need_sc) {
-      q->ld = (n_tokens + 3) & ~(int64_t)3;
-      total += 3 * sizeof(float) * (size_t)nb * (size_t)q->ld;
-    }
+    if (!act_bytes(&grp[g], &total))
+      return SL_ERR_OVERFLOW;
   }
   void *owned = NULL, *buf = NULL;
   if (total > 0) {
@@ -256,53 +318,16 @@ sl_status sl_kern_matmul_parts(sl_kern_pool_t *pool,
   int nth = sl_kern_pool_n_threads(pool);
   for (int g = 0; g < ng; g++) {
     mm_job *q = &grp[g];
-    if (q->act == SL_GGML_F32) {
-      q->xq = (void *)X;
+    act_place(q, (char *)buf + off[g]);
+    if (q->act == SL_GGML_F32)
       continue;
-    }
-    q->xq = (char *)buf + off[g];
-    if (q->need_sc) {
-      size_t xbytes = q->xq_row_bytes * (size_t)n_tokens;
-      q->xd = (float *)((char *)q->xq + ((xbytes + 63) & ~(size_t)63));
-      q->xsum = q->xd + nb * q->ld;
-      q->xsi = (int32_t *)(q->xsum + nb * q->ld);
-      /* the padding tokens' scales read as zeros */
-      for (int64_t i = 0; i < nb; i++)
-        for (int64_t t = n_tokens; t < q->ld; t++) {
-          q->xd[i * q->ld + t] = q->xsum[i * q->ld + t] = 0.0f;
-          q->xsi[i * q->ld + t] = 0;
-        }
-      if (q->act != SL_GGML_Q8_1)
-        q->xsum = NULL;
-      if (!q->need_si)
-        q->xsi = NULL;
-    }
     if (n_tokens >= 2 * nth && nth > 1)
       sl_kern_pool_run(pool, quant_task, q);
     else
       quant_task(q, 0, 1);
   }
-  for (int i = 0; i < n_parts; i++) {
-    mm_job *j = &jobs[i];
-    const mm_job *q = &grp[of[i]];
-    j->xq = q->xq;
-    if (j->need_sc) {
-      j->xd = q->xd;
-      j->xsum = q->xsum;
-      j->xsi = q->xsi;
-      j->ld = q->ld;
-    }
-    /* ~8 chunks per thread for balance, at least 4 rows each; a gemm's
-     * chunk also fits its weight scales on the stack */
-    int64_t chunk = j->W->rows / ((int64_t)nth * 8);
-    chunk = chunk < 4 ? 4 : chunk;
-    if ((j->gemm && ops->gemm_one[j->W->type]) || j->pk) /* eight rows */
-      chunk = (chunk + 7) & ~(int64_t)7;
-    if (j->gemm && chunk > SL__GEMM_WSC_MAX / (2 * nb))
-      chunk = SL__GEMM_WSC_MAX / (2 * nb);
-    j->chunk = chunk;
-    atomic_init(&j->next, 0);
-  }
+  for (int i = 0; i < n_parts; i++)
+    job_ready(ops, &jobs[i], &grp[of[i]], nth);
   mm_parts_job pj = {jobs, n_parts};
   sl_kern_pool_run(pool, dot_task, &pj);
   sl_free(owned);
@@ -314,4 +339,123 @@ sl_status sl_kern_matmul(sl_kern_pool_t *pool, const sl_kern_weight *W,
   const sl_kern_weight *ws[1] = {W};
   float *ys[1] = {Y};
   return sl_kern_matmul_parts(pool, ws, 1, X, ys, n_tokens);
+}
+
+/* The grouped call's quantization: the groups' tokens, one list, cut into
+ * equal runs, one per thread. */
+typedef struct grp_quant_job {
+  mm_job *grp;
+  int ng;
+  int64_t total; /* tokens over the groups */
+} grp_quant_job;
+
+static void grp_quant_task(void *p, int ith, int nth) {
+  grp_quant_job *gj = p;
+  int64_t lo = gj->total * ith / nth, hi = gj->total * (ith + 1) / nth, at = 0;
+  for (int g = 0; g < gj->ng && at < hi; g++) {
+    mm_job *q = &gj->grp[g];
+    int64_t a = lo > at ? lo - at : 0, b = hi - at;
+    if (b > q->n_tokens)
+      b = q->n_tokens;
+    if (q->act != SL_GGML_F32 && a < b)
+      quant_range(q, a, b);
+    at += q->n_tokens;
+  }
+}
+
+sl_status sl_kern_matmul_grouped(sl_kern_pool_t *pool,
+                                 const sl_kern_matmul_op *op, int n_ops) {
+  if (n_ops < 0 || (n_ops > 0 && !op))
+    return SL_ERR_INVALID_ARG;
+  if (n_ops == 0)
+    return SL_OK;
+  const sl__kern_cpu_ops *ops = sl__kern_cpu_ops_get();
+  mm_job *jobs = sl_malloc(sizeof(mm_job) * 2 * (size_t)n_ops);
+  int *of = sl_malloc(sizeof(int) * (size_t)n_ops);
+  size_t *off = sl_malloc(sizeof(size_t) * (size_t)n_ops);
+  sl_status st = SL_OK;
+  void *owned = NULL;
+  if (!jobs || !of || !off) {
+    st = SL_ERR_NOMEM;
+    goto out;
+  }
+  mm_job *grp = jobs + n_ops; /* one per distinct (X, activation type) */
+  int ng = 0, live = 0;
+  for (int i = 0; i < n_ops; i++) {
+    if (op[i].n_tokens < 0 || (op[i].n_tokens > 0 && !op[i].X)) {
+      st = SL_ERR_INVALID_ARG;
+      goto out;
+    }
+    if ((st = part_init(ops, op[i].W, op[i].X, op[i].Y, op[i].n_tokens,
+                        &jobs[i])) != SL_OK)
+      goto out;
+    if (op[i].n_tokens == 0 || op[i].W->rows == 0) {
+      of[i] = -1; /* nothing to compute */
+      continue;
+    }
+    if (op[i].W->cols == 0) {
+      memset(op[i].Y, 0,
+             (size_t)(op[i].n_tokens * op[i].W->rows) * sizeof(float));
+      of[i] = -1;
+      continue;
+    }
+    int g = 0;
+    while (g < ng && !(grp[g].X == op[i].X && grp[g].act == jobs[i].act &&
+                       grp[g].n_tokens == op[i].n_tokens &&
+                       grp[g].W->cols == op[i].W->cols))
+      g++;
+    if (g == ng)
+      grp[ng++] = jobs[i];
+    grp[g].need_sc |= jobs[i].need_sc;
+    grp[g].need_si |= jobs[i].need_si;
+    of[i] = g;
+    live++;
+  }
+  size_t total = 0;
+  int64_t toks = 0;
+  for (int g = 0; g < ng; g++) {
+    off[g] = total;
+    if (!act_bytes(&grp[g], &total)) {
+      st = SL_ERR_OVERFLOW;
+      goto out;
+    }
+    toks += grp[g].n_tokens;
+  }
+  void *buf = NULL;
+  if (total > 0) {
+    if (pool)
+      buf = sl__kern_pool_scratch(pool, total);
+    else
+      buf = owned = sl_malloc(total);
+    if (!buf) {
+      st = SL_ERR_NOMEM;
+      goto out;
+    }
+  }
+  int nth = sl_kern_pool_n_threads(pool);
+  for (int g = 0; g < ng; g++)
+    act_place(&grp[g], (char *)buf + off[g]);
+  grp_quant_job gq = {grp, ng, toks};
+  if (toks >= 2 * nth && nth > 1)
+    sl_kern_pool_run(pool, grp_quant_task, &gq);
+  else
+    grp_quant_task(&gq, 0, 1);
+  /* the products with work, in order, packed to the front */
+  int np = 0;
+  for (int i = 0; i < n_ops; i++) {
+    if (of[i] < 0)
+      continue;
+    job_ready(ops, &jobs[i], &grp[of[i]], nth);
+    jobs[np++] = jobs[i];
+  }
+  if (live > 0) {
+    mm_parts_job pj = {jobs, np};
+    sl_kern_pool_run(pool, dot_task, &pj);
+  }
+out:
+  sl_free(owned);
+  sl_free(off);
+  sl_free(of);
+  sl_free(jobs);
+  return st;
 }
