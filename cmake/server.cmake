@@ -19,7 +19,9 @@ add_library(sluice_server_parse STATIC src/server/json.c src/server/json_scan.c
                                        src/server/schema.c
                                        src/server/tools.c
                                        src/server/embed.c
-                                       src/server/toolcall.c)
+                                       src/server/toolcall.c
+                                       src/server/reasoning.c
+                                       src/server/reasoning_req.c)
 target_include_directories(sluice_server_parse PUBLIC src
                            ${SL_JANSSON_INCLUDE_DIRS})
 target_link_libraries(sluice_server_parse PUBLIC sluice_core
@@ -49,7 +51,7 @@ target_compile_definitions(sluice PRIVATE SLUICE_HAVE_SERVER=1)
 target_link_libraries(sluice PRIVATE sluice_server)
 
 foreach(t test_server_parse test_server_prompt test_server_json_scan
-          test_server_toolcall
+          test_server_toolcall test_server_reason
           test_server_head)
   if(TARGET ${t})
     target_link_libraries(${t} PRIVATE sluice_server_parse)
@@ -61,7 +63,7 @@ if(TARGET test_server_job)
   target_link_libraries(test_server_job PRIVATE sluice_server)
   set_tests_properties(test_server_job PROPERTIES LABELS "c;threaded")
 endif()
-foreach(t fuzz_server_json fuzz_toolcall)
+foreach(t fuzz_server_json fuzz_toolcall fuzz_reason)
   if(TARGET ${t})
     target_link_libraries(${t} PRIVATE sluice_server_parse)
   endif()
@@ -86,6 +88,9 @@ if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
   sl_server_pytest(test_api_agent test_api_agent.py 900)
   # tool calling through the SDKs, jinja2 and an agent framework
   sl_server_pytest(test_api_tools test_api_tools.py 900)
+  # reasoning output (issue 45): <think> split out on both APIs, streamed
+  # and not, Anthropic's thinking budget, through the SDKs
+  sl_server_pytest(test_api_reasoning test_api_reasoning.py 900)
   # /v1/embeddings against llama.cpp
   sl_server_pytest(test_api_embed test_api_embed.py 900)
   # the soak test, 60 s (tests/soak/soak.py; 10 minutes by hand): errors

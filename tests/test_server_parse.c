@@ -374,8 +374,26 @@ static const bad_case bad[] = {
      400, "unsupported_parameter", "messages.0.content"},
     {SL_SRV_MESSAGES,
      "{" M ",\"max_tokens\":5," CHAT_MSGS ",\"thinking\":{\"type\":\"enabled\","
-     "\"budget_tokens\":1000}}",
-     400, "unsupported_parameter", "thinking"},
+     "\"budget_tokens\":1000}}", /* budget_tokens must be below max_tokens */
+     400, "invalid_value", "thinking"},
+    {SL_SRV_MESSAGES,
+     "{" M ",\"max_tokens\":50," CHAT_MSGS ",\"thinking\":{\"type\":\"on\"}}",
+     400, "invalid_value", "thinking"},
+    {SL_SRV_MESSAGES,
+     "{" M ",\"max_tokens\":50," CHAT_MSGS ",\"thinking\":{\"type\":"
+     "\"enabled\",\"budget_tokens\":0}}",
+     400, "invalid_value", "thinking"},
+    {SL_SRV_MESSAGES,
+     "{" M ",\"max_tokens\":50," CHAT_MSGS ",\"thinking\":{\"type\":"
+     "\"enabled\"}}",
+     400, "missing_required_parameter", "thinking"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"chat_template_kwargs\":[1]}", 400,
+     "invalid_type", "chat_template_kwargs"},
+    {SL_SRV_CHAT,
+     "{" M "," CHAT_MSGS ",\"chat_template_kwargs\":{\"messages\":1}}", 400,
+     "invalid_value", "chat_template_kwargs"},
+    {SL_SRV_CHAT, "{" M "," CHAT_MSGS ",\"reasoning_effort\":\"max\"}", 400,
+     "invalid_value", "reasoning_effort"},
     {SL_SRV_MESSAGES, "{\"model\":\"claude-3\",\"max_tokens\":5," CHAT_MSGS "}",
      404, "model_not_found", "model"},
     {SL_SRV_MESSAGES,

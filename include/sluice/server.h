@@ -53,6 +53,11 @@ typedef struct sl_server_config {
   const char *tool_call_format; /* how the model writes tool calls: "hermes",
                                   "llama3", "mistral" or "generic"; NULL or
                                   "": what its chat template shows */
+  const char *reasoning_format; /* how a model's thinking is split out of its
+                                  answer: "none" (left in the content),
+                                  "deepseek" (<think>...</think>) or
+                                  "auto" (NULL, ""): what its chat template
+                                  shows */
   const char *cors_origin;      /* NULL or "": no CORS headers; "*": any origin;
                                    else a comma-separated list of origins */
 } sl_server_config;

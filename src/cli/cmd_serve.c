@@ -87,6 +87,10 @@ static void serve_usage(FILE *f) {
   flag(f, "--tool-call-format F",
        "hermes, llama3, mistral or generic: how the model writes tool calls",
        "what its chat template shows");
+  flag(f, "--reasoning-format F",
+       "none, auto or deepseek: how thinking is split out of answers "
+       "(none: left in the content)",
+       "auto, what its chat template shows");
   fprintf(f, "KV tiers:\n");
   flag(f, "--hot-cache-bytes BYTES",
        "host copies of prefix KV blocks (LRU; on top of --max-memory)",
@@ -401,6 +405,11 @@ int sl_cli_serve_main(int argc, char **argv) {
           strcmp(v, "generic"))
         SL_CLI_BAD_VALUE("serve");
       scfg.tool_call_format = v;
+    } else if (!strcmp(a, "--reasoning-format")) {
+      SL_CLI_NEED_VALUE("serve");
+      if (strcmp(v, "none") && strcmp(v, "auto") && strcmp(v, "deepseek"))
+        SL_CLI_BAD_VALUE("serve");
+      scfg.reasoning_format = v;
     } else if (!strcmp(a, "--cors-origin")) {
       SL_CLI_NEED_VALUE("serve");
       scfg.cors_origin = v;

@@ -133,6 +133,28 @@ fail:
   return sl__srv_send_error(c, cn->fam, err, false);
 }
 
+/* Anthropic's thinking.budget_tokens (under max_tokens): the first engine
+ * request generates that many tokens, then the job closes the thinking
+ * and continues (job.c's budget_continue); the tokens of the closing tag
+ * are made here. Without a split (--reasoning-format none) or with a
+ * grammar (which would restart in the continuation) there is no cap. */
+static sl_status think_budget(sl_srv_job *j, const sl_tokenizer_t *tok) {
+  sl_srv_request *r = &j->req;
+  if (r->think_budget <= 0 || r->rfmt == SL_RFMT_NONE || r->grammar ||
+      r->think_budget >= r->gen.max_tokens || r->n_choices > 1)
+    return SL_OK;
+  const char *close = sl__srv_think_close(r->rfmt);
+  size_t n = 0;
+  sl_status st = sl_tokenizer_encode(tok, close, strlen(close), false, true,
+                                     &j->close_ids, &n);
+  if (st != SL_OK)
+    return st == SL_ERR_NOMEM ? st : SL_OK; /* (no tokens: no cap) */
+  j->n_close = (int)n;
+  j->budget_total = r->gen.max_tokens;
+  r->gen.max_tokens = r->think_budget;
+  return SL_OK;
+}
+
 enum MHD_Result sl__srv_generate(sl_server_t *s, struct MHD_Connection *c,
                                  sl_srv_conn *cn) {
   sl_srv_api api = cn->route == SL_SRV_ROUTE_CHAT          ? SL_SRV_CHAT
@@ -183,6 +205,15 @@ enum MHD_Result sl__srv_generate(sl_server_t *s, struct MHD_Connection *c,
         s->cfg.max_tokens_default > 0 ? s->cfg.max_tokens_default : room;
   if (j->req.gen.max_tokens > room)
     j->req.gen.max_tokens = room;
+  /* a constrained answer (a grammar, a forced tool call) leaves no room
+   * for thinking: what it writes is content even after an opened block */
+  j->req.think_open =
+      !j->req.grammar &&
+      sl__srv_think_opened(j->req.rfmt, ml->tok, j->ids, j->n_ids);
+  if (think_budget(j, ml->tok) != SL_OK) {
+    sl__srv_error_set(&err, 500, NULL, NULL, "out of memory");
+    goto fail_respond;
+  }
   j->prompt_tokens = j->n_ids;
   j->created = (long long)time(NULL);
   sl__srv_make_id(j->id, sizeof j->id,

@@ -549,6 +549,16 @@ sl_status sl_server_start(sl_pool_t *pool, const sl_server_config *cfg,
     st = SL_ERR_INVALID_ARG;
     goto fail_strings;
   }
+  s->cfg.reasoning_format = NULL;
+  s->rfmt = SL_RFMT_AUTO;
+  if (cfg->reasoning_format && cfg->reasoning_format[0] &&
+      !sl__srv_rfmt_parse(cfg->reasoning_format, &s->rfmt)) {
+    snprintf(err, errcap,
+             "unknown reasoning format '%s' (none, auto, deepseek)",
+             cfg->reasoning_format);
+    st = SL_ERR_INVALID_ARG;
+    goto fail_strings;
+  }
   s->cfg.host = s->host;
   s->cfg.api_key = s->api_key;
   pthread_mutex_init(&s->load_mu, NULL);

@@ -51,6 +51,7 @@ struct sl_server {
   sl_server_config cfg; /* strings below are owned copies */
   char *host, *api_key, *cors;
   sl_srv_toolfmt toolfmt; /* --tool-call-format (NONE: the template's) */
+  sl_srv_rfmt rfmt;       /* --reasoning-format (AUTO: the template's) */
   struct MHD_Daemon *mhd;
   sl_srv_door *door;   /* NULL: not started */
   sl_srv_watch *watch; /* NULL: not started */

@@ -42,6 +42,7 @@ static void job_buffers_free(sl_srv_job *j) {
   sl_free(j->text);
   sl_free(j->toks);
   sl__srv_toolcalls_free(&j->calls);
+  sl__srv_rsplit_free(&j->rs);
   sl__sbuf_free(&j->out);
   pthread_cond_destroy(&j->cv);
   pthread_mutex_destroy(&j->mu);
@@ -59,6 +60,7 @@ void sl__srv_job_unref(sl_srv_job *j) {
   sl__srv_request_free(&j->req);
   sl__srv_model_release(&j->mdl); /* the engine no longer calls back */
   sl_free(j->ids);
+  sl_free(j->close_ids);
   sl_free(j->parts);
   sl_free(j->emb);
   job_buffers_free(j);
@@ -321,11 +323,12 @@ static void job_done(sl_srv_job *j, const sl_engine_event *ev) {
   j->t_done = sl_now_ns();
   j->finish = ev->finish;
   j->error = ev->error;
-  if (ev->prompt_tokens)
+  if (ev->prompt_tokens && !j->budget_went)
     j->prompt_tokens = ev->prompt_tokens;
-  if (ev->cached_tokens || !j->started)
+  if ((ev->cached_tokens || !j->started) && !j->budget_went)
     j->cached_tokens = ev->cached_tokens;
-  j->completion_tokens = ev->completion_tokens;
+  j->completion_tokens =
+      ev->completion_tokens + (j->budget_went ? j->budget_base : 0);
   j->reason = ev->reason;
   snprintf(j->error_msg, sizeof j->error_msg, "%s",
            ev->error_msg ? ev->error_msg : "");
@@ -353,15 +356,76 @@ static void job_done(sl_srv_job *j, const sl_engine_event *ev) {
   }
 }
 
+static void on_event(void *user, const sl_engine_event *ev);
+
+/* The thinking budget ran out: the first engine request's DONE at its
+ * max_tokens (j->mu held, executor thread; engine callbacks run without
+ * the engine's lock, so a submit from here is safe). The think block, when
+ * still open, is closed by its closing tag's tokens, appended to the
+ * answer as if generated; a second request then continues the answer from
+ * the prompt and every token so far, with what is left of max_tokens (the
+ * prefix cache holds all but the last tokens: the first request published
+ * its blocks before it reported its end). The second request inherits the
+ * first's reference to the job. Returns SL_OK when it runs (the job goes
+ * on), SL_ERR_RANGE when the answer ends here (no budget, another finish,
+ * nothing left), else the failure that ends it. */
+static sl_status budget_continue(sl_srv_job *j, const sl_engine_event *ev) {
+  if (!j->budget_total || j->budget_went || ev->finish != SL_FINISH_LENGTH ||
+      j->aborted || j->cut || j->oom)
+    return SL_ERR_RANGE;
+  const sl_pool_lease *ml = sl__srv_job_lease(j);
+  j->budget_went = true;
+  j->budget_base = ev->completion_tokens;
+  sl_srv_rsplit rs;
+  sl__srv_rsplit_init(&rs, j->req.rfmt, j->req.think_open);
+  sl__srv_rsplit_feed(&rs, j->text ? j->text : "", j->text_len);
+  bool open = sl__srv_rsplit_thinking(&rs) && !sl__srv_rsplit_oom(&rs);
+  sl__srv_rsplit_free(&rs);
+  for (int i = 0; open && i < j->n_close; i++) {
+    sl_engine_event tev = {.kind = SL_EV_TOKEN, .token = j->close_ids[i]};
+    tev.text = sl_tokenizer_piece(ml->tok, j->close_ids[i], &tev.text_len);
+    if (!add_token(j, &tev)) {
+      j->oom = true;
+      return SL_ERR_NOMEM;
+    }
+    j->budget_base++;
+  }
+  int left = j->budget_total - j->budget_base;
+  if (left <= 0)
+    return SL_ERR_RANGE;
+  size_t n = (size_t)j->n_ids;
+  int32_t *ids =
+      sl_malloc(sizeof *ids * ((size_t)j->n_ids + (size_t)j->n_toks));
+  if (!ids)
+    return SL_ERR_NOMEM;
+  memcpy(ids, j->ids, sizeof *ids * (size_t)j->n_ids);
+  for (int i = 0; i < j->n_toks; i++)
+    if (j->toks[i].id >= 0) /* (id < 0: flushed text, no token) */
+      ids[n++] = j->toks[i].id;
+  sl_gen_params gp = j->req.gen;
+  gp.max_tokens = left;
+  uint64_t eid = 0;
+  sl_status st =
+      sl_engine_submit(ml->engine, ids, (int)n, &gp, on_event, j, &eid);
+  sl_free(ids);
+  if (st == SL_OK)
+    j->engine_id = eid;
+  return st;
+}
+
 /* The engine's callback: executor thread, must not block. */
 static void on_event(void *user, const sl_engine_event *ev) {
   sl_srv_job *j = user;
+  sl_status bst;
+  bool first;
   pthread_mutex_lock(&j->mu);
   switch (ev->kind) {
   case SL_EV_STARTED:
     j->started = true;
-    j->prompt_tokens = ev->prompt_tokens;
-    j->cached_tokens = ev->cached_tokens;
+    if (!j->budget_went) { /* (the continuation's prompt is the answer's) */
+      j->prompt_tokens = ev->prompt_tokens;
+      j->cached_tokens = ev->cached_tokens;
+    }
     break;
   case SL_EV_TOKEN:
     if (!j->t_first)
@@ -370,7 +434,22 @@ static void on_event(void *user, const sl_engine_event *ev) {
       j->oom = true;
     break;
   case SL_EV_DONE:
+    first = !j->budget_went;
+    if ((bst = budget_continue(j, ev)) == SL_OK)
+      break; /* the answer goes on in the continuation */
     job_done(j, ev);
+    if (first && j->budget_went) /* the first request's and the close's */
+      j->completion_tokens = j->budget_base;
+    if (bst != SL_ERR_RANGE && j->finish != SL_FINISH_ERROR) {
+      j->finish = SL_FINISH_ERROR;
+      j->error = bst;
+      j->reason = bst == SL_ERR_CANCELLED ? SL_REASON_SHUTTING_DOWN
+                  : bst == SL_ERR_NOMEM   ? SL_REASON_OUT_OF_MEMORY
+                                          : SL_REASON_NONE;
+      snprintf(j->error_msg, sizeof j->error_msg,
+               "cannot continue the answer after its thinking budget: %s",
+               sl_status_str(bst));
+    }
     break;
   }
   SL_ASSERT(sl__srv_job_sanity(j));

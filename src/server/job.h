@@ -61,6 +61,7 @@
 
 #include "server/json.h"
 #include "server/parse.h"
+#include "server/reasoning.h"
 #include "server/routes.h"
 #include "server/toolcall.h"
 #include "sluice/engine.h"
@@ -142,6 +143,17 @@ struct sl_srv_job {
   sl_srv_toolcalls calls;
   bool calls_read;
 
+  /* the thinking budget (job.c): budget_total is the request's max_tokens
+   * (0: no budget) while the first engine request generates only
+   * req.think_budget; at its end the thinking is closed (close_ids, when
+   * still open) and a second request continues the answer from the prompt
+   * and the tokens so far (budget_went; budget_base: the tokens before
+   * it). Written by the posting thread, then by the executor under mu. */
+  int budget_total, budget_base;
+  bool budget_went;
+  int32_t *close_ids;
+  int n_close;
+
   /* the consumer's (HTTP thread's) state */
   int phase;        /* streaming state machine, per API */
   size_t sent_text; /* with tools: text bytes streamed as content (or
@@ -154,6 +166,13 @@ struct sl_srv_job {
                        abort ends it as an error (503), not as complete */
   sl_sbuf out;      /* bytes produced and not yet handed to MHD */
   size_t out_off;
+  /* reasoning (reasoning.c): the answer's split, fed text[0..rs_fed);
+   * sent_reason / sent_content: bytes of rs.reasoning / rs.content
+   * streamed; ant_think: Anthropic's open block is a thinking block */
+  sl_srv_rsplit rs;
+  bool rs_on;
+  size_t rs_fed, sent_reason, sent_content;
+  bool ant_think;
 };
 
 /* The live jobs of one server (or of a test), and the count of responses

@@ -7,6 +7,7 @@
 #include "server/json.h"
 #include "server/openai.h"
 #include "server/parse.h"
+#include "server/reasoning.h"
 #include "server/toolcall.h"
 #include "sluice/util.h"
 
@@ -95,7 +96,12 @@ static json_t *tool_calls_json(const sl_srv_job *j,
 
 /* One choice of a done job (a lone job, or a child of one with n > 1). */
 static json_t *choice_json(sl_srv_job *j, const sl_tokenizer_t *tok) {
-  json_t *text = sl__json_str_lossy(j->text ? j->text : "", j->text_len);
+  /* the thinking split out (reasoning_content), the rest as content */
+  size_t clen;
+  const char *ctext = sl__srv_job_content(j, &clen);
+  const sl_srv_rsplit *rs = sl__srv_job_split(j, j->text_len);
+  bool think = rs && !sl__srv_rsplit_oom(rs) && rs->reasoning.len;
+  json_t *text = clen || !think ? sl__json_str_lossy(ctext, clen) : json_null();
   json_t *lp = json_null();
   if (j->req.logprobs) {
     if (j->req.api == SL_SRV_CHAT) {
@@ -127,6 +133,10 @@ static json_t *choice_json(sl_srv_job *j, const sl_tokenizer_t *tok) {
     if (choice && tc)
       json_object_set_new(json_object_get(choice, "message"), "tool_calls",
                           tool_calls_json(j, tc));
+    if (choice && think) /* as llama.cpp's server and vLLM name it */
+      json_object_set_new(
+          json_object_get(choice, "message"), "reasoning_content",
+          sl__json_str_lossy(rs->reasoning.p, rs->reasoning.len));
   } else
     choice = json_pack("{s:o,s:i,s:o,s:s}", "text", text, "index", j->index,
                        "logprobs", lp, "finish_reason", fin);
@@ -175,6 +185,43 @@ static void content_delta(sl_srv_job *j, const char *model, const char *p,
                          "finish_reason"));
 }
 
+/* The thinking split out of the text up to byte `upto` that is not yet
+ * streamed: one delta of reasoning_content (with `lp`, taken over, when
+ * given), then one of content with what the split let through past what
+ * went out (with the logprobs when no reasoning took them). Without
+ * tools only: with them the content streams as stream_tools says. */
+static void split_deltas(sl_srv_job *j, const char *model, size_t upto,
+                         bool content, json_t *lp) {
+  sl_srv_rsplit *rs = sl__srv_job_split(j, upto);
+  if (sl__srv_rsplit_oom(rs)) {
+    json_decref(lp);
+    return;
+  }
+  if (rs->reasoning.len > j->sent_reason) {
+    emit_chunk(j, model,
+               json_pack("{s:i,s:{s:o},s:o,s:n}", "index", j->index, "delta",
+                         "reasoning_content",
+                         sl__json_str_lossy(rs->reasoning.p + j->sent_reason,
+                                            rs->reasoning.len - j->sent_reason),
+                         "logprobs", lp ? lp : json_null(), "finish_reason"));
+    j->sent_reason = rs->reasoning.len;
+    lp = NULL;
+  }
+  if (content && (rs->content.len > j->sent_content || lp)) {
+    emit_chunk(
+        j, model,
+        json_pack("{s:i,s:{s:o},s:o,s:n}", "index", j->index, "delta",
+                  "content",
+                  sl__json_str_lossy(
+                      rs->content.p ? rs->content.p + j->sent_content : "",
+                      rs->content.len - j->sent_content),
+                  "logprobs", lp ? lp : json_null(), "finish_reason"));
+    j->sent_content = rs->content.len;
+    lp = NULL;
+  }
+  json_decref(lp);
+}
+
 /* With tools, content streams by text, up to where a call may start; the
  * calls follow when the answer is done: each as one delta with its id and
  * name, then one with its arguments. Returns the finish reason to give
@@ -182,6 +229,8 @@ static void content_delta(sl_srv_job *j, const char *model, const char *p,
 static const char *stream_tools(sl_srv_job *j, const char *model) {
   if (j->done && j->finish == SL_FINISH_ERROR)
     return NULL;
+  if (sl__srv_job_splits(j)) /* the thinking first, as it comes */
+    split_deltas(j, model, j->text_len, false, NULL);
   const char *p;
   size_t n = sl__srv_tool_stream_text(j, &p);
   content_delta(j, model, p, n);
@@ -222,8 +271,20 @@ static int choice_stream(sl_srv_job *j, const char *model,
   }
   if (j->phase == 1) {
     bool tools = chat && j->req.toolfmt != SL_TOOLFMT_NONE;
+    bool split = !tools && sl__srv_job_splits(j);
     const char *tools_fin = tools ? stream_tools(j, model) : NULL;
-    for (; !tools && j->sent_toks < j->n_toks; j->sent_toks++) {
+    for (; split && j->sent_toks < j->n_toks; j->sent_toks++) {
+      /* each token's text through the split, its logprobs on its delta */
+      const sl_srv_tok *t = &j->toks[j->sent_toks];
+      json_t *lp = j->req.logprobs && t->id >= 0
+                       ? json_pack("{s:[o]}", "content",
+                                   chat_lp_entry(t, tok, j->req.top_logprobs))
+                       : NULL;
+      split_deltas(j, model, t->text_off + t->text_len, true, lp);
+    }
+    if (split && j->done) /* what the split held back */
+      split_deltas(j, model, j->text_len, true, NULL);
+    for (; !tools && !split && j->sent_toks < j->n_toks; j->sent_toks++) {
       const sl_srv_tok *t = &j->toks[j->sent_toks];
       /* id < 0: text the engine flushed at the end, with no token */
       bool with_lp = j->req.logprobs && t->id >= 0;

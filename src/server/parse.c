@@ -12,6 +12,7 @@
 #include "server/json.h"
 #include "server/json_scan.h"
 #include "server/parse.h"
+#include "server/reasoning_req.h"
 #include "server/schema.h"
 #include "server/tools.h"
 #include "sluice/util.h"
@@ -527,6 +528,8 @@ static sl_status parse_chat(json_t *root, const sl_srv_limits *lim,
   }
   if (sl__srv_tools_template(r) != SL_OK)
     NOMEM();
+  if ((st = sl__srv_reason_request(root, lim, r, err)) != SL_OK)
+    goto fail;
   sl__sbuf_free(&text);
   return SL_OK;
 fail:
@@ -673,16 +676,6 @@ static sl_status parse_messages(json_t *root, const sl_srv_limits *lim,
     if ((st = sl__srv_set_schema(r, sc, "output_config", err)) != SL_OK)
       goto fail;
   }
-  json_t *th = member(root, "thinking");
-  if (th) {
-    json_t *t = json_object_get(th, "type");
-    if (!json_is_string(t) || strcmp(json_string_value(t), "disabled") != 0) {
-      st = SL_ERR_UNSUPPORTED;
-      sl__srv_error_set(err, 400, "unsupported_parameter", "thinking",
-                        "extended thinking is not supported");
-      goto fail;
-    }
-  }
   int sr = parse_stop(member(root, "stop_sequences"), "stop_sequences", true,
                       SL_MAX_STOP, r, err);
   if (sr == -2) {
@@ -750,6 +743,8 @@ static sl_status parse_messages(json_t *root, const sl_srv_limits *lim,
   }
   if (sl__srv_tools_template(r) != SL_OK)
     NOMEM();
+  if ((st = sl__srv_reason_request(root, lim, r, err)) != SL_OK)
+    goto fail;
   sl__sbuf_free(&text);
   return SL_OK;
 fail_format:

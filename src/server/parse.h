@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "server/json.h"
+#include "server/reasoning.h"
 #include "server/toolcall.h"
 #include "sluice/engine.h"
 #include "sluice/jinja.h"
@@ -43,6 +44,8 @@ typedef struct sl_srv_limits {
    * (NONE: the template's): how tools and tool calls are written */
   const char *chat_template;
   sl_srv_toolfmt toolfmt;
+  /* --reasoning-format: AUTO (the template's family), NONE or a family */
+  sl_srv_rfmt rfmt;
   /* when set, called with the request's "model" in place of the names
    * check: it fills n_ctx, chat_template and toolfmt of *lim (the server
    * leases the model from its pool here), or fails with *err set */
@@ -91,7 +94,14 @@ typedef struct sl_srv_request {
   /* how the answer's calls are read (NONE: no tools, or tool_choice none:
    * the answer is text) */
   sl_srv_toolfmt toolfmt;
-  sl_jv *tmpl_extra; /* {"tools": [...]} for the template, or NULL */
+  sl_jv *tmpl_extra; /* {"tools": [...], "enable_thinking", ...} for the
+                        template, or NULL */
+  /* reasoning (reasoning.c): how the answer's thinking is split out (NONE:
+   * it stays content); the prompt opened the think block (set with the
+   * prompt's ids); Anthropic's thinking.budget_tokens (0: no cap) */
+  sl_srv_rfmt rfmt;
+  bool think_open;
+  int think_budget;
   /* embeddings (embed.c) */
   sl_srv_input *inputs;
   int n_inputs;

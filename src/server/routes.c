@@ -234,8 +234,11 @@ static sl_status resolve(void *user, const char *model, sl_srv_limits *lim,
 sl_srv_limits sl__srv_limits_of(sl_server_t *s, sl_srv_model *m) {
   m->srv = s;
   m->lease.index = -1;
-  return (sl_srv_limits){
-      .n_ctx = 0, .toolfmt = s->toolfmt, .resolve = resolve, .resolve_user = m};
+  return (sl_srv_limits){.n_ctx = 0,
+                         .toolfmt = s->toolfmt,
+                         .rfmt = s->rfmt,
+                         .resolve = resolve,
+                         .resolve_user = m};
 }
 
 /* A body's optional "model" (llama.cpp's routes have none): the model to

@@ -18,6 +18,8 @@
 #include "server/openai.h"
 #include "server/parse.h"
 #include "server/prompt.h"
+#include "server/reasoning.h"
+#include "server/reasoning_req.h"
 #include "server/routes.h"
 #include "server/schema.h"
 #include "server/sockwatch.h"

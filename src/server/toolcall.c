@@ -11,6 +11,7 @@
 #include "server/job.h"
 #include "server/json.h"
 #include "server/parse.h"
+#include "server/reasoning.h"
 #include "server/toolcall.h"
 #include "sluice/util.h"
 
@@ -398,21 +399,23 @@ const sl_srv_toolcalls *sl__srv_job_calls(sl_srv_job *j) {
     return NULL;
   if (!j->calls_read) {
     j->calls_read = true;
-    if (sl__srv_toolcalls_parse(j->req.toolfmt, j->text ? j->text : "",
-                                j->text_len, &j->calls) != SL_OK)
+    size_t len; /* the content: after the thinking is split out */
+    const char *text = sl__srv_job_content(j, &len);
+    if (sl__srv_toolcalls_parse(j->req.toolfmt, text, len, &j->calls) != SL_OK)
       memset(&j->calls, 0, sizeof j->calls); /* out of memory: as text */
   }
   return j->calls.n ? &j->calls : NULL;
 }
 
 size_t sl__srv_tool_stream_text(sl_srv_job *j, const char **p) {
-  const char *text = j->text ? j->text : "";
+  size_t tlen; /* the content: after the thinking is split out */
+  const char *text = sl__srv_job_content(j, &tlen);
   if (!j->sent_text) /* leading blanks are never content */
-    while (j->sent_text < j->text_len && is_blank(text[j->sent_text]))
+    while (j->sent_text < tlen && is_blank(text[j->sent_text]))
       j->sent_text++;
   *p = text + j->sent_text;
   if (!j->done) {
-    size_t safe = sl__srv_toolcall_safe(j->req.toolfmt, text, j->text_len);
+    size_t safe = sl__srv_toolcall_safe(j->req.toolfmt, text, tlen);
     if (safe <= j->sent_text)
       return 0;
     size_t n = sl__utf8_valid_prefix(*p, safe - j->sent_text);
@@ -421,13 +424,13 @@ size_t sl__srv_tool_stream_text(sl_srv_job *j, const char **p) {
   }
   const sl_srv_toolcalls *tc = sl__srv_job_calls(j);
   size_t from = j->sent_text;
-  j->sent_text = j->text_len;
+  j->sent_text = tlen;
   if (!tc) /* no call: the rest is text */
-    return j->text_len - from;
+    return tlen - from;
   /* what went out is the start of the calls' content (the text before the
    * first call, blanks trimmed); the rest of that content follows */
   size_t lead = 0;
-  while (lead < j->text_len && is_blank(text[lead]))
+  while (lead < tlen && is_blank(text[lead]))
     lead++;
   size_t sent = from - lead;
   *p = tc->content + (sent <= tc->content_len ? sent : tc->content_len);

@@ -1,0 +1,317 @@
+"""Reasoning output (issue 45) through the official openai and anthropic
+SDKs against the real `sluice serve`:
+
+The default model never writes <think> by itself, so a copy of it gets a
+Qwen3-style thinking template (tests/fixtures/templates/qwen3.jinja with
+the generation prompt opening "<think>\\n" unless enable_thinking is false,
+as Qwen3-thinking and DeepSeek-R1 do, plus a line that shows
+reasoning_effort): its answers then start inside the think block.
+
+- a block cut by max_tokens is all reasoning (openai reasoning_content via
+  model_extra, anthropic thinking blocks), finish_reason length;
+- streamed and non-streamed answers split the same way (greedy), in each
+  SDK's own accumulation of the deltas (reasoning_content deltas;
+  thinking_delta and signature_delta events);
+- Anthropic's thinking.budget_tokens: the server closes the block after N
+  tokens (the thinking is the first N tokens' text of the same prompt) and
+  the model's continuation is the text block;
+- chat_template_kwargs / thinking disabled / reasoning_effort reach the
+  template: the rendered prompt equals jinja2's, and the answer has no
+  reasoning;
+- bad thinking / reasoning_effort / chat_template_kwargs values get a 400
+  in each API's shape while other requests keep being served;
+- --reasoning-format none leaves the thinking in the content;
+- a forced tool call on the thinking template still parses.
+"""
+import http.client
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from conftest import MODEL_NAME, model_path
+
+openai = pytest.importorskip("openai")
+anthropic = pytest.importorskip("anthropic")
+jinja2 = pytest.importorskip("jinja2")
+pytest.importorskip("gguf")
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TEMPLATES = ROOT / "tests" / "fixtures" / "templates"
+T0 = {"temperature": 0}  # (this anthropic SDK takes it through extra_body)
+STORY = [{"role": "user", "content": "Write a long story about a dragon."}]
+
+
+def thinking_template():
+    t = (TEMPLATES / "qwen3.jinja").read_text(encoding="utf-8")
+    old = ("    {%- if enable_thinking is defined and enable_thinking is false"
+           " %}\n        {{- '<think>\\n\\n</think>\\n\\n' }}\n"
+           "    {%- endif %}")
+    assert old in t
+    t = t.replace(old, old.replace(
+        "    {%- endif %}",
+        "    {%- else %}\n        {{- '<think>\\n' }}\n    {%- endif %}"))
+    return ("{%- if reasoning_effort is defined %}{{- '<|im_start|>system\\n"
+            "Reasoning: ' + reasoning_effort + '<|im_end|>\\n' }}"
+            "{%- endif %}\n" + t)
+
+
+def make_model(tmp_path_factory, tmpl):
+    out = tmp_path_factory.mktemp("think") / "think.gguf"
+    subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata",
+                    model_path(), str(out), "--chat-template", tmpl,
+                    "--force"], check=True, capture_output=True)
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def think_model(sluice_server, tmp_path_factory):
+    tmpl = thinking_template()
+    return make_model(tmp_path_factory, tmpl), tmpl
+
+
+@pytest.fixture(scope="module")
+def srv(sluice_server, think_model):
+    s = sluice_server(["-c", "2048"], model=think_model[0])
+    s.tmpl = think_model[1]
+    return s
+
+
+def oai(s):
+    return openai.OpenAI(base_url=s.base + "/v1", api_key="none",
+                         max_retries=0, timeout=300)
+
+
+def ant(s):
+    return anthropic.Anthropic(base_url=s.base, api_key="none",
+                               max_retries=0, timeout=300)
+
+
+def raw(s, path, body):
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120)
+    c.request("POST", path, body=json.dumps(body).encode(),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, json.loads(data)
+
+
+def reasoning_of(msg):
+    return (msg.model_extra or {}).get("reasoning_content")
+
+
+def hf_render(template, messages, **extra):
+    """The reference: jinja2 set up as transformers sets it up."""
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[loopcontrols])
+    env.filters["tojson"] = lambda x, ensure_ascii=False, indent=None, \
+        separators=None, sort_keys=False: json.dumps(
+            x, ensure_ascii=ensure_ascii, indent=indent,
+            separators=separators, sort_keys=sort_keys)
+    return env.from_string(template).render(
+        messages=messages, add_generation_prompt=True,
+        bos_token="<|im_start|>", eos_token="<|im_end|>", **extra)
+
+
+# ---- a think block cut by max_tokens ---------------------------------------
+
+
+def test_openai_cut_mid_think_is_reasoning(srv):
+    r = oai(srv).chat.completions.create(
+        model=MODEL_NAME, messages=STORY, max_tokens=24, temperature=0)
+    ch = r.choices[0]
+    assert ch.finish_reason == "length"
+    rc = reasoning_of(ch.message)
+    assert isinstance(rc, str) and len(rc) > 20, ch.message
+    assert not ch.message.content
+    assert "<think>" not in rc and "</think>" not in rc
+    assert r.usage.completion_tokens == 24
+
+
+def test_anthropic_cut_mid_think_is_thinking(srv):
+    m = ant(srv).messages.create(model=MODEL_NAME, messages=STORY,
+                                 max_tokens=24, extra_body=T0)
+    assert m.stop_reason == "max_tokens"
+    assert [b.type for b in m.content] == ["thinking"]
+    assert len(m.content[0].thinking) > 20 and m.content[0].signature
+    oa = oai(srv).chat.completions.create(
+        model=MODEL_NAME, messages=STORY, max_tokens=24, temperature=0)
+    assert m.content[0].thinking == reasoning_of(oa.choices[0].message)
+
+
+# ---- streamed = non-streamed -----------------------------------------------
+
+
+@pytest.mark.parametrize("max_tokens", [10, 40])
+def test_openai_stream_splits_like_non_stream(srv, max_tokens):
+    kw = dict(model=MODEL_NAME, messages=STORY, max_tokens=max_tokens,
+              temperature=0)
+    whole = oai(srv).chat.completions.create(**kw).choices[0]
+    rc, content, fin = "", "", None
+    for ch in oai(srv).chat.completions.create(stream=True, **kw):
+        if not ch.choices:
+            continue
+        d = ch.choices[0].delta
+        rc += (d.model_extra or {}).get("reasoning_content") or ""
+        content += d.content or ""
+        fin = ch.choices[0].finish_reason or fin
+    assert rc == (reasoning_of(whole.message) or "")
+    assert content == (whole.message.content or "")
+    assert fin == whole.finish_reason == "length"
+    assert rc
+
+
+def test_openai_stream_logprobs_follow_the_split(srv):
+    kw = dict(model=MODEL_NAME, messages=STORY, max_tokens=8, temperature=0,
+              logprobs=True)
+    n = 0
+    for ch in oai(srv).chat.completions.create(stream=True, **kw):
+        if ch.choices and ch.choices[0].logprobs:
+            n += len(ch.choices[0].logprobs.content or [])
+    assert n == 8  # each token's logprobs once, on its reasoning delta
+
+
+def budget_request(**kw):
+    return dict(model=MODEL_NAME, messages=STORY, max_tokens=60,
+                extra_body=T0,
+                thinking={"type": "enabled", "budget_tokens": 16}, **kw)
+
+
+def test_anthropic_stream_splits_like_non_stream(srv):
+    whole = ant(srv).messages.create(**budget_request())
+    kinds = []
+    with ant(srv).messages.stream(**budget_request()) as st:
+        for ev in st:
+            if ev.type == "content_block_delta":
+                kinds.append(ev.delta.type)
+            elif ev.type == "content_block_start":
+                kinds.append("start:" + ev.content_block.type)
+        final = st.get_final_message()
+    assert [b.type for b in final.content] == [b.type for b in whole.content]
+    assert final.content[0].thinking == whole.content[0].thinking
+    assert final.content[1].text == whole.content[1].text
+    assert final.content[0].signature
+    # thinking block first, its deltas, its signature, then the text block
+    assert kinds[0] == "start:thinking" and kinds[1] == "thinking_delta"
+    sig = kinds.index("signature_delta")
+    assert set(kinds[1:sig]) == {"thinking_delta"}
+    assert kinds[sig + 1] == "start:text"
+    assert final.stop_reason == whole.stop_reason
+
+
+# ---- the thinking budget ---------------------------------------------------
+
+
+def test_anthropic_budget_closes_the_thinking(srv):
+    m = ant(srv).messages.create(**budget_request())
+    assert [b.type for b in m.content] == ["thinking", "text"], m.content
+    # the thinking is what the model wrote in its first 16 tokens
+    first16 = ant(srv).messages.create(model=MODEL_NAME, messages=STORY,
+                                       max_tokens=16, extra_body=T0)
+    assert first16.stop_reason == "max_tokens"
+    assert m.content[0].thinking == first16.content[0].thinking
+    # the rest is the model's own continuation after the closed block
+    assert len(m.content[1].text.strip()) > 10
+    assert m.usage.output_tokens <= 60
+    # without a budget the same prompt thinks on past 16 tokens
+    free = ant(srv).messages.create(model=MODEL_NAME, messages=STORY,
+                                    max_tokens=60, extra_body=T0)
+    assert len(free.content[0].thinking) > len(m.content[0].thinking)
+
+
+def test_anthropic_thinking_disabled(srv):
+    m = ant(srv).messages.create(model=MODEL_NAME, messages=STORY,
+                                 max_tokens=20, extra_body=T0,
+                                 thinking={"type": "disabled"})
+    assert [b.type for b in m.content] == ["text"]
+    assert m.content[0].text.strip()
+
+
+# ---- the template's variables ----------------------------------------------
+
+
+def test_chat_template_kwargs_reach_the_template(srv):
+    st, on = raw(srv, "/apply-template", {"messages": STORY})
+    assert st == 200
+    st, off = raw(srv, "/apply-template", {
+        "messages": STORY, "chat_template_kwargs": {"enable_thinking": False}})
+    assert st == 200
+    assert on["prompt"] == hf_render(srv.tmpl, STORY)
+    assert off["prompt"] == hf_render(srv.tmpl, STORY, enable_thinking=False)
+    assert on["prompt"].endswith("<think>\n")
+    assert off["prompt"].endswith("</think>\n\n")
+    st, eff = raw(srv, "/apply-template", {"messages": STORY,
+                                           "reasoning_effort": "low"})
+    assert st == 200
+    assert eff["prompt"] == hf_render(srv.tmpl, STORY, reasoning_effort="low")
+    assert "Reasoning: low" in eff["prompt"]
+    r = oai(srv).chat.completions.create(
+        model=MODEL_NAME, messages=STORY, max_tokens=20, temperature=0,
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    msg = r.choices[0].message
+    assert not reasoning_of(msg) and msg.content.strip()
+
+
+def test_bad_values_are_400_in_each_shape(srv):
+    bad_thinking = [{"type": "on"}, {"type": "enabled"},
+                    {"type": "enabled", "budget_tokens": 0},
+                    {"type": "enabled", "budget_tokens": "16"},
+                    {"type": "enabled", "budget_tokens": 60}, "yes"]
+    for th in bad_thinking:
+        with pytest.raises(anthropic.BadRequestError) as e:
+            ant(srv).messages.create(model=MODEL_NAME, messages=STORY,
+                                     max_tokens=60, thinking=th)
+        body = e.value.body
+        assert body["type"] == "error", body
+        assert body["error"]["type"] == "invalid_request_error"
+        assert "thinking" in body["error"]["message"]
+    for extra in [{"reasoning_effort": "max"},
+                  {"chat_template_kwargs": [1]},
+                  {"chat_template_kwargs": {"messages": []}}]:
+        with pytest.raises(openai.BadRequestError) as e:
+            oai(srv).chat.completions.create(
+                model=MODEL_NAME, messages=STORY, max_tokens=5,
+                extra_body=extra)
+        assert e.value.code == "invalid_value" or e.value.code == \
+            "invalid_type", e.value.body
+    # and the server goes on serving
+    r = oai(srv).chat.completions.create(model=MODEL_NAME, messages=STORY,
+                                         max_tokens=5, temperature=0)
+    assert r.choices[0].finish_reason == "length"
+
+
+def test_forced_tool_call_on_thinking_template(srv):
+    tools = [{"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city.",
+        "parameters": {"type": "object",
+                       "properties": {"city": {"type": "string",
+                                               "maxLength": 20}},
+                       "required": ["city"]}}}]
+    r = oai(srv).chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content":
+                                     "Weather in Paris?"}],
+        tools=tools, tool_choice="required", max_tokens=200, temperature=0)
+    ch = r.choices[0]
+    assert ch.finish_reason == "tool_calls", ch
+    assert ch.message.tool_calls[0].function.name == "get_weather"
+    json.loads(ch.message.tool_calls[0].function.arguments)
+
+
+# ---- --reasoning-format none -----------------------------------------------
+
+
+def test_reasoning_format_none_keeps_thinking_in_content(
+        srv, sluice_server, think_model):
+    plain = sluice_server(["-c", "2048", "--reasoning-format", "none"],
+                          model=think_model[0])
+    kw = dict(model=MODEL_NAME, messages=STORY, max_tokens=24, temperature=0)
+    split = oai(srv).chat.completions.create(**kw).choices[0].message
+    whole = oai(plain).chat.completions.create(**kw).choices[0].message
+    assert reasoning_of(whole) is None
+    assert whole.content.strip() == reasoning_of(split)
