@@ -21,7 +21,8 @@ add_library(sluice_server_parse STATIC src/server/json.c src/server/json_scan.c
                                        src/server/embed.c
                                        src/server/toolcall.c
                                        src/server/reasoning.c
-                                       src/server/reasoning_req.c)
+                                       src/server/reasoning_req.c
+                                       src/server/origin.c)
 target_include_directories(sluice_server_parse PUBLIC src
                            ${SL_JANSSON_INCLUDE_DIRS})
 target_link_libraries(sluice_server_parse PUBLIC sluice_core
@@ -51,7 +52,7 @@ target_compile_definitions(sluice PRIVATE SLUICE_HAVE_SERVER=1)
 target_link_libraries(sluice PRIVATE sluice_server)
 
 foreach(t test_server_parse test_server_prompt test_server_json_scan
-          test_server_toolcall test_server_reason
+          test_server_toolcall test_server_reason test_server_origin
           test_server_head)
   if(TARGET ${t})
     target_link_libraries(${t} PRIVATE sluice_server_parse)
@@ -63,7 +64,7 @@ if(TARGET test_server_job)
   target_link_libraries(test_server_job PRIVATE sluice_server)
   set_tests_properties(test_server_job PROPERTIES LABELS "c;threaded")
 endif()
-foreach(t fuzz_server_json fuzz_toolcall fuzz_reason)
+foreach(t fuzz_server_json fuzz_toolcall fuzz_reason fuzz_origin)
   if(TARGET ${t})
     target_link_libraries(${t} PRIVATE sluice_server_parse)
   endif()
@@ -125,6 +126,9 @@ if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
   sl_server_pytest(test_pool_load_park test_pool.py 300 -k load_holds)
   # the dashboard in headless Chromium (skips where Chromium cannot start)
   sl_server_pytest(test_dashboard test_dashboard.py 600)
+  # whom the server answers (issue 43): Host, Origin, JSON bodies, through
+  # sockets and headless Chromium (a page of another origin, a rebound name)
+  sl_server_pytest(test_http_origin test_http_origin.py 600)
 endif()
 if(TARGET fuzz_http)
   target_link_libraries(fuzz_http PRIVATE sluice_server)

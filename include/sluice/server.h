@@ -60,6 +60,11 @@ typedef struct sl_server_config {
                                   shows */
   const char *cors_origin;      /* NULL or "": no CORS headers; "*": any origin;
                                    else a comma-separated list of origins */
+  const char *allowed_hosts;    /* Host names the server answers besides
+                                   loopback and the bound address
+                                   (--allowed-host): comma-separated; a
+                                   leading "." takes the names under it;
+                                   "*": any (src/server/origin.h) */
 } sl_server_config;
 
 /* Defaults as documented above. */

@@ -111,6 +111,10 @@ static void serve_usage(FILE *f) {
        "and the dashboard page",
        "none");
   flag(f, "--cors-origin ORIGINS", "'*' or a comma-separated list", "none");
+  flag(f, "--allowed-host NAME",
+       "a Host name the server answers besides loopback and --host "
+       "(repeatable; .example.com: the names under it; '*': any)",
+       "none");
   flag(f, "--max-tokens-default N",
        "max_tokens of a chat request without one (0: the room left)",
        NUM(s.max_tokens_default));
@@ -257,6 +261,7 @@ int sl_cli_serve_main(int argc, char **argv) {
   int n_scanned = 0;
   long idle_ttl = 0;
   sl_server_config scfg = sl_server_config_defaults();
+  char allowed_hosts[4096] = ""; /* --allowed-host values, comma-joined */
   sl_engine_config ecfg = sl_engine_config_defaults();
   /* the KV pool resident from the start, as llama.cpp clears its KV buffer
    * at load (the soak test judges RSS from the first minute on) */
@@ -413,6 +418,14 @@ int sl_cli_serve_main(int argc, char **argv) {
     } else if (!strcmp(a, "--cors-origin")) {
       SL_CLI_NEED_VALUE("serve");
       scfg.cors_origin = v;
+    } else if (!strcmp(a, "--allowed-host")) {
+      SL_CLI_NEED_VALUE("serve");
+      size_t have = strlen(allowed_hosts), vl = strlen(v);
+      if (!vl || strpbrk(v, " \t/@") || have + vl + 2 > sizeof allowed_hosts)
+        SL_CLI_BAD_VALUE("serve");
+      snprintf(allowed_hosts + have, sizeof allowed_hosts - have, "%s%s",
+               have ? "," : "", v);
+      scfg.allowed_hosts = allowed_hosts;
     } else if (!strcmp(a, "--parse-special-in-content")) {
       scfg.parse_special_in_content = true;
     } else if (!strcmp(a, "--ssd-cache-dir")) {

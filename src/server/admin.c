@@ -114,6 +114,17 @@ void sl__srv_metrics_failed(sl_server_t *s, const sl_srv_request *r, int http) {
   pthread_mutex_unlock(&s->m.mu);
 }
 
+void sl__srv_metrics_refused(sl_server_t *s, int why) {
+  pthread_mutex_lock(&s->m.mu);
+  if (why == SL_SRV_REFUSED_HOST)
+    s->m.refused_host++;
+  else if (why == SL_SRV_REFUSED_ORIGIN)
+    s->m.refused_origin++;
+  else
+    s->m.refused_type++;
+  pthread_mutex_unlock(&s->m.mu);
+}
+
 /* A consistent snapshot of everything both endpoints report. The loaded
  * engines are leased (kept loaded) until release(). */
 #define SNAP_MAX_ENGINES 64
@@ -448,6 +459,17 @@ void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *o) {
   model_metrics(&sn, o);
   prom(o, "sluice_http_requests_total", "counter", "HTTP requests received.",
        (double)sn.m.http_requests);
+  sl__sbuf_addf(o,
+                "# HELP sluice_http_refused_total Requests refused for who "
+                "sent them: a Host not the server's (403), an Origin not "
+                "allowed (403), a POST body not application/json (415).\n"
+                "# TYPE sluice_http_refused_total counter\n"
+                "sluice_http_refused_total{reason=\"host\"} %llu\n"
+                "sluice_http_refused_total{reason=\"origin\"} %llu\n"
+                "sluice_http_refused_total{reason=\"content_type\"} %llu\n",
+                (unsigned long long)sn.m.refused_host,
+                (unsigned long long)sn.m.refused_origin,
+                (unsigned long long)sn.m.refused_type);
   sl_srv_door_stats ds;
   sl__srv_door_stats_get(s->door, &ds);
   prom(o, "sluice_http_connections_open", "gauge",

@@ -36,6 +36,9 @@ typedef struct sl_srv_metrics {
   uint64_t http_requests;   /* every HTTP request */
   uint64_t requests;        /* generation requests */
   uint64_t requests_failed; /* answered with an error */
+  /* refused for who sent them (origin.h): a foreign Host, a foreign
+   * Origin, a POST body not sent as application/json */
+  uint64_t refused_host, refused_origin, refused_type;
   uint64_t prompt_tokens, cached_tokens, generated_tokens;
   uint64_t ttft_counts[SL_SRV_TTFT_BUCKETS]; /* cumulative at output */
   double ttft_sum;
@@ -58,6 +61,9 @@ void sl__srv_metrics_job(sl_srv_metrics *m, const sl_srv_job *j, bool failed);
 /* A request answered with an error before it reached an engine (`http`:
  * the status; the request may be NULL). */
 void sl__srv_metrics_failed(sl_server_t *s, const sl_srv_request *r, int http);
+/* A request refused for who sent it: one of SL_SRV_REFUSED_*. */
+enum { SL_SRV_REFUSED_HOST = 1, SL_SRV_REFUSED_ORIGIN, SL_SRV_REFUSED_TYPE };
+void sl__srv_metrics_refused(sl_server_t *s, int why);
 /* Prometheus text (new sl_sbuf contents) / stats JSON / models JSON. */
 void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *out);
 json_t *sl__srv_stats_json(sl_server_t *s);

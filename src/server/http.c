@@ -31,6 +31,7 @@
 #include "server/job.h"
 #include "server/json.h"
 #include "server/json_scan.h"
+#include "server/origin.h"
 #include "server/reply.h"
 #include "server/routes.h"
 #include "server/sockwatch.h"
@@ -203,18 +204,48 @@ static void cors_origin(sl_server_t *s, struct MHD_Connection *c, char *out,
   }
   const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
   size_t on = o ? strlen(o) : 0;
-  if (!on || on >= cap)
-    return;
-  for (const char *p = list; *p;) {
-    while (*p == ' ' || *p == ',')
-      p++;
-    size_t n = strcspn(p, ", ");
-    if (n == on && !strncmp(p, o, n)) {
-      memcpy(out, o, on + 1);
-      return;
-    }
-    p += n;
+  if (on && on < cap && sl__srv_origin_listed(list, o, on))
+    memcpy(out, o, on + 1);
+}
+
+/* Whom the request may come from (origin.h): its Host must name this
+ * server, its Origin (when sent) be the server's own or one --cors-origin
+ * allows, and a POST's body be application/json. A 403 or 415 in the
+ * route's shape, with *err set, when one fails: its SL_SRV_REFUSED_* reason
+ * (0: let through). HTTP/1.0 without Host is let through (no browser sends
+ * that). */
+static int sender_refused(sl_server_t *s, struct MHD_Connection *c, bool post,
+                          sl_srv_error *err) {
+  const char *host =
+      MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+  const char *origin =
+      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+  if (host && !sl__srv_host_allowed(host, s->host, s->allowed_hosts)) {
+    sl__srv_error_set(err, 403, "host_not_allowed", NULL,
+                      "Host '%.100s' is not one of this server's names "
+                      "(loopback, the bound address, --allowed-host)",
+                      host);
+    return SL_SRV_REFUSED_HOST;
   }
+  if (origin && !sl__srv_origin_allowed(origin, host, s->cfg.cors_origin)) {
+    sl__srv_error_set(err, 403, "origin_not_allowed", NULL,
+                      "Origin '%.100s' may not use this server (its own "
+                      "origin, or one --cors-origin allows)",
+                      origin);
+    return SL_SRV_REFUSED_ORIGIN;
+  }
+  if (post) {
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (!sl__srv_content_type_json(ct)) {
+      sl__srv_error_set(err, 415, "unsupported_media_type", NULL,
+                        "a POST body must be sent as Content-Type: "
+                        "application/json (got %.60s)",
+                        ct ? ct : "none");
+      return SL_SRV_REFUSED_TYPE;
+    }
+  }
+  return 0;
 }
 
 /* A route that generates nothing, from its body: its JSON or its error. */
@@ -268,9 +299,17 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
   cors_origin(s, c, cn->hdrs.acao, sizeof cn->hdrs.acao);
   sl__srv_reply_scope(&cn->hdrs, cn->fam == SL_SRV_FAMILY_ANTHROPIC);
   ret = MHD_YES;
+  int refused = 0;
   if (framing_bad(c, version, &err)) {
     cn->responded = true;
     sl__srv_metrics_failed(s, NULL, err.http);
+    ret = sl__srv_send_error(c, cn->fam, &err, true);
+  } else if ((refused = sender_refused(s, c,
+                                       post && !preflight && !bad_method &&
+                                           cn->route != SL_SRV_ROUTE_NONE,
+                                       &err))) {
+    cn->responded = true;
+    sl__srv_metrics_refused(s, refused);
     ret = sl__srv_send_error(c, cn->fam, &err, true);
   } else if (preflight) {
     cn->responded = true;
@@ -536,10 +575,13 @@ sl_status sl_server_start(sl_pool_t *pool, const sl_server_config *cfg,
   s->host = sl_strdup(cfg->host ? cfg->host : "127.0.0.1");
   s->api_key = dup_or_null(cfg->api_key);
   s->cors = dup_or_null(cfg->cors_origin);
+  s->allowed_hosts = dup_or_null(cfg->allowed_hosts);
   if (!s->host || (cfg->api_key && cfg->api_key[0] && !s->api_key) ||
-      (cfg->cors_origin && cfg->cors_origin[0] && !s->cors))
+      (cfg->cors_origin && cfg->cors_origin[0] && !s->cors) ||
+      (cfg->allowed_hosts && cfg->allowed_hosts[0] && !s->allowed_hosts))
     goto fail_strings;
   s->cfg.cors_origin = s->cors;
+  s->cfg.allowed_hosts = s->allowed_hosts;
   s->cfg.tool_call_format = NULL;
   if (cfg->tool_call_format && cfg->tool_call_format[0] &&
       !sl__srv_toolfmt_parse(cfg->tool_call_format, &s->toolfmt)) {
@@ -640,6 +682,7 @@ fail_strings:
   sl_free(s->host);
   sl_free(s->api_key);
   sl_free(s->cors);
+  sl_free(s->allowed_hosts);
   sl_free(s);
   if (st != SL_ERR_NOMEM)
     return st; /* err already says why */
@@ -686,5 +729,6 @@ void sl_server_stop(sl_server_t *s) {
   sl_free(s->host);
   sl_free(s->api_key);
   sl_free(s->cors);
+  sl_free(s->allowed_hosts);
   sl_free(s);
 }

@@ -49,7 +49,7 @@ struct MHD_Daemon; /* libmicrohttpd's */
 struct sl_server {
   sl_pool_t *pool;      /* the models (borrowed); "default" is entry 0 */
   sl_server_config cfg; /* strings below are owned copies */
-  char *host, *api_key, *cors;
+  char *host, *api_key, *cors, *allowed_hosts;
   sl_srv_toolfmt toolfmt; /* --tool-call-format (NONE: the template's) */
   sl_srv_rfmt rfmt;       /* --reasoning-format (AUTO: the template's) */
   struct MHD_Daemon *mhd;

@@ -144,7 +144,7 @@ static int status_of(const char *p, size_t n) {
 
 static void check_health(void) {
   int fd = connect_local();
-  static const char req[] = "GET /health HTTP/1.1\r\nHost: x\r\n"
+  static const char req[] = "GET /health HTTP/1.1\r\nHost: localhost\r\n"
                             "Connection: close\r\n\r\n";
   send_all(fd, (const uint8_t *)req, sizeof req - 1);
   size_t n = read_all(fd, 10000, false, 0);

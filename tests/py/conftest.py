@@ -8,6 +8,7 @@ is missing. `sluice_server(args)` starts an extra instance; the session-wide
 import json
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import subprocess
@@ -86,6 +87,35 @@ class Server:
                 self.proc.wait()
         self.log.close()
         return self.proc.returncode
+
+
+def chromium(extra_args=()):
+    """Headless Chromium (Debian's chromium and chromium-driver) through
+    Selenium, with the network limited to this machine; the caller quits
+    it. Skips, saying why, only where Chromium cannot start."""
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError as e:
+        pytest.skip("selenium is not installed: %s" % e)
+    chrome = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if not chrome or not driver:
+        pytest.skip("Chromium cannot start: chromium or chromedriver missing "
+                    "(Debian: apt-get install chromium chromium-driver)")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chrome
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu",
+              "--disable-dev-shm-usage", "--window-size=1400,1800",
+              "--no-proxy-server", "--disable-extensions",
+              "--disable-background-networking") + tuple(extra_args):
+        opts.add_argument(a)
+    try:
+        d = webdriver.Chrome(service=Service(driver), options=opts)
+    except Exception as e:  # noqa: BLE001 (any start failure is a skip)
+        pytest.skip("Chromium cannot start: %s" % str(e).splitlines()[0])
+    d.set_page_load_timeout(60)
+    return d
 
 
 def _need_everything():

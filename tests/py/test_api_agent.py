@@ -340,11 +340,12 @@ def test_cors(server, sluice_server):
     pre = {"Origin": "http://app.test",
            "Access-Control-Request-Method": "POST",
            "Access-Control-Request-Headers": "authorization, content-type"}
-    # off by default: a preflight gets 204 but no allowed origin
+    # off by default: a foreign origin is refused (403, no allowed origin),
+    # preflight or not (issue 43; test_http_origin has the rest)
     st, h, _ = raw(server, "OPTIONS", "/v1/chat/completions", headers=pre)
-    assert st == 204 and "access-control-allow-origin" not in h
+    assert st == 403 and "access-control-allow-origin" not in h
     st, h, _ = raw(server, "GET", "/v1/models", headers={"Origin": "x"})
-    assert "access-control-allow-origin" not in h
+    assert st == 403 and "access-control-allow-origin" not in h
     srv = sluice_server(["-c", "2048", "--api-key", "k", "--cors-origin",
                          "http://app.test,http://other.test"])
     # a preflight needs no key; the listed origin is allowed, with the
@@ -357,7 +358,7 @@ def test_cors(server, sluice_server):
     assert h.get("vary") == "Origin"
     st, h, _ = raw(srv, "OPTIONS", "/v1/messages",
                    headers=dict(pre, Origin="http://evil.test"))
-    assert st == 204 and "access-control-allow-origin" not in h
+    assert st == 403 and "access-control-allow-origin" not in h
     # the answers themselves carry the header, errors too
     st, h, _ = raw(srv, "GET", "/v1/models",
                    headers={"Origin": "http://other.test",

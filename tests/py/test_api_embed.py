@@ -122,7 +122,8 @@ def test_encodings_and_ids(server):
     # token ids: the text's own tokens give the text's vector
     c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     c.request("POST", "/tokenize", body=json.dumps(
-        {"content": TEXTS[0], "add_special": True}).encode())
+        {"content": TEXTS[0], "add_special": True}).encode(),
+        headers={"Content-Type": "application/json"})
     ids = json.loads(c.getresponse().read())["tokens"]
     c.close()
     st, body = raw(server, {"model": MODEL_NAME, "input": [ids, TEXTS[0]]})

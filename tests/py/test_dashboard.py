@@ -14,7 +14,6 @@ network limited to this server.
 Skips, saying why, only where Chromium cannot start."""
 import json
 import os
-import shutil
 import threading
 import time
 import urllib.error
@@ -22,7 +21,7 @@ import urllib.request
 
 import pytest
 
-from conftest import model_path
+from conftest import chromium, model_path
 
 SHOTS = os.environ.get("SLUICE_SCREENSHOT_DIR", "/tmp/sluice-dashboard")
 NAMES = ("alpha", "beta")
@@ -43,28 +42,7 @@ def states(srv):
 
 @pytest.fixture(scope="module")
 def browser():
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError as e:
-        pytest.skip("selenium is not installed: %s" % e)
-    chrome = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    if not chrome or not driver:
-        pytest.skip("Chromium cannot start: chromium or chromedriver missing "
-                    "(Debian: apt-get install chromium chromium-driver)")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chrome
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu",
-              "--disable-dev-shm-usage", "--window-size=1400,1800",
-              "--no-proxy-server", "--disable-extensions",
-              "--disable-background-networking"):
-        opts.add_argument(a)
-    try:
-        d = webdriver.Chrome(service=Service(driver), options=opts)
-    except Exception as e:  # noqa: BLE001 (any start failure is a skip)
-        pytest.skip("Chromium cannot start: %s" % str(e).splitlines()[0])
-    d.set_page_load_timeout(60)
+    d = chromium()
     yield d
     d.quit()
 

@@ -81,7 +81,7 @@ class Horde:
         # the slow half starts its head
         for s in self.socks[::2]:
             try:
-                s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+                s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n")
             except OSError:
                 pass
         self.t = threading.Thread(target=self.trickle, args=(every,))
@@ -235,7 +235,7 @@ def trickle(s, pieces, limit):
 
 def test_trickled_head_gets_408(door_fast):
     s = socket.create_connection(("127.0.0.1", door_fast.port))
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n")
     got, dt = trickle(s, (b"X-Slow-%d: y\r\n" % k for k in range(100)), 6)
     assert got.startswith(b"HTTP/1.1 408"), got
     assert 1.9 < dt < 3.5, dt
@@ -245,7 +245,7 @@ def test_trickled_head_gets_408(door_fast):
 
 def test_trickled_body_gets_408(door_fast):
     s = socket.create_connection(("127.0.0.1", door_fast.port))
-    s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n"
+    s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: localhost\r\n"
               b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
     got, dt = trickle(s, (b" " for _ in range(100)), 8)
     assert got.startswith(b"HTTP/1.1 408"), got
@@ -257,23 +257,23 @@ BAD_HEADS = [
     (b"GARBAGE\r\n\r\n", 400, False),
     (b"GET\r\n\r\n", 400, False),
     (b"GET /health\r\n\r\n", 400, False),
-    (b"GET  /health HTTP/1.1\r\nHost: x\r\n\r\n", 400, False),
-    (b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n", 505, False),
+    (b"GET  /health HTTP/1.1\r\nHost: localhost\r\n\r\n", 400, False),
+    (b"GET /health HTTP/2.0\r\nHost: localhost\r\n\r\n", 505, False),
     (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, False),
-    (b"GET /health HTTP/1.1 extra\r\nHost: x\r\n\r\n", 400, False),
-    (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414, False),
-    (b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: 0123456789\r\n" * 1200
+    (b"GET /health HTTP/1.1 extra\r\nHost: localhost\r\n\r\n", 400, False),
+    (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n", 414, False),
+    (b"GET /health HTTP/1.1\r\nHost: localhost\r\n" + b"X-Pad: 0123456789\r\n" * 1200
      + b"\r\n", 431, False),
-    (b"GET /health HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n", 400, False),
+    (b"GET /health HTTP/1.1\r\nHost: localhost\r\n folded\r\n\r\n", 400, False),
     (b"GET /health HTTP/1.1\r\nHost : x\r\n\r\n", 400, False),
-    (b"GET /health HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n", 400, False),
+    (b"GET /health HTTP/1.1\r\nHost: localhost\r\nNo colon here\r\n\r\n", 400, False),
     (b"GET /health HTTP/1.1\r\nHost: x\x00y\r\n\r\n", 400, False),
     (b"GET /health HTTP/1.1\r\nHost: x\ry\r\n\r\n", 400, False),
-    (b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 12a\r\n\r\n",
+    (b"POST /v1/messages HTTP/1.1\r\nHost: localhost\r\nContent-Length: 12a\r\n\r\n",
      400, True),
-    (b"POST /v1/messages?beta=true HTTP/1.1\r\nHost: x\r\n"
+    (b"POST /v1/messages?beta=true HTTP/1.1\r\nHost: localhost\r\n"
      b"Content-Length: -1\r\n\r\n", 400, True),
-    (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+    (b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
      b"Content-Length: 99999999999999999999\r\n\r\n", 400, False),
 ]
 
@@ -295,10 +295,10 @@ def test_bad_heads_get_json(door_default, data, status, anthropic):
 
 def test_good_heads_pass(door_default):
     # bare LF line ends, HTTP/1.0 without Host, a query string
-    for data in [b"GET /health HTTP/1.1\nHost: x\n\n",
+    for data in [b"GET /health HTTP/1.1\nHost: localhost\n\n",
                  b"GET /health HTTP/1.0\r\n\r\n",
-                 b"GET /health?x=1 HTTP/1.1\r\nHost: x\r\nConnection: close"
-                 b"\r\n\r\n"]:
+                 b"GET /health?x=1 HTTP/1.1\r\nHost: localhost\r\n"
+                 b"Connection: close\r\n\r\n"]:
         st, _, body, _, _ = exchange(door_default, data)
         assert st == 200 and json.loads(body) == {"status": "ok"}, data
 
@@ -317,7 +317,7 @@ def test_hangup_while_parked_aborts(door_default):
                        "temperature": 0,
                        "prompt": "Count from 1 to 1000: 1, 2, 3,"}).encode()
     s = socket.create_connection(("127.0.0.1", door_default.port))
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
               b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
               % len(body) + body)
     t0 = time.time()

@@ -517,7 +517,7 @@ def _upload(srv, path, size, chunked):
     that honours `Expect: 100-continue` (length known) or streams chunks.
     Returns (status, parsed body)."""
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
-    head = "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" \
+    head = "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n" \
         % path
     if chunked:
         s.sendall((head + "Transfer-Encoding: chunked\r\n\r\n").encode())
@@ -595,7 +595,7 @@ def test_api_key(sluice_server):
 def test_slow_client_is_cut_off(sluice_server):
     srv = sluice_server(["-c", "512", "--http-timeout", "2"])
     s = socket.create_connection(("127.0.0.1", srv.port))
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n")
     t0 = time.time()
     s.settimeout(15)
     data = b""
