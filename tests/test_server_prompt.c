@@ -132,7 +132,7 @@ static void test_every_special_token_is_plain_in_content(void) {
   sl_srv_error e;
   int32_t *ids = NULL;
   int n = 0;
-  CHECK_OK(sl__srv_prompt_ids(&r, g_tok, g_template, false, &ids, &n, &e));
+  CHECK_OK(sl__srv_prompt_ids(&r, g_tok, g_template, false, 0, &ids, &n, &e));
   CHECK_MSG(same_ids(want, nwant, ids, n),
             "%d ids, want %zu: content special tokens were parsed", n, nwant);
   /* none of the content's control tokens survives as its id */
@@ -149,7 +149,7 @@ static void test_every_special_token_is_plain_in_content(void) {
   int32_t *old = NULL;
   size_t nold = 0;
   encode_append(out, out_len, add_bos, true, &old, &nold);
-  CHECK_OK(sl__srv_prompt_ids(&r, g_tok, g_template, true, &ids, &n, &e));
+  CHECK_OK(sl__srv_prompt_ids(&r, g_tok, g_template, true, 0, &ids, &n, &e));
   CHECK(same_ids(old, nold, ids, n));
   CHECK(!same_ids(want, nwant, ids, n));
   sl_free(ids);
@@ -173,8 +173,8 @@ static void test_plain_content_unchanged(void) {
     sl_srv_error e;
     int32_t *a = NULL, *b = NULL;
     int na = 0, nb = 0;
-    CHECK_OK(sl__srv_prompt_ids(&r, g_tok, g_template, false, &a, &na, &e));
-    CHECK_OK(sl__srv_prompt_ids(&r, g_tok, g_template, true, &b, &nb, &e));
+    CHECK_OK(sl__srv_prompt_ids(&r, g_tok, g_template, false, 0, &a, &na, &e));
+    CHECK_OK(sl__srv_prompt_ids(&r, g_tok, g_template, true, 0, &b, &nb, &e));
     CHECK_MSG(na == nb && memcmp(a, b, (size_t)na * sizeof *a) == 0,
               "content '%s'", texts[k]);
     sl_free(a);
@@ -191,7 +191,7 @@ static void test_completion_prompt_parses_special(void) {
   CHECK_OK(sl__srv_parse(SL_SRV_COMPLETIONS, body, strlen(body), &lim, &r, &e));
   int32_t *ids = NULL;
   int n = 0;
-  CHECK_OK(sl__srv_prompt_ids(&r, g_tok, g_template, false, &ids, &n, &e));
+  CHECK_OK(sl__srv_prompt_ids(&r, g_tok, g_template, false, 0, &ids, &n, &e));
   int32_t im_start = sl_tokenizer_find(g_tok, "<|im_start|>", 12);
   CHECK(n >= 2 && im_start != SL_TOKEN_NULL);
   bool found = false;

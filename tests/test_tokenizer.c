@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "harness.h"
 #include "sluice/gguf.h"
@@ -602,6 +603,82 @@ static void *encode_thread(void *arg) {
   return NULL;
 }
 
+/* The byte bound and the limited encode (issue 43 stage 2) on the real
+ * vocabulary: no text makes fewer than ceil(bytes / max_token_bytes)
+ * tokens; under its limit the limited encode gives the same ids, over it
+ * SL_ERR_RANGE; a text over limit x max_token_bytes is refused unread (its
+ * bytes are unreadable memory here: a read would fault). */
+static void check_limits(sl_tokenizer_t *t) {
+  size_t mtb = sl_tokenizer_max_token_bytes(t);
+  /* SmolLM2's longest piece: "\n" and 80 spaces (gguf's token list) */
+  CHECK_EQ_INT(mtb, 81);
+  if (!mtb)
+    return;
+  enum { N = 60000 };
+  char *buf = malloc(N);
+  if (!buf)
+    return;
+  unsigned seed = 7;
+  for (int kind = 0; kind < 6; kind++) {
+    size_t n = 0;
+    while (n + 4 < N) {
+      seed = seed * 1103515245u + 12345u;
+      unsigned r = seed >> 16;
+      switch (kind) {
+      case 0:
+        buf[n++] = ' ';
+        break; /* blanks */
+      case 1:
+        buf[n++] = r % 7 ? ' ' : '\n';
+        break; /* lines */
+      case 2:
+        buf[n++] = (char)('a' + r % 26);
+        break; /* one word */
+      case 3:
+        buf[n++] = r % 5 ? (char)('a' + r % 26) : ' ';
+        break;
+      case 4:
+        buf[n++] = (char)(r & 0xff);
+        break; /* any bytes */
+      default: /* CJK: 3 bytes a code point */
+        buf[n++] = (char)0xe4, buf[n++] = (char)(0xb8 + r % 4),
+        buf[n++] = (char)(0x80 + r % 64);
+      }
+    }
+    int32_t *ids = NULL, *lim = NULL;
+    size_t ni = 0, nl = 0;
+    CHECK_OK(sl_tokenizer_encode_marked(t, buf, n, false, NULL, &ids, &ni));
+    CHECK_MSG(ni >= (n + mtb - 1) / mtb, "kind %d: %zu bytes, %zu tokens", kind,
+              n, ni);
+    CHECK_OK(
+        sl_tokenizer_encode_limited(t, buf, n, false, NULL, ni, &lim, &nl));
+    CHECK(nl == ni && !memcmp(lim, ids, ni * sizeof *ids));
+    sl_free(lim);
+    lim = NULL;
+    CHECK_EQ_INT(
+        sl_tokenizer_encode_limited(t, buf, n, false, NULL, ni - 1, &lim, &nl),
+        SL_ERR_RANGE);
+    CHECK(lim == NULL && nl == 0);
+    CHECK_EQ_INT(
+        sl_tokenizer_encode_limited(t, buf, n, false, NULL, ni / 4, &lim, &nl),
+        SL_ERR_RANGE);
+    sl_free(ids);
+  }
+  free(buf);
+  /* 1 MiB that cannot be read: refused before any byte is */
+  size_t big = 1 << 20;
+  char *none = mmap(NULL, big, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(none != MAP_FAILED);
+  if (none != MAP_FAILED) {
+    int32_t *ids = NULL;
+    size_t ni = 0;
+    CHECK_EQ_INT(sl_tokenizer_encode_limited(t, none, big, false, NULL,
+                                             big / mtb - 1, &ids, &ni),
+                 SL_ERR_RANGE);
+    munmap(none, big);
+  }
+}
+
 static void test_real_model(void) {
   char err[256];
   sl_status st;
@@ -640,6 +717,7 @@ static void test_real_model(void) {
     CHECK(r == NULL);
   }
   sl_free(g_real_ids);
+  check_limits(t);
   sl_tokenizer_free(t);
   g_real = NULL;
 }

@@ -87,6 +87,23 @@ sl_status sl_tokenizer_encode_marked(const sl_tokenizer_t *t, const char *text,
                                      const uint8_t *plain, int32_t **ids,
                                      size_t *n);
 
+/* sl_tokenizer_encode_marked that stops as soon as the text is known to
+ * make more than `max_tokens` tokens: SL_ERR_RANGE then (nothing stored),
+ * having read only a bounded part of the text. A text of more than
+ * max_tokens x sl_tokenizer_max_token_bytes() bytes is refused before any
+ * tokenizing; after that, before each word (BPE) or fragment, the tokens
+ * so far plus the fewest the rest can make decide. Under the limit the ids
+ * are sl_tokenizer_encode_marked's. */
+sl_status sl_tokenizer_encode_limited(const sl_tokenizer_t *t, const char *text,
+                                      size_t len, bool add_bos,
+                                      const uint8_t *plain, size_t max_tokens,
+                                      int32_t **ids, size_t *n);
+
+/* The most input bytes one token of this vocabulary can stand for: no text
+ * of B bytes tokenizes into fewer than ceil(B / this) tokens. 0 when there
+ * is no such bound (a special token strips the blanks around it). */
+size_t sl_tokenizer_max_token_bytes(const sl_tokenizer_t *t);
+
 /* Writes the bytes of token `id` into buf (no NUL added). With `special`
  * false, control and unknown tokens render as nothing. Stores the piece's
  * length in *len. Returns SL_OK, SL_ERR_RANGE when `id` is not in the

@@ -146,10 +146,18 @@ sl_status sl__srv_embed_ids(sl_srv_request *r, const sl_tokenizer_t *tok,
                        model adds it (as llama.cpp's server embeds) */
       size_t nn = 0;
       int32_t *ids = NULL;
-      sl_status st = sl_tokenizer_encode_marked(
-          tok, in->text, in->len, sl_tokenizer_add_bos(tok), NULL, &ids, &nn);
+      sl_status st = sl_tokenizer_encode_limited(
+          tok, in->text, in->len, sl_tokenizer_add_bos(tok), NULL,
+          n_ctx > 0 ? (size_t)n_ctx - 1 : SIZE_MAX, &ids, &nn);
       if (st == SL_ERR_NOMEM) {
         sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
+        return st;
+      }
+      if (st == SL_ERR_RANGE) { /* known before it was tokenized whole */
+        sl__srv_error_set(err, 400, "context_length_exceeded", "input",
+                          "'input[%d]' has more tokens than this model's "
+                          "maximum context length, %d tokens",
+                          i, n_ctx);
         return st;
       }
       if (st != SL_OK || !nn || nn > INT32_MAX) {

@@ -177,8 +177,8 @@ enum MHD_Result sl__srv_generate(sl_server_t *s, struct MHD_Connection *c,
     return handle_embed(s, c, cn, j, &err);
   const sl_pool_lease *ml = &j->mdl.lease;
   if (sl__srv_prompt_ids(&j->req, ml->tok, ml->chat_template,
-                         s->cfg.parse_special_in_content, &j->ids, &j->n_ids,
-                         &err) != SL_OK)
+                         s->cfg.parse_special_in_content, ml->n_ctx, &j->ids,
+                         &j->n_ids, &err) != SL_OK)
     goto fail_respond;
   if (j->n_ids >= ml->n_ctx) {
     sl__srv_error_set(&err, 400, "context_length_exceeded",

@@ -96,8 +96,8 @@ sl_status sl__srv_prompt_text(const sl_srv_request *r,
 
 sl_status sl__srv_prompt_ids(const sl_srv_request *r, const sl_tokenizer_t *tok,
                              const char *chat_template,
-                             bool parse_special_in_content, int32_t **ids,
-                             int *n, sl_srv_error *err) {
+                             bool parse_special_in_content, int n_ctx,
+                             int32_t **ids, int *n, sl_srv_error *err) {
   *ids = NULL;
   *n = 0;
   if (r->api == SL_SRV_COMPLETIONS && r->prompt_ids) {
@@ -145,13 +145,32 @@ sl_status sl__srv_prompt_ids(const sl_srv_request *r, const sl_tokenizer_t *tok,
   }
   size_t nn = 0;
   int32_t *out = NULL;
-  /* the template's text has its special tokens parsed, the messages' not */
-  sl_status st = sl_tokenizer_encode_marked(tok, text, text_len, add_bos,
-                                            untrusted, &out, &nn);
+  /* the template's text has its special tokens parsed, the messages' not;
+   * a prompt that cannot fit is refused as soon as that is known */
+  size_t limit = n_ctx > 0 ? (size_t)n_ctx - 1 : SIZE_MAX;
+  sl_status st = sl_tokenizer_encode_limited(tok, text, text_len, add_bos,
+                                             untrusted, limit, &out, &nn);
   sl_free(untrusted);
   sl_free(rendered);
   if (st == SL_ERR_NOMEM)
     goto fail_nomem;
+  if (st == SL_ERR_RANGE && n_ctx > 0) {
+    size_t mtb = sl_tokenizer_max_token_bytes(tok);
+    if (mtb && text_len / mtb >= (size_t)n_ctx)
+      sl__srv_error_set(err, 400, "context_length_exceeded",
+                        r->api == SL_SRV_COMPLETIONS ? "prompt" : "messages",
+                        "this model's maximum context length is %d tokens, "
+                        "but the prompt is %zu bytes, at least %zu tokens "
+                        "(no token of its vocabulary is over %zu bytes)",
+                        n_ctx, text_len, text_len / mtb, mtb);
+    else
+      sl__srv_error_set(err, 400, "context_length_exceeded",
+                        r->api == SL_SRV_COMPLETIONS ? "prompt" : "messages",
+                        "this model's maximum context length is %d tokens, "
+                        "but the prompt has more",
+                        n_ctx);
+    return st;
+  }
   if (st != SL_OK) {
     sl__srv_error_set(err, 400, "invalid_prompt", "prompt",
                       "cannot tokenize the prompt: %s", sl_status_str(st));

@@ -272,7 +272,7 @@ sl_status sl__srv_count_tokens(sl_server_t *s, const char *body, size_t len,
   int32_t *ids = NULL;
   int n = 0;
   st = sl__srv_prompt_ids(&r, m.lease.tok, m.lease.chat_template,
-                          s->cfg.parse_special_in_content, &ids, &n, err);
+                          s->cfg.parse_special_in_content, 0, &ids, &n, err);
   sl__srv_request_free(&r);
   sl__srv_model_release(&m);
   if (st != SL_OK)

@@ -127,8 +127,17 @@ static sl_status partition(const sl_tokenizer_t *t, const char *text,
   return SL_OK;
 }
 
+/* ceil(a / b); b > 0 */
+static size_t div_up(size_t a, size_t b) {
+  return a / b + (a % b != 0);
+}
+
+/* `limit`: SL_ERR_RANGE as soon as out would hold more ids than that
+ * (SIZE_MAX: no limit); before each word, the ids so far and the fewest
+ * the fragment's remaining code points can make (each token covers at most
+ * max_token_bytes bytes, so at most that many code points) decide. */
 static sl_status encode_bpe_text(const sl_tokenizer_t *t, const char *s,
-                                 size_t len, sl__ivec *out) {
+                                 size_t len, size_t limit, sl__ivec *out) {
   uint32_t *cpts = NULL;
   size_t nc = 0;
   sl__ivec lens = {0};
@@ -155,7 +164,13 @@ static sl_status encode_bpe_text(const sl_tokenizer_t *t, const char *s,
     goto done;
   }
   size_t c0 = 0;
+  const size_t mtb = t->max_token_bytes;
   for (size_t i = 0; i < lens.n && st == SL_OK; i++) {
+    if (limit != SIZE_MAX &&
+        (out->n > limit || (mtb && out->n + div_up(nc - c0, mtb) > limit))) {
+      st = SL_ERR_RANGE;
+      break;
+    }
     size_t wl = 0;
     for (size_t k = c0; k < c0 + (size_t)lens.v[i]; k++) {
       char u[4];
@@ -199,9 +214,11 @@ static sl_status encode_spm_text(const sl_tokenizer_t *t, const char *s,
   return st;
 }
 
+/* `limit`: SL_ERR_RANGE (nothing stored) once the ids are known to number
+ * more than that; SIZE_MAX: no limit. */
 static sl_status encode(const sl_tokenizer_t *t, const char *text, size_t len,
                         bool add_bos, bool parse_special, const uint8_t *plain,
-                        int32_t **ids, size_t *n) {
+                        size_t limit, int32_t **ids, size_t *n) {
   if (!t || !ids || !n || (!text && len))
     return SL_ERR_INVALID_ARG;
   *ids = NULL;
@@ -209,15 +226,25 @@ static sl_status encode(const sl_tokenizer_t *t, const char *text, size_t len,
   sl__ivec out = {0};
   fragvec frags = {0};
   sl_status st = SL_OK;
+  bool bos = add_bos && t->add_bos && t->bos != SL_TOKEN_NULL;
+  bool eos = add_bos && t->add_eos && t->eos != SL_TOKEN_NULL;
+  /* the fewest ids the text can make, before reading it */
+  if (limit != SIZE_MAX && t->max_token_bytes &&
+      (size_t)bos + eos + div_up(len, t->max_token_bytes) > limit)
+    return SL_ERR_RANGE;
   if (len > 0) {
     st = partition(t, text, len, parse_special, plain, &frags);
     if (st != SL_OK)
       return st;
   }
-  if (add_bos && t->add_bos && t->bos != SL_TOKEN_NULL)
+  if (bos)
     st = sl__ivec_push(&out, t->bos);
   bool prev_special = true;
   for (size_t i = 0; i < frags.n && st == SL_OK; i++) {
+    if (out.n > limit) {
+      st = SL_ERR_RANGE;
+      break;
+    }
     fragment f = frags.v[i];
     if (f.id != SL_TOKEN_NULL) {
       st = sl__ivec_push(&out, f.id);
@@ -225,15 +252,17 @@ static sl_status encode(const sl_tokenizer_t *t, const char *text, size_t len,
       continue;
     }
     if (t->kind == SL_VOCAB_BPE) {
-      st = encode_bpe_text(t, text + f.off, f.len, &out);
+      st = encode_bpe_text(t, text + f.off, f.len, limit, &out);
     } else {
       st = encode_spm_text(t, text + f.off, f.len,
                            t->add_space_prefix && prev_special, &out);
       prev_special = false;
     }
   }
-  if (st == SL_OK && add_bos && t->add_eos && t->eos != SL_TOKEN_NULL)
+  if (st == SL_OK && eos)
     st = sl__ivec_push(&out, t->eos);
+  if (st == SL_OK && out.n > limit)
+    st = SL_ERR_RANGE;
   sl_free(frags.v);
   if (st != SL_OK) {
     sl_free(out.v);
@@ -251,14 +280,25 @@ static sl_status encode(const sl_tokenizer_t *t, const char *text, size_t len,
 sl_status sl_tokenizer_encode(const sl_tokenizer_t *t, const char *text,
                               size_t len, bool add_bos, bool parse_special,
                               int32_t **ids, size_t *n) {
-  return encode(t, text, len, add_bos, parse_special, NULL, ids, n);
+  return encode(t, text, len, add_bos, parse_special, NULL, SIZE_MAX, ids, n);
 }
 
 sl_status sl_tokenizer_encode_marked(const sl_tokenizer_t *t, const char *text,
                                      size_t len, bool add_bos,
                                      const uint8_t *plain, int32_t **ids,
                                      size_t *n) {
-  return encode(t, text, len, add_bos, true, plain, ids, n);
+  return encode(t, text, len, add_bos, true, plain, SIZE_MAX, ids, n);
+}
+
+sl_status sl_tokenizer_encode_limited(const sl_tokenizer_t *t, const char *text,
+                                      size_t len, bool add_bos,
+                                      const uint8_t *plain, size_t max_tokens,
+                                      int32_t **ids, size_t *n) {
+  return encode(t, text, len, add_bos, true, plain, max_tokens, ids, n);
+}
+
+size_t sl_tokenizer_max_token_bytes(const sl_tokenizer_t *t) {
+  return t ? t->max_token_bytes : 0;
 }
 
 /* ---- decode -------------------------------------------------------------- */

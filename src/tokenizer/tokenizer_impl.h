@@ -159,6 +159,9 @@ struct sl_tokenizer {
   bool ignore_merges;
   bool clean_spaces;
   bool remove_extra_ws;
+  /* the most input bytes one token can stand for (0: no bound, when a
+   * special token strips the blanks around it); tokenizer_load.c */
+  size_t max_token_bytes;
 };
 
 static inline const char *sl__tok_text(const sl_tokenizer_t *t, int32_t id) {

@@ -625,6 +625,29 @@ static void setup_specials(sl_tokenizer_t *t, const sl_gguf_t *g) {
   qsort(t->eog, t->n_eog, sizeof *t->eog, sl__cmp_i32);
 }
 
+/* The most input bytes one token can stand for, so that no text of B bytes
+ * makes fewer than B / that many tokens: a token covers the bytes its piece
+ * renders (BPE byte-decodes its pieces, and an invalid input byte is read
+ * as a 3-byte U+FFFD; SPM renders its U+2581 as the 1-byte space it
+ * stands for, and byte tokens as 1 byte), a special token matched in the
+ * text covers its text, an unknown code point at most 4 bytes. Nothing is
+ * normalized away. A special token that strips the blanks beside it
+ * (lstrip, rstrip) covers any number of them: then there is no bound (0). */
+static size_t max_token_bytes(const sl_tokenizer_t *t) {
+  size_t m = 4;
+  for (size_t id = 0; id < t->n_vocab; id++) {
+    if (t->piece_len[id] > m)
+      m = t->piece_len[id];
+    if (t->attr[id] & (SL__TA_CONTROL | SL__TA_USER_DEFINED | SL__TA_UNKNOWN)) {
+      if (t->attr[id] & (SL__TA_LSTRIP | SL__TA_RSTRIP))
+        return 0;
+      if (t->text_len[id] > m)
+        m = t->text_len[id];
+    }
+  }
+  return m;
+}
+
 sl_status sl_tokenizer_load(const sl_gguf_t *g, sl_tokenizer_t **out, char *err,
                             size_t errcap) {
   if (!out)
@@ -743,6 +766,7 @@ sl_status sl_tokenizer_load(const sl_gguf_t *g, sl_tokenizer_t **out, char *err,
   st = build_pieces(t);
   if (st != SL_OK)
     goto fail;
+  t->max_token_bytes = max_token_bytes(t);
   *out = t;
   return SL_OK;
 fail:

@@ -128,3 +128,47 @@ def test_large_body_within_limits_memory_returns(srv):
             assert st == 404 and b["error"]["code"] == "model_not_found", b
     after = settled_rss(srv.proc.pid, before * 1.10)
     assert after <= before * 1.10, (before, after)
+
+
+def test_long_prompts_are_refused_before_tokenizing(srv):
+    """Issue 43 stage 2: a prompt that cannot fit the context is refused
+    before it is tokenized whole. Over n_ctx x the vocabulary's longest
+    token (81 bytes for SmolLM2) it is refused unread (the message gives
+    the byte bound); under that, tokenizing stops once the context is
+    exceeded. The CPU each costs is a benchmark (docs/PERF.md), not
+    checked here."""
+    big = "hello world " * 660000  # 7.9 MB
+    for route, body in [
+            ("/v1/chat/completions",
+             {"model": MODEL_NAME, "max_tokens": 2,
+              "messages": [{"role": "user", "content": big}]}),
+            ("/v1/completions",
+             {"model": MODEL_NAME, "max_tokens": 2, "prompt": big}),
+            ("/v1/messages",
+             {"model": MODEL_NAME, "max_tokens": 2,
+              "messages": [{"role": "user", "content": big}]})]:
+        st, b = post(srv, route, json.dumps(body).encode())
+        assert st == 400, (route, st)
+        if route == "/v1/messages":
+            assert b["type"] == "error", b
+            msg = b["error"]["message"]
+        else:
+            assert b["error"]["code"] == "context_length_exceeded", b
+            msg = b["error"]["message"]
+        assert "bytes, at least" in msg and "81 bytes" in msg, msg
+    # 50 KB: under 1,023 x 81 bytes, but ~8,300 tokens: stopped early
+    mid = "hello world " * 4200
+    st, b = post(srv, "/v1/completions", json.dumps(
+        {"model": MODEL_NAME, "max_tokens": 2, "prompt": mid}).encode())
+    assert st == 400 and b["error"]["code"] == "context_length_exceeded", b
+    assert "the prompt has more" in b["error"]["message"], b
+    # an embedding input likewise
+    st, b = post(srv, "/v1/embeddings", json.dumps(
+        {"model": MODEL_NAME, "input": ["hi", mid]}).encode())
+    assert st == 400 and b["error"]["code"] == "context_length_exceeded", b
+    assert "input[1]" in b["error"]["message"], b
+    # a prompt that fits is served as before
+    st, b = post(srv, "/v1/completions", json.dumps(
+        {"model": MODEL_NAME, "max_tokens": 2,
+         "prompt": "hello world " * 300}).encode())
+    assert st == 200, b
