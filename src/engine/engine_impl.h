@@ -113,7 +113,8 @@ size_t sl__stops_hold(const sl__stops *m);
 
 /* A request's invariants, between the executor's steps and at submit
  * (sl__req_sanity checks them; T is cfg.kv_block_tokens):
- *   - tokens (capacity cfg.n_ctx), sampler and cb are set; 0 < n_prompt <=
+ *   - tokens (capacity cfg.n_ctx; an embedding's: n_prompt) and cb are
+ *     set, and a sampler exactly when it generates; 0 < n_prompt <=
  *     n_tokens <= cfg.n_ctx, and n_tokens == n_prompt + n_generated;
  *   - n_generated <= params.max_tokens; an embedding (params.pooling) has
  *     emb, generates nothing and has max_tokens 0; only an embedding has
@@ -139,7 +140,8 @@ size_t sl__stops_hold(const sl__stops *m);
 typedef struct sl__req {
   uint64_t id;
   sl__req_state state;
-  int32_t *tokens; /* (n_ctx) prompt then generated */
+  int32_t *tokens; /* (n_ctx) prompt then generated; an embedding's
+                      (n_prompt) */
   int n_prompt, n_tokens;
   int n_target;   /* tokens to compute before the next sample: the prompt;
                      after a preemption, the prompt and the tokens so far */
@@ -154,8 +156,8 @@ typedef struct sl__req {
   bool admitted;   /* admitted once: STARTED reported, counted in stats */
   uint64_t est_bytes;
   sl_gen_params params;
-  sl__stops stops; /* over params.stop */
-  sl_sampler_t *sampler;
+  sl__stops stops;               /* over params.stop */
+  sl_sampler_t *sampler;         /* NULL for an embedding */
   sl_grammar_matcher_t *matcher; /* constrained decoding, or NULL */
   float *emb;         /* embeddings (params.pooling): the pooled sum (n_embd) */
   bool grammar_taken; /* the matcher already took the picked token */

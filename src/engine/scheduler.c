@@ -809,7 +809,7 @@ static void decode_clear_sites(sl_engine_t *e) {
  * asked, no grammar to mask the row, and a sampler that picks the argmax
  * (greedy, no penalty, no bias). */
 static bool argmax_only(const sl__req *r) {
-  return r->params.top_logprobs < 0 && !r->matcher &&
+  return r->params.top_logprobs < 0 && !r->matcher && r->sampler &&
          sl_sampler_is_argmax(r->sampler);
 }
 

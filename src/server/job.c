@@ -96,7 +96,8 @@ bool sl__srv_job_sanity(const sl_srv_job *j) {
       if (j->parts[i].job != j || j->parts[i].index != i)
         return false;
   }
-  if (j->parts_done < 0 || j->parts_done > j->n_parts)
+  if (j->parts_done < 0 || j->parts_done > j->n_parts || j->parts_next < 0 ||
+      j->parts_next > j->n_parts)
     return false;
   if (j->n_toks < 0 || (!j->kids && j->n_toks > j->toks_cap))
     return false; /* (a parent's n_toks counts its choices' tokens) */
@@ -473,9 +474,33 @@ static void on_event(void *user, const sl_engine_event *ev) {
   }
 }
 
+static void on_embed_event(void *user, const sl_engine_event *ev);
+
+/* Submits input i of an embeddings job (mu held): SL_OK with its engine
+ * id recorded, or the engine's refusal. */
+static sl_status embed_submit(sl_srv_job *j, int i) {
+  sl_gen_params gp = j->req.gen;
+  gp.pooling = j->pooling;
+  gp.n_stop = 0;
+  gp.grammar = NULL;
+  uint64_t eid = 0;
+  sl_status st = sl_engine_submit(sl__srv_job_lease(j)->engine,
+                                  j->req.inputs[i].ids, j->req.inputs[i].n_ids,
+                                  &gp, on_embed_event, &j->parts[i], &eid);
+  if (st == SL_OK) {
+    j->parts[i].engine_id = eid;
+    j->submitted = true;
+  }
+  return st;
+}
+
 /* The engine's callback for one input of an embeddings job (executor
  * thread): its vector, or the job's error; the job is done with its last
- * input. Each input holds a reference to the job. */
+ * input. Each input holds a reference to the job. While the job goes on,
+ * the input's end lets the next one into the engine (at most
+ * SL_SRV_EMBED_WINDOW at once: a request of 2,048 inputs queues no more,
+ * and none waits long enough in the engine's queue to time out); once it
+ * has failed or was aborted, the inputs never submitted end with it. */
 static void on_embed_event(void *user, const sl_engine_event *ev) {
   sl_srv_emb_part *p = user;
   sl_srv_job *j = p->job;
@@ -496,6 +521,26 @@ static void on_embed_event(void *user, const sl_engine_event *ev) {
     j->est_bytes = ev->est_bytes;
     j->limit_bytes = ev->limit_bytes;
   }
+  int dropped = 0; /* inputs that end unsubmitted, with this one */
+  if (j->parts_next < j->n_parts) {
+    sl_status st = j->finish == SL_FINISH_ERROR || j->aborted || j->cut
+                       ? SL_ERR_CANCELLED
+                       : embed_submit(j, j->parts_next);
+    if (st == SL_OK) {
+      j->parts_next++;
+    } else {
+      if (j->finish != SL_FINISH_ERROR) {
+        j->finish = SL_FINISH_ERROR;
+        j->error = st;
+        j->reason = SL_REASON_NONE;
+        snprintf(j->error_msg, sizeof j->error_msg, "cannot queue input %d: %s",
+                 j->parts_next, sl_status_str(st));
+      }
+      dropped = j->n_parts - j->parts_next;
+      j->parts_next = j->n_parts;
+      j->parts_done += dropped;
+    }
+  }
   bool last = ++j->parts_done == j->n_parts;
   if (last) {
     j->done = true;
@@ -509,6 +554,9 @@ static void on_embed_event(void *user, const sl_engine_event *ev) {
   pthread_mutex_unlock(&j->mu);
   if (last)
     job_finished(j);
+  for (int i = 0; i < dropped; i++) /* (never the last reference: this
+                                       input's own is dropped below) */
+    sl__srv_job_unref(j);
   sl__srv_job_unref(j);
 }
 
@@ -560,10 +608,10 @@ static void submit_error(sl_status st, int n_ids, sl_srv_error *err) {
 }
 
 /* Each input is one embedding request to the engine; the job is done when
- * the last is. */
+ * the last is. The first SL_SRV_EMBED_WINDOW go now, each later one as an
+ * earlier one ends (on_embed_event). */
 static sl_status post_embed(sl_srv_job *j, sl_engine_t *eng, sl_pooling pooling,
                             bool *open, sl_srv_error *err) {
-  sl_srv_request *r = &j->req;
   int n = j->n_parts;
   for (int i = 0; i < n; i++) {
     j->parts[i].job = j;
@@ -572,24 +620,21 @@ static sl_status post_embed(sl_srv_job *j, sl_engine_t *eng, sl_pooling pooling,
   if (!jobs_add(j->reg, j, n, err))
     return SL_ERR_CANCELLED;
   *open = true;
-  sl_gen_params gp = r->gen;
-  gp.pooling = pooling == SL_POOL_LAST ? SL_POOL_LAST : SL_POOL_MEAN;
-  gp.n_stop = 0;
-  gp.grammar = NULL;
+  j->pooling = pooling == SL_POOL_LAST ? SL_POOL_LAST : SL_POOL_MEAN;
   j->t_submit = sl_now_ns();
+  int w = n < SL_SRV_EMBED_WINDOW ? n : SL_SRV_EMBED_WINDOW;
   int i = 0;
   sl_status st = SL_OK;
-  for (; i < n; i++) {
-    uint64_t eid = 0;
-    st = sl_engine_submit(eng, r->inputs[i].ids, r->inputs[i].n_ids, &gp,
-                          on_embed_event, &j->parts[i], &eid);
-    if (st != SL_OK)
+  pthread_mutex_lock(&j->mu);
+  j->parts_next = w; /* (an early end submits past the window, never in it) */
+  for (; i < w; i++)
+    if ((st = embed_submit(j, i)) != SL_OK)
       break;
-    pthread_mutex_lock(&j->mu);
-    j->parts[i].engine_id = eid;
-    j->submitted = true;
-    pthread_mutex_unlock(&j->mu);
+  if (st != SL_OK) {
+    /* the inputs from i on were never submitted: no end will submit them */
+    j->parts_next = n;
   }
+  pthread_mutex_unlock(&j->mu);
   if (st == SL_OK)
     return SL_OK;
   if (st == SL_ERR_UNSUPPORTED)

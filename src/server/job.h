@@ -15,7 +15,8 @@
  *     not shared yet, no lock): req, ids, n_ids, id, created, fd, mdl,
  *     kids, parts, emb, n_embd, n_parts, index, parent, srv, reg;
  *   - that thread, under mu, as each engine request is queued: engine_id,
- *     parts[i].engine_id, submitted;
+ *     parts[i].engine_id, submitted, parts_next (the executor too, for an
+ *     embeddings job's later inputs);
  *   - the engine's executor thread (on_event, on_embed_event, kid_event in
  *     job.c), under mu (a child's events also take the parent's mu, parent
  *     first, never a child's then its parent's): text, toks, started,
@@ -81,6 +82,9 @@ typedef struct sl_srv_tok {
 typedef struct sl_srv_job sl_srv_job;
 typedef struct sl_srv_jobs sl_srv_jobs;
 
+/* The most inputs of one embeddings job in the engine at once. */
+#define SL_SRV_EMBED_WINDOW 32
+
 /* One input of an embeddings job, or one choice of n: the engine
  * callback's user pointer. */
 typedef struct sl_srv_emb_part {
@@ -133,9 +137,13 @@ struct sl_srv_job {
   sl_srv_job *kids, *parent;
   int index; /* the choice's index (0 for a lone job) */
   /* embeddings: one part per input; the vectors (n_inputs, n_embd);
-   * children: their engine ids */
+   * children: their engine ids. An embeddings job has at most
+   * SL_SRV_EMBED_WINDOW inputs in the engine at once: parts_next is the
+   * first not yet submitted (the posting thread sets the first window,
+   * then the executor submits one more as each input ends, under mu) */
   sl_srv_emb_part *parts;
-  int n_parts, parts_done;
+  int n_parts, parts_done, parts_next;
+  sl_pooling pooling; /* an embeddings job's (set before it is posted) */
   float *emb;
   int n_embd;
 
