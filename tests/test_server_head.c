@@ -87,9 +87,20 @@ int main(void) {
   CHECK(check(big, 5 + SL_SRV_TARGET_MAX + 1, &hi, &e) == SL_SRV_HEAD_BAD &&
         e.http == 414);
   size_t n = (size_t)snprintf(big, sizeof big, "GET /x HTTP/1.1\r\n");
-  while (n < SL_SRV_HEAD_MAX + 100)
-    n += (size_t)snprintf(big + n, sizeof big - n, "X-Pad: 0123456789\r\n");
+  while (n < SL_SRV_HEAD_MAX + 100) /* long fields: fewer than 100 */
+    n += (size_t)snprintf(big + n, sizeof big - n, "X-Pad: %0200d\r\n", 7);
   CHECK(check(big, SL_SRV_HEAD_MAX, &hi, &e) == SL_SRV_HEAD_MORE);
+  CHECK(check(big, n, &hi, &e) == SL_SRV_HEAD_BAD && e.http == 431);
+  /* fields: 100 pass, the 101st is 431 as soon as its line ends */
+  n = (size_t)snprintf(big, sizeof big, "GET /x HTTP/1.1\r\n");
+  for (int i = 0; i < SL_SRV_FIELDS_MAX; i++)
+    n += (size_t)snprintf(big + n, sizeof big - n, "X-%d: 1\r\n", i);
+  size_t hundred = n;
+  n += (size_t)snprintf(big + n, sizeof big - n, "\r\n");
+  CHECK(check(big, n, &hi, &e) == SL_SRV_HEAD_OK);
+  n = hundred +
+      (size_t)snprintf(big + hundred, sizeof big - hundred, "X-last: 1\r\n");
+  CHECK(check(big, n - 1, &hi, &e) == SL_SRV_HEAD_MORE);
   CHECK(check(big, n, &hi, &e) == SL_SRV_HEAD_BAD && e.http == 431);
   /* the shape follows the target */
   static const char *const ant[] = {

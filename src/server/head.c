@@ -155,6 +155,7 @@ int sl__srv_head_check(const char *p, size_t n, sl_srv_head_info *info,
   memset(info, 0, sizeof *info);
   size_t pos = 0;
   bool first = true;
+  int fields = 0;
   while (pos < n) {
     const char *nl = memchr(p + pos, '\n', n - pos);
     size_t end = nl ? (size_t)(nl - p) : n; /* p[end] is '\n' or past */
@@ -186,6 +187,15 @@ int sl__srv_head_check(const char *p, size_t n, sl_srv_head_info *info,
         return r;
       if (!nl)
         break;
+      /* libmicrohttpd keeps a record per field in its connection's memory
+       * (MHD_OPTION_CONNECTION_MEMORY_LIMIT): past what it holds it would
+       * answer its own HTML 431 to a head that passed here */
+      if (++fields > SL_SRV_FIELDS_MAX) {
+        sl__srv_error_set(err, 431, "request_header_fields_too_large", NULL,
+                          "the request head has more than %d header fields",
+                          SL_SRV_FIELDS_MAX);
+        return SL_SRV_HEAD_BAD;
+      }
     }
     pos = end + 1;
   }

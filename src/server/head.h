@@ -11,6 +11,7 @@
 #define SL_SRV_HEAD_MAX   16384 /* request head bytes (431 past this) */
 #define SL_SRV_TARGET_MAX 8192  /* request-target bytes (414 past this) */
 #define SL_SRV_METHOD_MAX 32
+#define SL_SRV_FIELDS_MAX 100 /* header lines (431 past this) */
 
 enum { SL_SRV_HEAD_BAD = -1, SL_SRV_HEAD_MORE = 0, SL_SRV_HEAD_OK = 1 };
 
