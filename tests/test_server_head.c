@@ -102,6 +102,48 @@ int main(void) {
       (size_t)snprintf(big + hundred, sizeof big - hundred, "X-last: 1\r\n");
   CHECK(check(big, n - 1, &hi, &e) == SL_SRV_HEAD_MORE);
   CHECK(check(big, n, &hi, &e) == SL_SRV_HEAD_BAD && e.http == 431);
+  /* a chunked body's first chunk line (max 8 MiB): a size over it is 413
+   * from its digits, before the line ends */
+  static const struct {
+    const char *s;
+    int r, http;
+  } chunks[] = {
+      {"ffffffffffffffff", SL_SRV_HEAD_BAD, 413},
+      {"fffffffffffffffffffffffff\r\n", SL_SRV_HEAD_BAD, 413},
+      {"800001\r\n", SL_SRV_HEAD_BAD, 413},
+      {"8000010", SL_SRV_HEAD_BAD, 413},
+      {"800000\r\n", SL_SRV_HEAD_OK, 0},
+      {"1a\r\n{\"model\"", SL_SRV_HEAD_OK, 0},
+      {"5;name=value\r\n", SL_SRV_HEAD_OK, 0},
+      {"0\r\n\r\n", SL_SRV_HEAD_OK, 0},
+      {"", SL_SRV_HEAD_MORE, 0},
+      {"1", SL_SRV_HEAD_MORE, 0},
+      {"80000", SL_SRV_HEAD_MORE, 0},
+      {"5 ;x", SL_SRV_HEAD_MORE, 0},
+      {"zz\r\n", SL_SRV_HEAD_BAD, 400},
+      {"\r\n", SL_SRV_HEAD_BAD, 400},
+  };
+  for (size_t i = 0; i < sizeof chunks / sizeof *chunks; i++) {
+    memset(&e, 0, sizeof e);
+    int r = sl__srv_chunk_check(chunks[i].s, strlen(chunks[i].s), 8u << 20, &e);
+    CHECK_MSG(r == chunks[i].r && e.http == chunks[i].http,
+              "chunk line %zu: %d %d", i, r, e.http);
+  }
+  /* a line end never coming within SL_SRV_CHUNK_LINE_MAX: left to
+   * libmicrohttpd */
+  memset(big, '1', SL_SRV_CHUNK_LINE_MAX);
+  big[0] = '5', big[1] = ';';
+  CHECK(sl__srv_chunk_check(big, SL_SRV_CHUNK_LINE_MAX, 8u << 20, &e) ==
+        SL_SRV_HEAD_OK);
+  /* the head notes chunked (any case, blanks around) and Expect */
+  static const char ch[] = "POST /x HTTP/1.1\r\nTransfer-Encoding:  Chunked "
+                           "\r\nExpect: 100-continue\r\n\r\n";
+  CHECK(check(ch, strlen(ch), &hi, &e) == SL_SRV_HEAD_OK && hi.chunked &&
+        hi.expect);
+  static const char gz[] =
+      "POST /x HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n";
+  CHECK(check(gz, strlen(gz), &hi, &e) == SL_SRV_HEAD_OK && !hi.chunked &&
+        !hi.expect);
   /* the shape follows the target */
   static const char *const ant[] = {
       "POST /v1/messages HTTP/1.1\r\nA b\r\n\r\n",

@@ -14,6 +14,7 @@
  *   a head not whole within head_ms of its first byte     408 (slowloris)
  *   no further byte of a head for idle_ms                 408
  *   a head over SL_SRV_HEAD_MAX, a long target, HTTP/2    431, 414, 505
+ *   a chunked body's first chunk over the body limit     413
  *   no byte at all within idle_ms                         closed
  *
  * So a slow or idle client costs one socket and one list entry, no thread;
@@ -84,7 +85,7 @@ struct sl_srv_door {
   bool started;
   atomic_bool stop;
   pend *pends;
-  char *buf; /* peek buffer, SL_SRV_HEAD_MAX + 1 bytes */
+  char *buf; /* peek buffer: a head and a first chunk line */
 
   pthread_mutex_t mu; /* the fields below */
   ip_node *buckets[SL_DOOR_BUCKETS];
@@ -244,7 +245,8 @@ static void pend_read(sl_srv_door *d, pend *p, bool hup) {
     pend_drain(d, p);
     return;
   }
-  ssize_t n = recv(p->fd, d->buf, SL_SRV_HEAD_MAX + 1, MSG_PEEK | MSG_DONTWAIT);
+  ssize_t n = recv(p->fd, d->buf, SL_SRV_HEAD_MAX + SL_SRV_CHUNK_LINE_MAX,
+                   MSG_PEEK | MSG_DONTWAIT);
   if (n < 0) {
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
       pend_close(d, p);
@@ -262,6 +264,13 @@ static void pend_read(sl_srv_door *d, pend *p, bool hup) {
   int r = sl__srv_head_check(d->buf, (size_t)n, &hi, &e);
   if (memchr(d->buf, '\n', (size_t)n))
     p->line_seen = true;
+  /* a chunked body's first chunk line too: a size past the body limit is
+   * refused here (libmicrohttpd would wait for those bytes until the
+   * request's deadline); not when the client waits for "100 Continue"
+   * before its body, which libmicrohttpd sends */
+  if (r == SL_SRV_HEAD_OK && hi.chunked && !hi.expect)
+    r = sl__srv_chunk_check(d->buf + hi.len, (size_t)n - hi.len,
+                            d->cfg.max_body, &e);
   if (r == SL_SRV_HEAD_OK)
     pend_hand(d, p);
   else if (r == SL_SRV_HEAD_MORE && hup)
@@ -427,7 +436,7 @@ sl_srv_door *sl__srv_door_start(const sl_srv_door_cfg *cfg, int *port,
   }
   d->n_slots = lim > (1u << 20) ? (1 << 20) : (int)lim;
   d->slots = sl_calloc((size_t)d->n_slots, sizeof *d->slots);
-  d->buf = sl_malloc(SL_SRV_HEAD_MAX + 1);
+  d->buf = sl_malloc(SL_SRV_HEAD_MAX + SL_SRV_CHUNK_LINE_MAX);
   if (!d->slots || !d->buf) {
     snprintf(err, errcap, "out of memory");
     goto fail;

@@ -19,6 +19,7 @@ typedef struct sl_srv_door_cfg {
   unsigned idle_ms;    /* a new connection that sends nothing: closed */
   unsigned line_ms;    /* bytes with no line end: 400 */
   unsigned head_ms;    /* first byte to whole head: 408 */
+  uint64_t max_body;   /* a chunked body's first chunk declaring more: 413 */
   /* hands a connection whose first head is whole (and valid) on; false
    * when it was not taken (the socket is closed then) */
   bool (*hand)(void *arg, int fd, const struct sockaddr *a, unsigned alen);

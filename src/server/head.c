@@ -115,8 +115,11 @@ static int check_line(const char *p, size_t n, bool whole,
   return SL_SRV_HEAD_OK;
 }
 
-/* One header line p[0..n) (no line end); `whole`: its end was seen. */
-static int check_field(const char *p, size_t n, bool whole, sl_srv_error *err) {
+/* One header line p[0..n) (no line end); `whole`: its end was seen.
+ * Notes in *info a Transfer-Encoding of "chunked" (the framing check,
+ * http.c, refuses any other coding and a second field) and an Expect. */
+static int check_field(const char *p, size_t n, bool whole,
+                       sl_srv_head_info *info, sl_srv_error *err) {
   if (n && (p[0] == ' ' || p[0] == '\t'))
     return bad(err, 400, "malformed_request",
                "a folded header line (obsolete line folding)");
@@ -135,6 +138,17 @@ static int check_field(const char *p, size_t n, bool whole, sl_srv_error *err) {
     if (!is_value_char((unsigned char)p[k]))
       return bad(err, 400, "malformed_request",
                  "a header value holds a control character");
+  if (name_n == 17 && strncasecmp(p, "transfer-encoding", 17) == 0) {
+    size_t k = i, e = n;
+    while (k < e && (p[k] == ' ' || p[k] == '\t'))
+      k++;
+    while (e > k && (p[e - 1] == ' ' || p[e - 1] == '\t'))
+      e--;
+    if (e - k == 7 && strncasecmp(p + k, "chunked", 7) == 0)
+      info->chunked = true;
+  }
+  if (name_n == 6 && strncasecmp(p, "expect", 6) == 0)
+    info->expect = true;
   if (name_n == 14 && strncasecmp(p, "content-length", 14) == 0) {
     size_t k = i;
     while (k < n && (p[k] == ' ' || p[k] == '\t'))
@@ -182,7 +196,7 @@ int sl__srv_head_check(const char *p, size_t n, sl_srv_head_info *info,
         return SL_SRV_HEAD_OK;
       break;
     } else {
-      int r = check_field(p + pos, len, nl != NULL, err);
+      int r = check_field(p + pos, len, nl != NULL, info, err);
       if (r == SL_SRV_HEAD_BAD)
         return r;
       if (!nl)
@@ -244,4 +258,44 @@ void sl__srv_raw_error(sl_srv_family fam, const sl_srv_error *e, sl_sbuf *out) {
   if (body.oom)
     out->oom = true;
   sl__sbuf_free(&body);
+}
+
+int sl__srv_chunk_check(const char *p, size_t n, uint64_t max_body,
+                        sl_srv_error *err) {
+  uint64_t size = 0;
+  size_t i = 0;
+  for (; i < n; i++) {
+    unsigned char c = (unsigned char)p[i];
+    int v = c >= '0' && c <= '9'   ? c - '0'
+            : c >= 'a' && c <= 'f' ? c - 'a' + 10
+            : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                   : -1;
+    if (v < 0)
+      break;
+    if (size > (max_body >> 4)) { /* size * 16 + v > max_body */
+      sl__srv_error_set(err, 413, "request_too_large", NULL,
+                        "a chunk of the body declares more than the %llu "
+                        "bytes a request body may have",
+                        (unsigned long long)max_body);
+      return SL_SRV_HEAD_BAD;
+    }
+    size = size * 16 + (uint64_t)v;
+  }
+  if (size > max_body) {
+    sl__srv_error_set(err, 413, "request_too_large", NULL,
+                      "a chunk of the body declares %llu bytes; a request "
+                      "body may have %llu",
+                      (unsigned long long)size, (unsigned long long)max_body);
+    return SL_SRV_HEAD_BAD;
+  }
+  if (i == n)
+    return n < SL_SRV_CHUNK_LINE_MAX ? SL_SRV_HEAD_MORE : SL_SRV_HEAD_OK;
+  if (i == 0)
+    return bad(err, 400, "malformed_request",
+               "a chunked body that does not start with a hex chunk size");
+  /* the size's end: a line end, or an extension (";") after blanks */
+  const char *nl = memchr(p + i, '\n', n - i);
+  if (nl || n >= SL_SRV_CHUNK_LINE_MAX)
+    return SL_SRV_HEAD_OK;
+  return SL_SRV_HEAD_MORE;
 }

@@ -656,6 +656,7 @@ sl_status sl_server_start(sl_pool_t *pool, const sl_server_config *cfg,
                         .idle_ms = s->cfg.http_timeout_s * 1000u,
                         .line_ms = SL_SRV_LINE_DEADLINE_MS,
                         .head_ms = s->cfg.head_timeout_ms,
+                        .max_body = s->cfg.max_body_bytes,
                         .hand = hand_connection,
                         .arg = s};
   char derr[160];

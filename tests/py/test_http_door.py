@@ -281,6 +281,18 @@ BAD_HEADS = [
      b"Content-Length: -1\r\n\r\n", 400, True),
     (b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
      b"Content-Length: 99999999999999999999\r\n\r\n", 400, False),
+    # a chunk declaring more than the body limit: 413 at once (it used to
+    # hold the connection until the request's deadline); its line's end
+    # need not come
+    (b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
+     b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+     b"\r\nffffffffffffffff", 413, False),
+    (b"POST /v1/messages HTTP/1.1\r\nHost: localhost\r\n"
+     b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+     b"\r\n900000\r\n{", 413, True),
+    (b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
+     b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+     b"\r\nzz\r\n", 400, False),
 ]
 
 
@@ -345,3 +357,27 @@ def test_hangup_while_parked_aborts(door_default):
         time.sleep(0.05)
     gen = stats()["tokens"]["generated"] - before
     assert gen < 480, gen
+
+
+def test_chunked_after_100_continue(door_default):
+    """A chunked body behind "Expect: 100-continue" (curl sends it for large
+    uploads) is not held at the door waiting for its first chunk line: the
+    client gets its 100 Continue, sends the body and is answered."""
+    body = json.dumps({"content": "hello world"}).encode()
+    s = socket.create_connection(("127.0.0.1", door_default.port), timeout=10)
+    s.sendall(b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\n"
+              b"Content-Type: application/json\r\n"
+              b"Transfer-Encoding: chunked\r\nExpect: 100-continue\r\n"
+              b"Connection: close\r\n\r\n")
+    first = s.recv(65536)
+    assert first.startswith(b"HTTP/1.1 100"), first
+    s.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+    got = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+    s.close()
+    assert got.startswith(b"HTTP/1.1 200"), got[:200]
+    assert b'"tokens"' in got
