@@ -293,7 +293,58 @@ static void test_job_tool_calls(void) {
   free(j);
 }
 
+/* usage's reasoning_tokens: the tokens whose text starts inside the think
+ * block, its tags included, however the text was cut into tokens and
+ * pieces; the content's are not counted; none without a block. */
+static void test_reasoning_tokens(void) {
+  static const struct {
+    bool open;
+    const char *pieces[8]; /* each a token's text */
+    int want;
+  } cases[] = {
+      /* the model opens the block: "<think>" ... "</think>" are 5 tokens */
+      {false, {"<think>", "\nab", " cd", "\n</", "think>", "\n\nEF", " gh"}, 5},
+      /* the template opened it: the answer starts inside */
+      {true, {"ab", " cd", "</think>", "\n\n", "EF"}, 3},
+      /* a tag split across tokens, blanks after it */
+      {true, {"x", "</th", "ink", ">\n", "\n", "y"}, 4},
+      /* never closed (max_tokens): every token */
+      {true, {"ab", " cd", " </th"}, 3},
+      /* no block at all */
+      {false, {"Hello", " there", " <think>"}, 0},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    sl_srv_job *j = calloc(1, sizeof *j);
+    j->req.api = SL_SRV_CHAT;
+    j->req.rfmt = SL_RFMT_DEEPSEEK;
+    j->req.think_open = cases[c].open;
+    char text[256] = "";
+    sl_srv_tok toks[8];
+    int n = 0;
+    for (; n < 8 && cases[c].pieces[n]; n++) {
+      toks[n] = (sl_srv_tok){.id = n,
+                             .text_off = strlen(text),
+                             .text_len = strlen(cases[c].pieces[n])};
+      strcat(text, cases[c].pieces[n]);
+    }
+    j->text = text;
+    j->text_len = strlen(text);
+    j->toks = toks;
+    j->n_toks = n;
+    /* streamed: the split fed a piece at a time, then done */
+    for (int i = 0; i < n; i++)
+      sl__srv_job_split(j, toks[i].text_off + toks[i].text_len);
+    j->done = true;
+    int got = sl__srv_job_reasoning_tokens(j);
+    CHECK_MSG(got == cases[c].want, "case %zu: %d reasoning tokens, not %d", c,
+              got, cases[c].want);
+    sl__srv_rsplit_free(&j->rs);
+    free(j);
+  }
+}
+
 int main(void) {
+  RUN(test_reasoning_tokens);
   RUN(test_whole);
   RUN(test_every_split);
   RUN(test_hold_back);

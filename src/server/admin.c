@@ -69,7 +69,8 @@ static sl_srv_recent *recent_slot(sl_srv_metrics *m, const sl_srv_request *r,
   return e;
 }
 
-void sl__srv_metrics_job(sl_srv_metrics *m, const sl_srv_job *j, bool failed) {
+void sl__srv_metrics_job(sl_srv_metrics *m, const sl_srv_job *j, bool failed,
+                         int reasoning_tokens) {
   pthread_mutex_lock(&m->mu);
   sl_srv_recent *e = recent_slot(
       m, &j->req,
@@ -88,6 +89,7 @@ void sl__srv_metrics_job(sl_srv_metrics *m, const sl_srv_job *j, bool failed) {
   m->prompt_tokens += (uint64_t)j->prompt_tokens;
   m->cached_tokens += (uint64_t)j->cached_tokens;
   m->generated_tokens += (uint64_t)j->completion_tokens;
+  m->reasoning_tokens += (uint64_t)reasoning_tokens;
   if (j->t_first && j->t_first >= j->t_submit) {
     double ttft = (double)(j->t_first - j->t_submit) / 1e9;
     observe(m->ttft_counts, sl__srv_ttft_bounds, SL_SRV_TTFT_BUCKETS, ttft);
@@ -509,6 +511,10 @@ void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *o) {
        (double)sn.m.cached_tokens);
   prom(o, "sluice_generated_tokens_total", "counter", "Generated tokens.",
        (double)sn.m.generated_tokens);
+  prom(o, "sluice_reasoning_tokens_total", "counter",
+       "Generated tokens that were thinking (inside a think block, its tags "
+       "included).",
+       (double)sn.m.reasoning_tokens);
   prom(o, "sluice_prefix_waits_total", "counter",
        "Admissions put off while another request prefilled the same prefix "
        "(in-flight prefix sharing).",

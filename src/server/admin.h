@@ -39,7 +39,7 @@ typedef struct sl_srv_metrics {
   /* refused for who sent them (origin.h): a foreign Host, a foreign
    * Origin, a POST body not sent as application/json */
   uint64_t refused_host, refused_origin, refused_type;
-  uint64_t prompt_tokens, cached_tokens, generated_tokens;
+  uint64_t prompt_tokens, cached_tokens, generated_tokens, reasoning_tokens;
   uint64_t ttft_counts[SL_SRV_TTFT_BUCKETS]; /* cumulative at output */
   double ttft_sum;
   uint64_t ttft_n;
@@ -56,8 +56,10 @@ typedef struct sl_srv_job sl_srv_job; /* job.h */
 
 void sl__srv_metrics_init(sl_srv_metrics *m);
 void sl__srv_metrics_destroy(sl_srv_metrics *m);
-/* Records a finished generation request (ttft/tpot from the job's times). */
-void sl__srv_metrics_job(sl_srv_metrics *m, const sl_srv_job *j, bool failed);
+/* Records a finished generation request (ttft/tpot from the job's times;
+ * reasoning_tokens: how many of its tokens were thinking). */
+void sl__srv_metrics_job(sl_srv_metrics *m, const sl_srv_job *j, bool failed,
+                         int reasoning_tokens);
 /* A request answered with an error before it reached an engine (`http`:
  * the status; the request may be NULL). */
 void sl__srv_metrics_failed(sl_server_t *s, const sl_srv_request *r, int http);

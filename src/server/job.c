@@ -215,9 +215,20 @@ int sl__srv_jobs_wait(sl_srv_jobs *reg, unsigned ms) {
 }
 
 /* The job is done (no lock held): recorded, and out of the live list. */
+/* (no lock held: its callers let go of mu first) */
 static void job_finished(sl_srv_job *j) {
-  if (j->reg->metrics)
-    sl__srv_metrics_job(j->reg->metrics, j, j->finish == SL_FINISH_ERROR);
+  if (j->reg->metrics) {
+    int reasoning = 0; /* the split is the consumer's state: under mu */
+    pthread_mutex_lock(&j->mu);
+    if (j->kids)
+      for (int i = 0; i < j->n_parts; i++)
+        reasoning += sl__srv_job_reasoning_tokens(&j->kids[i]);
+    else if (!j->parts)
+      reasoning = sl__srv_job_reasoning_tokens(j);
+    pthread_mutex_unlock(&j->mu);
+    sl__srv_metrics_job(j->reg->metrics, j, j->finish == SL_FINISH_ERROR,
+                        reasoning);
+  }
   jobs_remove(j->reg, j);
 }
 

@@ -108,6 +108,13 @@ void sl__srv_rsplit_init(sl_srv_rsplit *p, sl_srv_rfmt f, bool opened) {
   memset(p, 0, sizeof *p);
   p->f = f == SL_RFMT_AUTO ? SL_RFMT_NONE : f;
   p->state = p->f == SL_RFMT_NONE ? R_CONTENT : opened ? R_LEAD : R_START;
+  p->thought = p->state == R_LEAD;
+}
+
+size_t sl__srv_rsplit_think_bytes(const sl_srv_rsplit *p) {
+  if (!p->thought)
+    return 0;
+  return p->think_end ? p->think_end : p->fed;
 }
 
 void sl__srv_rsplit_free(sl_srv_rsplit *p) {
@@ -164,6 +171,7 @@ static void step_think(sl_srv_rsplit *p, bool end) {
       if (n - b >= OPEN_LEN && !memcmp(s + b, k_open, OPEN_LEN)) {
         consume(p, b + OPEN_LEN);
         p->state = R_LEAD;
+        p->thought = true;
         continue;
       }
       if (!end && (b == n || tag_start(s + b, n - b, k_open, OPEN_LEN)))
@@ -198,7 +206,8 @@ static void step_think(sl_srv_rsplit *p, bool end) {
       while (text_end > 0 && is_blank(s[text_end - 1]))
         text_end--;
       sl__sbuf_add(&p->reasoning, s, text_end);
-      if (c) {
+      if (c) { /* (the held bytes are the input's last n) */
+        p->think_end = p->fed - n + cut + CLOSE_LEN;
         consume(p, cut + CLOSE_LEN);
         p->state = R_AFTER;
         continue;
@@ -228,6 +237,7 @@ void sl__srv_rsplit_feed(sl_srv_rsplit *p, const char *s, size_t n) {
   SL_ASSERT(!p->finished);
   if (!n)
     return;
+  p->fed += n;
   if (p->state == R_CONTENT && !p->hold.len) { /* the common case */
     sl__sbuf_add(&p->content, s, n);
     return;
@@ -281,4 +291,15 @@ const char *sl__srv_job_content(sl_srv_job *j, size_t *len) {
   }
   *len = rs->content.len;
   return rs->content.p ? rs->content.p : "";
+}
+
+int sl__srv_job_reasoning_tokens(sl_srv_job *j) {
+  sl_srv_rsplit *rs = sl__srv_job_split(j, j->text_len);
+  if (!rs || sl__srv_rsplit_oom(rs))
+    return 0;
+  size_t tb = sl__srv_rsplit_think_bytes(rs);
+  int n = 0;
+  for (int i = 0; i < j->n_toks && j->toks[i].text_off < tb; i++)
+    n += j->toks[i].id >= 0; /* (id < 0: flushed text, no token) */
+  return n;
 }

@@ -59,6 +59,10 @@ typedef struct sl_srv_rsplit {
   sl_sbuf hold;      /* fed bytes not yet decided */
   sl_sbuf reasoning; /* the thinking, without its tags and outer blanks */
   sl_sbuf content;   /* the rest, as the answer's content */
+  size_t fed;        /* bytes fed so far */
+  bool thought;      /* a think block opened (in the prompt or the text) */
+  size_t think_end;  /* where the block closed: the input's bytes up to
+                        and with the closing tag (0: not closed) */
 } sl_srv_rsplit;
 
 /* A splitter for family f; `opened`: the prompt opened the think block.
@@ -73,6 +77,10 @@ void sl__srv_rsplit_finish(sl_srv_rsplit *p);
 /* True while the text fed so far ends inside a think block. */
 bool sl__srv_rsplit_thinking(const sl_srv_rsplit *p);
 bool sl__srv_rsplit_oom(const sl_srv_rsplit *p);
+/* The bytes of the input fed so far that belong to the thinking, its tags
+ * with it: 0 without a think block, up to the closing tag's end once it
+ * closed, everything fed while it is open. */
+size_t sl__srv_rsplit_think_bytes(const sl_srv_rsplit *p);
 void sl__srv_rsplit_free(sl_srv_rsplit *p);
 
 /* ---- a job's split (the consumer's state, under the job's mu) -------------
@@ -90,5 +98,9 @@ sl_srv_rsplit *sl__srv_job_split(sl_srv_job *j, size_t upto);
 /* The answer's content: the split's when it splits (all of the text fed),
  * else the text. *len its bytes. */
 const char *sl__srv_job_content(sl_srv_job *j, size_t *len);
+/* The answer's tokens that are thinking (usage's reasoning_tokens): those
+ * whose text starts inside the think block (its tags included); 0 when the
+ * job does not split. */
+int sl__srv_job_reasoning_tokens(sl_srv_job *j);
 
 #endif

@@ -122,7 +122,19 @@ def hf_render(template, messages, **extra):
 # ---- a think block cut by max_tokens ---------------------------------------
 
 
+def reasoning_metric(s):
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    for line in text.splitlines():
+        if line.startswith("sluice_reasoning_tokens_total "):
+            return float(line.split()[1])
+    raise AssertionError("no sluice_reasoning_tokens_total")
+
+
 def test_openai_cut_mid_think_is_reasoning(srv):
+    before = reasoning_metric(srv)
     r = oai(srv).chat.completions.create(
         model=MODEL_NAME, messages=STORY, max_tokens=24, temperature=0)
     ch = r.choices[0]
@@ -132,6 +144,16 @@ def test_openai_cut_mid_think_is_reasoning(srv):
     assert not ch.message.content
     assert "<think>" not in rc and "</think>" not in rc
     assert r.usage.completion_tokens == 24
+    # every token was thinking (OpenAI's usage field)
+    assert r.usage.completion_tokens_details.reasoning_tokens == 24
+    # streamed with include_usage: the same count in the last chunk
+    last = None
+    for ch in oai(srv).chat.completions.create(
+            model=MODEL_NAME, messages=STORY, max_tokens=24, temperature=0,
+            stream=True, stream_options={"include_usage": True}):
+        last = ch.usage or last
+    assert last.completion_tokens_details.reasoning_tokens == 24
+    assert reasoning_metric(srv) - before == 48  # /metrics counts both
 
 
 def test_anthropic_cut_mid_think_is_thinking(srv):
@@ -256,6 +278,7 @@ def test_chat_template_kwargs_reach_the_template(srv):
         extra_body={"chat_template_kwargs": {"enable_thinking": False}})
     msg = r.choices[0].message
     assert not reasoning_of(msg) and msg.content.strip()
+    assert r.usage.completion_tokens_details.reasoning_tokens == 0
 
 
 def test_bad_values_are_400_in_each_shape(srv):
