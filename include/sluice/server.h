@@ -58,13 +58,18 @@ typedef struct sl_server_config {
                                   "deepseek" (<think>...</think>) or
                                   "auto" (NULL, ""): what its chat template
                                   shows */
-  const char *cors_origin;      /* NULL or "": no CORS headers; "*": any origin;
-                                   else a comma-separated list of origins */
-  const char *allowed_hosts;    /* Host names the server answers besides
-                                   loopback and the bound address
-                                   (--allowed-host): comma-separated; a
-                                   leading "." takes the names under it;
-                                   "*": any (src/server/origin.h) */
+  int reasoning_budget;      /* a request that sets no thinking budget gets this
+                                one (--reasoning-budget): 0 none (the default),
+                                N > 0 its thinking closed after N tokens, < 0
+                                thinking off (the template's enable_thinking
+                                false) */
+  const char *cors_origin;   /* NULL or "": no CORS headers; "*": any origin;
+                                else a comma-separated list of origins */
+  const char *allowed_hosts; /* Host names the server answers besides
+                                loopback and the bound address
+                                (--allowed-host): comma-separated; a
+                                leading "." takes the names under it;
+                                "*": any (src/server/origin.h) */
 } sl_server_config;
 
 /* Defaults as documented above. */

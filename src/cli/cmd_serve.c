@@ -87,6 +87,10 @@ static void serve_usage(FILE *f) {
   flag(f, "--tool-call-format F",
        "hermes, llama3, mistral or generic: how the model writes tool calls",
        "what its chat template shows");
+  flag(f, "--reasoning-budget N",
+       "thinking tokens a request may use when it sets no budget: -1 no "
+       "cap, 0 thinking off, N > 0 the thinking closed after N",
+       "-1");
   flag(f, "--reasoning-format F",
        "none, auto or deepseek: how thinking is split out of answers "
        "(none: left in the content)",
@@ -410,6 +414,11 @@ int sl_cli_serve_main(int argc, char **argv) {
           strcmp(v, "generic"))
         SL_CLI_BAD_VALUE("serve");
       scfg.tool_call_format = v;
+    } else if (!strcmp(a, "--reasoning-budget")) {
+      SL_CLI_NEED_VALUE("serve");
+      if (!sl_parse_long(v, -1, 1 << 24, &lv))
+        SL_CLI_BAD_VALUE("serve");
+      scfg.reasoning_budget = lv < 0 ? 0 : lv == 0 ? -1 : (int)lv;
     } else if (!strcmp(a, "--reasoning-format")) {
       SL_CLI_NEED_VALUE("serve");
       if (strcmp(v, "none") && strcmp(v, "auto") && strcmp(v, "deepseek"))

@@ -46,6 +46,8 @@ typedef struct sl_srv_limits {
   sl_srv_toolfmt toolfmt;
   /* --reasoning-format: AUTO (the template's family), NONE or a family */
   sl_srv_rfmt rfmt;
+  /* --reasoning-budget: sl_server_config.reasoning_budget */
+  int reasoning_budget;
   /* when set, called with the request's "model" in place of the names
    * check: it fills n_ctx, chat_template and toolfmt of *lim (the server
    * leases the model from its pool here), or fails with *err set */

@@ -137,6 +137,16 @@ sl_status sl__srv_reason_request(json_t *root, const sl_srv_limits *lim,
         enable = json_is_true(v);
     }
   }
+  /* the server's default (--reasoning-budget) where the request set none:
+   * a cap, or thinking off */
+  if (!set_enable && lim->reasoning_budget < 0 &&
+      !(kw && json_object_get(kw, "enable_thinking"))) {
+    enable = false;
+    if (extra_set(r, "enable_thinking", sl_jv_bool(false)) != SL_OK)
+      goto fail_nomem;
+  } else if (!r->think_budget && lim->reasoning_budget > 0) {
+    r->think_budget = lim->reasoning_budget;
+  }
   if (!enable) /* nothing to cap: the template turns thinking off */
     r->think_budget = 0;
   return SL_OK;

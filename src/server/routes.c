@@ -237,6 +237,7 @@ sl_srv_limits sl__srv_limits_of(sl_server_t *s, sl_srv_model *m) {
   return (sl_srv_limits){.n_ctx = 0,
                          .toolfmt = s->toolfmt,
                          .rfmt = s->rfmt,
+                         .reasoning_budget = s->cfg.reasoning_budget,
                          .resolve = resolve,
                          .resolve_user = m};
 }

@@ -338,3 +338,37 @@ def test_reasoning_format_none_keeps_thinking_in_content(
     whole = oai(plain).chat.completions.create(**kw).choices[0].message
     assert reasoning_of(whole) is None
     assert whole.content.strip() == reasoning_of(split)
+
+
+# ---- --reasoning-budget ----------------------------------------------------
+
+
+def test_server_reasoning_budget(srv, sluice_server, think_model):
+    """--reasoning-budget N caps the thinking of every request that sets no
+    budget of its own (OpenAI routes included): the thinking is the first
+    N tokens' and the answer goes on as content; 0 turns thinking off (the
+    template's enable_thinking false); a request's own Anthropic budget
+    wins."""
+    capped = sluice_server(["-c", "2048", "--reasoning-budget", "16"],
+                           model=think_model[0])
+    kw = dict(model=MODEL_NAME, messages=STORY, temperature=0)
+    first16 = oai(srv).chat.completions.create(max_tokens=16, **kw)
+    r = oai(capped).chat.completions.create(max_tokens=60, **kw)
+    msg = r.choices[0].message
+    assert reasoning_of(msg) == reasoning_of(first16.choices[0].message)
+    assert msg.content and len(msg.content.strip()) > 10, msg
+    assert r.usage.completion_tokens <= 60
+    # its own budget wins over the server's
+    m = ant(capped).messages.create(
+        model=MODEL_NAME, messages=STORY, max_tokens=60, extra_body=T0,
+        thinking={"type": "enabled", "budget_tokens": 8})
+    first8 = ant(srv).messages.create(model=MODEL_NAME, messages=STORY,
+                                      max_tokens=8, extra_body=T0)
+    assert m.content[0].thinking == first8.content[0].thinking
+    off = sluice_server(["-c", "2048", "--reasoning-budget", "0"],
+                        model=think_model[0])
+    st, p = raw(off, "/apply-template", {"messages": STORY})
+    assert st == 200 and p["prompt"].endswith("</think>\n\n"), p
+    r = oai(off).chat.completions.create(max_tokens=16, **kw)
+    assert not reasoning_of(r.choices[0].message)
+    assert r.usage.completion_tokens_details.reasoning_tokens == 0
