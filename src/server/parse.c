@@ -721,7 +721,7 @@ static sl_status parse_messages(json_t *root, const sl_srv_limits *lim,
     snprintf(param, sizeof param, "messages.%zu.content", i);
     text.len = 0;
     json_t *content = json_object_get(m, "content");
-    if (sl__srv_ant_has_tool_blocks(content)) {
+    if (sl__srv_ant_has_blocks(content)) {
       if ((st = sl__srv_msg_anthropic(content, json_string_value(role), r,
                                       param, err)) != SL_OK)
         goto fail;

@@ -406,12 +406,18 @@ static void calls_text(json_t *calls, sl_sbuf *text) {
 /* Adds role/content (+ tool_calls / tool_call_id) to the list, marked
  * untrusted. Takes tool_calls in every case. */
 static sl_status push(sl_jv *list, const char *role, const sl_sbuf *text,
-                      sl_jv *tool_calls, const char *tool_call_id) {
+                      sl_jv *tool_calls, const char *tool_call_id,
+                      const sl_sbuf *reasoning) {
   sl_jv *m = sl_jv_dict();
   bool ok = m && sl_jv_dict_set(m, "role", sl_jv_string(role)) == SL_OK &&
             sl_jv_dict_set(m, "content",
                            sl_jv_string_n(text->p ? text->p : "", text->len)) ==
                 SL_OK;
+  /* an earlier turn's thinking, where a template wants it (Qwen3's keeps
+   * it for the turns after the last user message) */
+  if (ok && reasoning && reasoning->len)
+    ok = sl_jv_dict_set(m, "reasoning_content",
+                        sl_jv_string_n(reasoning->p, reasoning->len)) == SL_OK;
   if (tool_calls && ok) /* m's now, or freed by the failed set */
     ok = sl_jv_dict_set(m, "tool_calls", tool_calls) == SL_OK;
   else if (tool_calls)
@@ -478,11 +484,13 @@ sl_status sl__srv_msg_openai(json_t *m, const char *role, sl_sbuf *text,
     }
   }
   json_t *tcid = member(m, "tool_call_id");
-  if (tcid && !json_is_string(tcid)) {
+  json_t *rc = member(m, "reasoning_content"); /* llama.cpp's, vLLM's */
+  if ((tcid && !json_is_string(tcid)) || (rc && !json_is_string(rc))) {
     sl_jv_free(calls);
     json_decref(plain);
-    sl__srv_error_set(err, 400, "invalid_type", param,
-                      "'%s.tool_call_id' must be a string", param);
+    sl__srv_error_set(
+        err, 400, "invalid_type", param, "'%s.%s' must be a string", param,
+        tcid && !json_is_string(tcid) ? "tool_call_id" : "reasoning_content");
     return SL_ERR_FORMAT;
   }
   if (calls && !r->tools_native) { /* the calls as the text they were */
@@ -495,8 +503,17 @@ sl_status sl__srv_msg_openai(json_t *m, const char *role, sl_sbuf *text,
     sl_jv_free(calls);
     goto nomem;
   }
-  if (push(r->messages, role, text, calls,
-           tcid && r->tools_native ? json_string_value(tcid) : NULL) != SL_OK)
+  sl_sbuf reasoning = {0};
+  if (rc && !strcmp(role, "assistant"))
+    sl__sbuf_add(&reasoning, json_string_value(rc), json_string_length(rc));
+  sl_status pst =
+      reasoning.oom
+          ? SL_ERR_NOMEM
+          : push(r->messages, role, text, calls,
+                 tcid && r->tools_native ? json_string_value(tcid) : NULL,
+                 &reasoning);
+  sl__sbuf_free(&reasoning);
+  if (pst != SL_OK)
     goto nomem;
   return SL_OK;
 nomem:
@@ -504,15 +521,16 @@ nomem:
   return SL_ERR_NOMEM;
 }
 
-bool sl__srv_ant_has_tool_blocks(json_t *content) {
+bool sl__srv_ant_has_blocks(json_t *content) {
   size_t i;
   json_t *b;
   if (!json_is_array(content))
     return false;
   json_array_foreach(content, i, b) {
     json_t *t = json_object_get(b, "type");
-    if (json_is_string(t) && (!strcmp(json_string_value(t), "tool_use") ||
-                              !strcmp(json_string_value(t), "tool_result")))
+    const char *ts = json_is_string(t) ? json_string_value(t) : "";
+    if (!strcmp(ts, "tool_use") || !strcmp(ts, "tool_result") ||
+        !strcmp(ts, "thinking") || !strcmp(ts, "redacted_thinking"))
       return true;
   }
   return false;
@@ -545,7 +563,7 @@ sl_status sl__srv_msg_anthropic(json_t *content, const char *role,
                                 const sl_srv_request *r, const char *param,
                                 sl_srv_error *err) {
   bool assistant = !strcmp(role, "assistant");
-  sl_sbuf text = {0}, res = {0};
+  sl_sbuf text = {0}, res = {0}, thinking = {0};
   sl_jv *calls = NULL;
   json_t *plain = NULL;
   sl_status st = SL_OK;
@@ -585,6 +603,17 @@ sl_status sl__srv_msg_anthropic(json_t *content, const char *role,
         st = SL_ERR_NOMEM;
         goto out;
       }
+    } else if (!strcmp(t, "thinking") && assistant) {
+      json_t *x = json_object_get(b, "thinking");
+      if (!json_is_string(x)) {
+        sl__srv_error_set(err, 400, "invalid_type", param,
+                          "%s.%zu.thinking: must be a string", param, i);
+        st = SL_ERR_FORMAT;
+        goto out;
+      }
+      sl__sbuf_add(&thinking, json_string_value(x), json_string_length(x));
+    } else if (!strcmp(t, "redacted_thinking") && assistant) {
+      /* opaque (encrypted by Anthropic): nothing a template can show */
     } else if (!strcmp(t, "tool_result") && !assistant) {
       json_t *id = json_object_get(b, "tool_use_id");
       json_t *err_flag = member(b, "is_error");
@@ -607,7 +636,7 @@ sl_status sl__srv_msg_anthropic(json_t *content, const char *role,
       }
       if (res.oom ||
           push(r->messages, "tool", &res, NULL,
-               r->tools_native ? json_string_value(id) : NULL) != SL_OK) {
+               r->tools_native ? json_string_value(id) : NULL, NULL) != SL_OK) {
         st = SL_ERR_NOMEM;
         goto out;
       }
@@ -624,11 +653,11 @@ sl_status sl__srv_msg_anthropic(json_t *content, const char *role,
       sl_jv_free(calls);
       calls = NULL;
     }
-    if (text.oom) {
+    if (text.oom || thinking.oom) {
       st = SL_ERR_NOMEM;
       goto out;
     }
-    st = push(r->messages, role, &text, calls, NULL);
+    st = push(r->messages, role, &text, calls, NULL, &thinking);
     calls = NULL;
   }
 out:
@@ -638,6 +667,7 @@ out:
   json_decref(plain);
   sl__sbuf_free(&text);
   sl__sbuf_free(&res);
+  sl__sbuf_free(&thinking);
   return st;
 }
 

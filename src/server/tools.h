@@ -25,14 +25,17 @@ void sl__srv_tools_instructions(const sl_srv_request *r, sl_sbuf *out);
 /* r->tmpl_extra for a template that renders tools. */
 sl_status sl__srv_tools_template(sl_srv_request *r);
 /* An OpenAI chat message (role checked, content already in text) with its
- * tool_calls / tool_call_id, appended to r->messages. */
+ * tool_calls / tool_call_id and an assistant's reasoning_content (the
+ * template's message.reasoning_content), appended to r->messages. */
 sl_status sl__srv_msg_openai(json_t *m, const char *role, sl_sbuf *text,
                              const sl_srv_request *r, const char *param,
                              sl_srv_error *err);
-/* Whether an Anthropic content list holds tool_use / tool_result blocks. */
-bool sl__srv_ant_has_tool_blocks(json_t *content);
+/* Whether an Anthropic content list holds blocks other than text:
+ * tool_use, tool_result, thinking, redacted_thinking. */
+bool sl__srv_ant_has_blocks(json_t *content);
 /* Such a message: its tool_result blocks become tool messages, its text
- * and tool_use blocks one message of `role`. */
+ * and tool_use blocks one message of `role`, with an assistant's thinking
+ * blocks as its reasoning_content (redacted ones, opaque, are dropped). */
 sl_status sl__srv_msg_anthropic(json_t *content, const char *role,
                                 const sl_srv_request *r, const char *param,
                                 sl_srv_error *err);

@@ -372,3 +372,82 @@ def test_server_reasoning_budget(srv, sluice_server, think_model):
     r = oai(off).chat.completions.create(max_tokens=16, **kw)
     assert not reasoning_of(r.choices[0].message)
     assert r.usage.completion_tokens_details.reasoning_tokens == 0
+
+
+# ---- earlier turns' thinking -----------------------------------------------
+
+TOOL_TURN = [
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {"role": "assistant", "content": "",
+     "reasoning_content": "The user wants the weather; I call the tool.",
+     "tool_calls": [{"id": "call_1", "type": "function",
+                     "function": {"name": "get_weather",
+                                  "arguments": "{\"city\": \"Paris\"}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"},
+]
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+def test_earlier_thinking_reaches_the_template(srv):
+    """An assistant message's reasoning_content (OpenAI, as llama.cpp and
+    vLLM take it) and an Anthropic assistant's thinking blocks are given to
+    the template as message.reasoning_content: Qwen3's shows it for the
+    turns after the last user message (a tool loop) and drops it before.
+    sluice's prompt equals jinja2's; Anthropic clients that send their
+    thinking blocks back (as Claude clients do) are no longer refused."""
+    st, p = raw(srv, "/apply-template", {"messages": TOOL_TURN,
+                                         "tools": TOOLS})
+    assert st == 200, p
+    ref = [dict(m) for m in TOOL_TURN]
+    ref[1]["tool_calls"] = [{"id": "call_1", "type": "function",
+                             "function": {"name": "get_weather",
+                                          "arguments": {"city": "Paris"}}}]
+    want = hf_render(srv.tmpl, ref, tools=TOOLS)
+    assert "I call the tool." in p["prompt"]
+    assert p["prompt"] == want, (p["prompt"], want)
+    # before a later user message, the template drops it
+    later = TOOL_TURN + [{"role": "assistant", "content": "It is sunny."},
+                         {"role": "user", "content": "Thanks!"}]
+    st, p2 = raw(srv, "/apply-template", {"messages": later, "tools": TOOLS})
+    assert st == 200 and "I call the tool." not in p2["prompt"], p2
+    bad = [dict(TOOL_TURN[1], reasoning_content=5)]
+    st, e = raw(srv, "/apply-template", {"messages": [TOOL_TURN[0]] + bad})
+    assert st == 400 and "reasoning_content" in e["error"]["message"], e
+    # Anthropic: thinking blocks (and redacted ones) in the history
+    ant_msgs = [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "signature": "s",
+             "thinking": "The user wants the weather; I call the tool."},
+            {"type": "redacted_thinking", "data": "opaque"},
+            {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+             "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1",
+             "content": "18 C, sunny"}]}]
+    ant_tools = [{"name": "get_weather", "description": "The weather in a "
+                  "city.", "input_schema": TOOLS[0]["function"]["parameters"]}]
+    with_t = ant(srv).messages.count_tokens(model=MODEL_NAME,
+                                            messages=ant_msgs,
+                                            tools=ant_tools).input_tokens
+    no_t = [dict(m) for m in ant_msgs]
+    no_t[1] = {"role": "assistant", "content": [ant_msgs[1]["content"][2]]}
+    without = ant(srv).messages.count_tokens(model=MODEL_NAME, messages=no_t,
+                                             tools=ant_tools).input_tokens
+    assert with_t > without  # the thinking is in the prompt
+    m = ant(srv).messages.create(model=MODEL_NAME, messages=ant_msgs,
+                                 tools=ant_tools, max_tokens=8,
+                                 extra_body=T0)
+    assert m.stop_reason in ("max_tokens", "end_turn", "tool_use"), m
+    # a plain thinking + text turn before a new user message
+    m = ant(srv).messages.create(model=MODEL_NAME, max_tokens=4,
+                                 extra_body=T0, messages=[
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "greet", "signature": "s"},
+            {"type": "text", "text": "Hello!"}]},
+        {"role": "user", "content": "again"}])
+    assert m.content, m
