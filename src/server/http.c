@@ -486,6 +486,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   sl__srv_watch_idle(((sl_server_t *)cls)->watch, sock_of(c));
   if (!cn)
     return;
+  /* an embeddings answer of many vectors was built as as many small JSON
+   * values (~11 MB for 400 x 576 floats): its pages go back below too */
+  bool large = cn->job && cn->job->emb &&
+               (size_t)cn->job->n_parts * (size_t)cn->job->n_embd >= 1u << 16;
   if (cn->job) {
     pthread_mutex_lock(&cn->job->mu);
     sl__srv_unparked(cn->job); /* closed while parked: at a daemon stop */
@@ -507,7 +511,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   }
   /* a large body's parse left ~30 MB of small blocks in this pool
    * thread's malloc arena: give the free pages back (test_server_limits) */
-  bool large = cn->body.cap >= (1u << 20);
+  large = large || cn->body.cap >= (1u << 20);
   sl__sbuf_free(&cn->body);
   sl_free(cn);
   *con_cls = NULL;
