@@ -197,7 +197,8 @@ def test_embedding_burst_memory_returns(srv):
 
 def test_embedding_hangup_ends_every_input(srv):
     """The inputs of an embeddings request go to the engine 32 at a time
-    (each end lets the next in). A client that hangs up mid-request aborts
+    (each end lets the next in): the engine never holds more than 32 of
+    them (waiting or running). A client that hangs up mid-request aborts
     the ones in the engine, and the ones never submitted end with them:
     nothing stays in flight, and the next request is served."""
     import socket
@@ -218,7 +219,14 @@ def test_embedding_hangup_ends_every_input(srv):
     s.sendall(("POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
                % len(body)).encode() + body.encode())
-    time.sleep(1.0)  # some inputs done, most not yet submitted
+    # while it runs, the engine holds at most the window (32) of its inputs
+    # (waiting and running): never the 2,000 at once
+    most, end = 0, time.time() + 1.0
+    while time.time() < end:
+        most = max(most, metric("sluice_requests_waiting") +
+                   metric("sluice_requests_running"))
+        time.sleep(0.02)
+    assert 0 < most <= 32, most
     s.close()
 
     end = time.time() + 60
