@@ -105,6 +105,26 @@ static const char *sl_test_current = "";
             sl_test_failures == sl__before ? "ok" : "FAILED");                 \
   } while (0)
 
+/* A whole file's bytes, NUL-terminated (free with free()); NULL when it
+ * cannot be read. */
+static inline char *sl_test_read_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *p = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+    free(p);
+    p = NULL;
+  }
+  if (p)
+    p[n] = 0;
+  fclose(f);
+  return p;
+}
+
 static inline int sl_test_finish(void) {
   fprintf(stderr, "%d checks, %d failures\n", sl_test_checks, sl_test_failures);
   return sl_test_failures ? 1 : 0;

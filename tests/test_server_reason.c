@@ -173,21 +173,6 @@ static void test_oom(void) {
   CHECK(sl_malloc_live_bytes() == live);
 }
 
-static char *read_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *p = malloc((size_t)n + 1);
-  if (fread(p, 1, (size_t)n, f) != (size_t)n)
-    n = 0;
-  p[n] = 0;
-  fclose(f);
-  return p;
-}
-
 /* The family picked from real templates (qwen3 writes <think>, the others
  * none), the settings, and a block opened by the prompt's text. */
 static void test_families(void) {
@@ -206,7 +191,7 @@ static void test_families(void) {
     char path[1024];
     snprintf(path, sizeof path, "%s/tests/fixtures/templates/%s",
              src ? src : ".", want[i].file);
-    char *t = read_file(path);
+    char *t = sl_test_read_file(path);
     if (!t)
       continue;
     seen++;

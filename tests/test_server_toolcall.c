@@ -189,24 +189,6 @@ static void test_prefixes_and_oom(void) {
   }
 }
 
-static char *read_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *p = malloc((size_t)n + 1);
-  if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-    free(p);
-    p = NULL;
-  }
-  if (p)
-    p[n] = 0;
-  fclose(f);
-  return p;
-}
-
 /* The family picked from real templates: those that write tool calls in
  * their own format, and those with none (generic). */
 static void test_template_families(void) {
@@ -225,7 +207,7 @@ static void test_template_families(void) {
     char path[1024];
     snprintf(path, sizeof path, "%s/tests/fixtures/templates/%s",
              src ? src : ".", want[i].file);
-    char *t = read_file(path);
+    char *t = sl_test_read_file(path);
     if (!t)
       continue;
     seen++;

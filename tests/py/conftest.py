@@ -118,6 +118,19 @@ def chromium(extra_args=()):
     return d
 
 
+def metric(srv, name):
+    """A /metrics value: the line whose name (with its labels, when `name`
+    gives them) is `name`; without labels, the first labelled line of that
+    name too."""
+    with urllib.request.urlopen(srv.base + "/metrics", timeout=60) as r:
+        text = r.read().decode()
+    for line in text.splitlines():
+        key = line.split(" ")[0]
+        if key == name or ("{" not in name and key.startswith(name + "{")):
+            return float(line.split()[-1])
+    raise AssertionError("no metric " + name)
+
+
 def _need_everything():
     if not model_path():
         pytest.skip("no model (set SLUICE_MODEL or put %s in models/)" %

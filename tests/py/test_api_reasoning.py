@@ -31,7 +31,7 @@ import sys
 
 import pytest
 
-from conftest import MODEL_NAME, model_path
+from conftest import MODEL_NAME, metric, model_path
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
@@ -122,19 +122,8 @@ def hf_render(template, messages, **extra):
 # ---- a think block cut by max_tokens ---------------------------------------
 
 
-def reasoning_metric(s):
-    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
-    c.request("GET", "/metrics")
-    text = c.getresponse().read().decode()
-    c.close()
-    for line in text.splitlines():
-        if line.startswith("sluice_reasoning_tokens_total "):
-            return float(line.split()[1])
-    raise AssertionError("no sluice_reasoning_tokens_total")
-
-
 def test_openai_cut_mid_think_is_reasoning(srv):
-    before = reasoning_metric(srv)
+    before = metric(srv, "sluice_reasoning_tokens_total")
     r = oai(srv).chat.completions.create(
         model=MODEL_NAME, messages=STORY, max_tokens=24, temperature=0)
     ch = r.choices[0]
@@ -153,7 +142,8 @@ def test_openai_cut_mid_think_is_reasoning(srv):
             stream=True, stream_options={"include_usage": True}):
         last = ch.usage or last
     assert last.completion_tokens_details.reasoning_tokens == 24
-    assert reasoning_metric(srv) - before == 48  # /metrics counts both
+    # /metrics counts both
+    assert metric(srv, "sluice_reasoning_tokens_total") - before == 48
 
 
 def test_anthropic_cut_mid_think_is_thinking(srv):

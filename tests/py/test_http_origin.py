@@ -28,7 +28,7 @@ import urllib.request
 
 import pytest
 
-from conftest import chromium, model_path
+from conftest import chromium, metric, model_path
 
 CHAT = {"model": "alpha", "max_tokens": 2, "temperature": 0,
         "messages": [{"role": "user", "content": "hi"}]}
@@ -51,15 +51,6 @@ def states(srv):
     st, _, b = request(srv, "GET", "/v1/models")
     assert st == 200, b
     return {m["id"]: m["state"] for m in json.loads(b)["data"]}
-
-
-def metric(srv, line_start):
-    st, _, b = request(srv, "GET", "/metrics")
-    assert st == 200
-    for line in b.decode().splitlines():
-        if line.startswith(line_start + " "):
-            return float(line.split()[-1])
-    raise AssertionError("no metric " + line_start)
 
 
 def refused(srv, reason):

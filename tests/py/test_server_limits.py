@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import MODEL_NAME
+from conftest import MODEL_NAME, metric
 
 
 def rss_bytes(pid):
@@ -203,16 +203,7 @@ def test_embedding_hangup_ends_every_input(srv):
     nothing stays in flight, and the next request is served."""
     import socket
 
-    def metric(name):
-        c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
-        c.request("GET", "/metrics")
-        text = c.getresponse().read().decode()
-        c.close()
-        for line in text.splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.split()[-1])
-        raise AssertionError("no " + name)
-    engine_before = metric("sluice_model_requests_total")
+    engine_before = metric(srv, "sluice_model_requests_total")
     body = json.dumps({"model": MODEL_NAME,
                        "input": ["input %d" % i for i in range(2000)]})
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
@@ -223,18 +214,18 @@ def test_embedding_hangup_ends_every_input(srv):
     # (waiting and running): never the 2,000 at once
     most, end = 0, time.time() + 1.0
     while time.time() < end:
-        most = max(most, metric("sluice_requests_waiting") +
-                   metric("sluice_requests_running"))
+        most = max(most, metric(srv, "sluice_requests_waiting") +
+                   metric(srv, "sluice_requests_running"))
         time.sleep(0.02)
     assert 0 < most <= 32, most
     s.close()
 
     end = time.time() + 60
-    while metric("sluice_requests_in_flight") and time.time() < end:
+    while metric(srv, "sluice_requests_in_flight") and time.time() < end:
         time.sleep(0.2)
-    assert metric("sluice_requests_in_flight") == 0
+    assert metric(srv, "sluice_requests_in_flight") == 0
     # the engine saw only the inputs that ran before the hang-up, not 2,000
-    went = metric("sluice_model_requests_total") - engine_before
+    went = metric(srv, "sluice_model_requests_total") - engine_before
     assert 0 < went < 1500, went
     st, body = post(srv, "/v1/embeddings", json.dumps(
         {"model": MODEL_NAME, "input": ["after", "the", "hang-up"]}).encode())
