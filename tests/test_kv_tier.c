@@ -8,8 +8,11 @@
  *     open and counted, never served; the temporary file is removed;
  *   - the byte budget evicts the least recently used block;
  *   - a missing or read-only directory is an error at open;
- *   - a full filesystem (a 1 MiB tmpfs, where this may mount one) turns
- *     the tier off after one fault, and puts then fail fast. */
+ *   - on a 1 MiB tmpfs (where this may mount one): a budget past the
+ *     filesystem is clamped at open; when something else fills the disk
+ *     a put makes room from the tier's own oldest files and the tier
+ *     stays on; a tier with nothing to evict turns off, puts then fail
+ *     fast, and it turns back on when space returns. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -187,27 +190,73 @@ int main(void) {
   snprintf(mnt, sizeof mnt, "%s/full", dir);
   CHECK(mkdir(mnt, 0700) == 0);
   if (mount("tmpfs", mnt, "tmpfs", 0, "size=1m") == 0) {
+    /* a budget of 1 GiB is clamped to what the filesystem holds */
     sl_kv_ssd_config fc = cfg_for(mnt, 1u << 30, FP);
     CHECK(sl_kv_ssd_open(&fc, &t, err, sizeof err) == SL_OK);
-    sl_status last = SL_OK;
-    int written = 0;
-    for (unsigned b = 0; b < 1000 && last == SL_OK; b++) {
+    st = sl_kv_tier_stats_of(t);
+    printf("1 MiB tmpfs: a budget of 1 GiB clamped to %llu bytes\n",
+           (unsigned long long)st.budget);
+    CHECK(st.budget > 0 && st.budget < (1u << 20));
+    /* so many puts never fill it: the tier evicts, no write fails */
+    int ok_puts = 0;
+    for (unsigned b = 0; b < 1000; b++) {
       int32_t ft[T];
       tokens_for(ft, 300 + b);
       sl_kv_block_key k = {FP, 1000 + b, ft};
-      last = sl_kv_tier_put(t, &k, src, n);
-      written += last == SL_OK;
+      ok_puts += sl_kv_tier_put(t, &k, src, n) == SL_OK;
     }
     st = sl_kv_tier_stats_of(t);
-    printf("full tmpfs: %d blocks written, then: %s\n", written,
-           sl_status_str(last));
-    CHECK(last == SL_ERR_IO && !st.enabled && st.faults == 1);
-    CHECK(written > 0 && st.entries == (uint64_t)written);
+    CHECK(ok_puts == 1000 && st.enabled && st.faults == 0);
+    CHECK(st.evictions > 0 && st.bytes <= st.budget);
+    /* a second tier, empty, on the same filesystem */
+    char two[4300];
+    snprintf(two, sizeof two, "%s/two", mnt);
+    CHECK(mkdir(two, 0700) == 0);
+    sl_kv_tier_t *t2 = NULL;
+    sl_kv_ssd_config fc2 = cfg_for(two, 1u << 30, FP);
+    CHECK(sl_kv_ssd_open(&fc2, &t2, err, sizeof err) == SL_OK);
+    /* something else fills the disk to the last byte */
+    char filler[4300];
+    snprintf(filler, sizeof filler, "%s/filler", mnt);
+    int ffd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(ffd >= 0);
+    static char page[4096];
+    while (write(ffd, page, sizeof page) > 0)
+      ;
+    CHECK(errno == ENOSPC);
+    close(ffd);
+    /* the next put makes room from the tier's own oldest file, and the
+     * tier stays on */
+    uint64_t held = st.entries, ev = st.evictions;
     int32_t ft[T];
-    tokens_for(ft, 9999);
-    sl_kv_block_key k = {FP, 99999, ft};
-    CHECK(sl_kv_tier_put(t, &k, src, n) == SL_ERR_STATE); /* off: no I/O */
-    CHECK(!sl_kv_tier_contains(t, &k));
+    tokens_for(ft, 5000);
+    sl_kv_block_key kf = {FP, 5000, ft};
+    CHECK(sl_kv_tier_put(t, &kf, src, n) == SL_OK);
+    st = sl_kv_tier_stats_of(t);
+    printf("full tmpfs: %llu blocks held, then %llu after a put that made "
+           "room (%llu evicted)\n",
+           (unsigned long long)held, (unsigned long long)st.entries,
+           (unsigned long long)(st.evictions - ev));
+    CHECK(st.enabled && st.faults == 1 && st.evictions > ev);
+    CHECK(sl_kv_tier_contains(t, &kf));
+    CHECK(sl_kv_tier_get(t, &kf, dst, n) == SL_OK && memcmp(src, dst, n) == 0);
+    /* the empty tier has nothing to evict: it turns off, and puts then
+     * fail fast */
+    int32_t gt[T];
+    tokens_for(gt, 6000);
+    sl_kv_block_key kg = {FP, 6000, gt};
+    CHECK(sl_kv_tier_put(t2, &kg, src, n) == SL_ERR_IO);
+    sl_kv_tier_stats st2 = sl_kv_tier_stats_of(t2);
+    CHECK(!st2.enabled && st2.faults == 1 && st2.entries == 0);
+    CHECK(sl_kv_tier_put(t2, &kg, src, n) == SL_ERR_STATE); /* no I/O */
+    CHECK(!sl_kv_tier_contains(t2, &kg));
+    /* space returns: after a probe interval the tier is on again */
+    CHECK(unlink(filler) == 0);
+    usleep(1100 * 1000);
+    CHECK(sl_kv_tier_put(t2, &kg, src, n) == SL_OK);
+    st2 = sl_kv_tier_stats_of(t2);
+    CHECK(st2.enabled && st2.entries == 1 && sl_kv_tier_contains(t2, &kg));
+    sl_kv_tier_close(t2);
     sl_kv_tier_close(t);
     CHECK(umount(mnt) == 0);
   } else {

@@ -170,6 +170,12 @@ typedef void (*sl_engine_cb)(void *user, const sl_engine_event *ev);
  * the engine) with its executor thread. */
 sl_status sl_engine_create(sl_model_t *model, const sl_tokenizer_t *tok,
                            const sl_engine_config *cfg, sl_engine_t **out);
+/* The same; on failure `err` (when not NULL) says why in words, naming
+ * what failed (a path and the system's reason for the SSD cache, the
+ * memory for a model that does not fit); "" when there are no words. */
+sl_status sl_engine_create2(sl_model_t *model, const sl_tokenizer_t *tok,
+                            const sl_engine_config *cfg, sl_engine_t **out,
+                            char *err, size_t errcap);
 
 /* The admin's "clear cache": the engine's executor runs a clear on its own
  * stream (the admin.clear_cache site) between steps; waits for it.

@@ -34,10 +34,10 @@ typedef struct sl_kv_block_key {
 
 typedef struct sl_kv_tier_stats {
   const char *name;    /* "hot", "ssd" */
-  bool enabled;        /* false once a write fault turned it off */
+  bool enabled;        /* false while a write fault has it off */
   uint64_t entries;    /* blocks held */
   uint64_t bytes;      /* bytes held (files, headers included) */
-  uint64_t budget;     /* byte budget */
+  uint64_t budget;     /* byte budget in effect (SSD: clamped to the disk) */
   uint64_t hits;       /* gets that returned a block */
   uint64_t misses;     /* lookups that found nothing */
   uint64_t puts;       /* blocks written */
@@ -46,7 +46,7 @@ typedef struct sl_kv_tier_stats {
   uint64_t evictions;  /* blocks dropped for the budget */
   uint64_t corrupt;    /* blocks found bad when read, dropped */
   uint64_t skipped;    /* files skipped when the index was rebuilt */
-  uint64_t faults;     /* write faults (ENOSPC, EIO, ...) */
+  uint64_t faults;     /* write faults (ENOSPC, EIO, ...), recovered or not */
   uint64_t compressed; /* blocks stored lz4-compressed (hot tier) */
   double get_ms_total; /* time spent in get (restore latency) */
   double put_ms_total; /* time spent in put */
@@ -110,7 +110,13 @@ void sl_kv_tier_close(sl_kv_tier_t *t);
  * when that takes more than a second). A file whose header checksum fails,
  * whose version, fingerprint or shape differs, whose size does not match,
  * or whose name is not its hash is skipped and counted, never served; a
- * payload that fails its checksum when read is dropped and recomputed. */
+ * payload that fails its checksum when read is dropped and recomputed.
+ *
+ * The budget is clamped to what the filesystem holds (at open, with a
+ * warning; it grows back as space returns). A write that fails for space
+ * evicts the tier's own oldest files and retries once; the tier turns off
+ * only when that fails too, and back on when space returns (looked at
+ * once a second, on puts). Other write faults turn it off until restart. */
 typedef struct sl_kv_ssd_config {
   const char *dir;      /* must exist and be writable */
   uint64_t budget;      /* bytes; least recently used files go first */

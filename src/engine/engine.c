@@ -376,12 +376,14 @@ static sl_status executor_init(sl_engine_t *e) {
         sl_batch_activation_bytes(e->model, e->cfg.max_batched_tokens);
     uint64_t total_b = 0, free_b = sl_device_mem_available(e->dev, &total_b);
     if (total_b && need > free_b) {
-      SL_LOGE("the model does not fit on %s: it needs %llu bytes (weights "
-              "%llu, KV cache %llu), and %llu bytes of %llu are free",
-              sl_device_name(e->dev), (unsigned long long)need,
-              (unsigned long long)sl_model_device_weight_bytes(e->model),
-              (unsigned long long)((uint64_t)n_blocks * bb),
-              (unsigned long long)free_b, (unsigned long long)total_b);
+      snprintf(e->start_err, sizeof e->start_err,
+               "the model does not fit on %s: it needs %llu bytes (weights "
+               "%llu, KV cache %llu), and %llu bytes of %llu are free",
+               sl_device_name(e->dev), (unsigned long long)need,
+               (unsigned long long)sl_model_device_weight_bytes(e->model),
+               (unsigned long long)((uint64_t)n_blocks * bb),
+               (unsigned long long)free_b, (unsigned long long)total_b);
+      SL_LOGE("%s", e->start_err);
       return SL_ERR_DEVICE_OOM;
     }
   }
@@ -413,7 +415,9 @@ static sl_status executor_init(sl_engine_t *e) {
       rc.lz4 = false;
     }
     if ((st = sl_kv_ram_open(&rc, &e->tiers[e->n_tiers])) != SL_OK) {
-      SL_LOGE("hot cache: %s", sl_status_str(st));
+      snprintf(e->start_err, sizeof e->start_err, "hot cache: %s",
+               sl_status_str(st));
+      SL_LOGE("%s", e->start_err);
       return st;
     }
     e->n_tiers++;
@@ -430,6 +434,7 @@ static sl_status executor_init(sl_engine_t *e) {
                            .block_tokens = kc.block_tokens};
     st = sl_kv_ssd_open(&sc, &e->tiers[e->n_tiers], err, sizeof err);
     if (st != SL_OK && !e->cfg.ssd_cache_optional) {
+      snprintf(e->start_err, sizeof e->start_err, "%s", err);
       SL_LOGE("%s", err);
       return st;
     }
@@ -448,8 +453,9 @@ static sl_status executor_init(sl_engine_t *e) {
   sl_kv_view view = sl_kv_view_of(e->kv);
   if ((st = sl_batch_ctx_create2(e->model, &view, e->stream, e->cfg.n_threads,
                                  &e->bctx, err, sizeof err)) != SL_OK) {
-    SL_LOGE("engine on %s: %s", sl_device_name(e->dev),
-            err[0] ? err : sl_status_str(st));
+    snprintf(e->start_err, sizeof e->start_err, "engine on %s: %s",
+             sl_device_name(e->dev), err[0] ? err : sl_status_str(st));
+    SL_LOGE("%s", e->start_err);
     return st;
   }
   size_t ms = (size_t)e->cfg.max_seqs + 1;
@@ -597,6 +603,14 @@ static void *executor_main(void *p) {
 
 sl_status sl_engine_create(sl_model_t *model, const sl_tokenizer_t *tok,
                            const sl_engine_config *cfg, sl_engine_t **out) {
+  return sl_engine_create2(model, tok, cfg, out, NULL, 0);
+}
+
+sl_status sl_engine_create2(sl_model_t *model, const sl_tokenizer_t *tok,
+                            const sl_engine_config *cfg, sl_engine_t **out,
+                            char *err, size_t errcap) {
+  if (err && errcap)
+    err[0] = 0;
   if (!model || !tok || !cfg || !out)
     return SL_ERR_INVALID_ARG;
   if (cfg->n_ctx < 16 || cfg->kv_block_tokens < 1 ||
@@ -630,6 +644,8 @@ sl_status sl_engine_create(sl_model_t *model, const sl_tokenizer_t *tok,
   pthread_mutex_unlock(&e->mu);
   if (st != SL_OK) {
     pthread_join(e->thread, NULL);
+    if (err && errcap)
+      snprintf(err, errcap, "%s", e->start_err);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
     sl_free(e);

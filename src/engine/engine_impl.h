@@ -195,6 +195,7 @@ struct sl_engine {
   sl_engine_stats stats;
   sl__site_stats sites[SL__SITE_COUNT];
   sl_status start_status; /* set by the executor before `started` */
+  char start_err[320];    /* why it failed, in words ("" when it did not) */
   bool started;
   /* executor-thread state */
   sl_stream_t *stream; /* the executor thread's own stream */

@@ -352,8 +352,10 @@ static sl_status load_locked(sl_pool_t *p, int i) {
     tmpl[ts.len] = 0;
   }
   stage(p, name, "starting its engine (KV cache, repacked weights)");
-  if ((st = sl_engine_create(m, tok, &ecfg, &eng)) != SL_OK) {
-    snprintf(err, sizeof err, "cannot start the engine: %s", sl_status_str(st));
+  char why[320];
+  if ((st = sl_engine_create2(m, tok, &ecfg, &eng, why, sizeof why)) != SL_OK) {
+    snprintf(err, sizeof err, "cannot start the engine: %s",
+             why[0] ? why : sl_status_str(st));
     goto fail;
   }
   double ms = (double)(sl_now_ns() - t0) / 1e6;

@@ -5,6 +5,19 @@
  * lookup and put; eviction removes the smallest stamp (a scan: the table
  * holds at most budget / block size entries, thousands, and eviction runs
  * once per put over budget).
+ *
+ * Space. The budget in effect (`limit`, st.budget) is the configured one
+ * clamped to what the filesystem can hold: at open, the files held plus
+ * SSD_FREE_SHARE of the free space (a warning when that clamps). A write
+ * that fails for space (ENOSPC, EDQUOT: something else filled the disk)
+ * evicts the tier's own least recently used files until one block's file
+ * was freed, lowers the limit to the bytes then held, and retries once;
+ * only when that fails too (or nothing was left to evict) does the tier
+ * turn off. While the tier is off for space, or its limit is under the
+ * configured budget, a put looks at the free space again (at most every
+ * SSD_PROBE_MS): room for SSD_BACK_FILES files turns it back on, and the
+ * limit grows back toward the budget. A fault of another kind (EIO,
+ * EROFS, EFBIG) turns it off until restart.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -16,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -23,11 +37,14 @@
 #include "sluice/util.h"
 #include "tier_impl.h"
 
-#define SSD_MAGIC     "SLKVBLK"
-#define SSD_VERSION   1u
-#define SSD_FIXED     64u
-#define SSD_DTYPE_F16 1u
-#define SSD_SUFFIX    ".slkv"
+#define SSD_MAGIC      "SLKVBLK"
+#define SSD_VERSION    1u
+#define SSD_FIXED      64u
+#define SSD_DTYPE_F16  1u
+#define SSD_SUFFIX     ".slkv"
+#define SSD_FREE_SHARE 0.9  /* of the free space the tier may fill */
+#define SSD_PROBE_MS   1000 /* free space looked at, at most this often */
+#define SSD_BACK_FILES 4    /* free room that turns the tier back on */
 
 typedef struct ssd_entry {
   uint64_t hash; /* 0: empty; tombstones are never left (backward shift) */
@@ -45,6 +62,10 @@ typedef struct ssd_tier {
   ssd_entry *tab;
   size_t cap, n; /* cap: a power of two */
   uint64_t clock;
+  uint64_t limit;    /* the budget in effect (st.budget): <= cfg.budget */
+  int off_errno;     /* why it is off (0: on) */
+  uint64_t t_probe;  /* when free space was last looked at (ns) */
+  uint64_t fs_block; /* the filesystem's block (statvfs f_frsize) */
   sl_kv_tier_stats st;
 } ssd_tier;
 
@@ -134,9 +155,9 @@ static void file_name(const ssd_tier *t, uint64_t h, char *out, size_t n) {
 }
 
 /* Under mu: drops least recently used entries (and their files) until the
- * bytes fit the budget. */
-static void evict_to_budget(ssd_tier *t) {
-  while (t->n && t->st.bytes > t->cfg.budget) {
+ * bytes fit `limit`. */
+static void evict_to(ssd_tier *t, uint64_t limit) {
+  while (t->n && t->st.bytes > limit) {
     size_t best = SIZE_MAX;
     for (size_t i = 0; i < t->cap; i++)
       if (t->tab[i].hash &&
@@ -148,6 +169,35 @@ static void evict_to_budget(ssd_tier *t) {
     remove_at(t, best);
     t->st.evictions++;
   }
+}
+
+static void evict_to_budget(ssd_tier *t) {
+  evict_to(t, t->limit);
+}
+
+/* Bytes free to an unprivileged writer on the tier's filesystem (or
+ * UINT64_MAX when that cannot be known). */
+static uint64_t free_bytes(ssd_tier *t) {
+  struct statvfs sv;
+  if (statvfs(t->dir, &sv) != 0)
+    return UINT64_MAX;
+  if (sv.f_frsize)
+    t->fs_block = sv.f_frsize;
+  return (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+}
+
+/* What the filesystem lets the tier hold: its files and as many more as
+ * a share of the free space holds (each takes whole filesystem blocks),
+ * at most the configured budget. Under mu. */
+static uint64_t space_limit(const ssd_tier *t, uint64_t avail) {
+  if (avail == UINT64_MAX)
+    return t->cfg.budget;
+  uint64_t file = t->header_bytes + 8 + t->payload_bytes;
+  uint64_t fb = t->fs_block ? t->fs_block : 4096;
+  uint64_t on_disk = (file + fb - 1) / fb * fb;
+  uint64_t more = (uint64_t)((double)avail * SSD_FREE_SHARE) / on_disk;
+  uint64_t can = t->st.bytes + more * file;
+  return can < t->cfg.budget ? can : t->cfg.budget;
 }
 
 /* ---- the header ------------------------------------------------------------
@@ -249,10 +299,19 @@ sl_status sl_kv_ssd_open(const sl_kv_ssd_config *cfg, sl_kv_tier_t **out,
                          char *err, size_t err_size) {
   *out = NULL;
   struct stat sb;
-  if (!cfg->dir || !*cfg->dir || stat(cfg->dir, &sb) != 0 ||
-      !S_ISDIR(sb.st_mode)) {
-    snprintf(err, err_size, "the SSD cache directory '%s' does not exist",
-             cfg->dir ? cfg->dir : "");
+  if (!cfg->dir || !*cfg->dir || stat(cfg->dir, &sb) != 0) {
+    int e = cfg->dir && *cfg->dir ? errno : ENOENT;
+    if (e == ENOENT)
+      snprintf(err, err_size, "the SSD cache directory '%s' does not exist",
+               cfg->dir ? cfg->dir : "");
+    else
+      snprintf(err, err_size, "the SSD cache directory '%s' cannot be used: %s",
+               cfg->dir, strerror(e));
+    return SL_ERR_IO;
+  }
+  if (!S_ISDIR(sb.st_mode)) {
+    snprintf(err, err_size, "the SSD cache directory '%s' is not a directory",
+             cfg->dir);
     return SL_ERR_IO;
   }
   if (access(cfg->dir, R_OK | W_OK | X_OK) != 0) {
@@ -281,7 +340,7 @@ sl_status sl_kv_ssd_open(const sl_kv_ssd_config *cfg, sl_kv_tier_t **out,
   t->header_bytes = SSD_FIXED + 4u * (size_t)cfg->block_tokens;
   t->st.name = "ssd";
   t->st.enabled = true;
-  t->st.budget = cfg->budget;
+  t->st.budget = t->limit = cfg->budget;
   pthread_mutex_init(&t->mu, NULL);
   DIR *d = opendir(t->dir);
   uint8_t *hbuf = malloc(t->header_bytes + 8);
@@ -332,6 +391,19 @@ sl_status sl_kv_ssd_open(const sl_kv_ssd_config *cfg, sl_kv_tier_t **out,
   for (size_t i = 0; i < t->cap; i++)
     if (t->tab[i].hash && t->tab[i].stamp > t->clock)
       t->clock = t->tab[i].stamp;
+  /* a budget past what the filesystem can hold: clamped, with a warning */
+  uint64_t avail = free_bytes(t);
+  t->limit = space_limit(t, avail);
+  t->st.budget = t->limit;
+  t->t_probe = sl_now_ns();
+  if (t->limit < cfg->budget && !cfg->quiet)
+    fprintf(stderr,
+            "sluice: SSD cache: the budget (%llu bytes, --ssd-cache-bytes) "
+            "is more than '%s' can hold (%llu bytes of block files and "
+            "%llu free): using %llu bytes\n",
+            (unsigned long long)cfg->budget, t->dir,
+            (unsigned long long)t->st.bytes, (unsigned long long)avail,
+            (unsigned long long)t->limit);
   evict_to_budget(t);
   t->st.entries = t->n;
   *out = &t->base;
@@ -451,17 +523,99 @@ static bool write_all(int fd, const void *p, size_t n) {
   return true;
 }
 
+static bool space_fault(int e) {
+  return e == ENOSPC || e == EDQUOT;
+}
+
 static void turn_off(ssd_tier *t, int e) {
   pthread_mutex_lock(&t->mu);
   bool was = t->st.enabled;
   t->st.enabled = false;
-  t->st.faults++;
+  t->off_errno = e;
+  t->t_probe = sl_now_ns();
   pthread_mutex_unlock(&t->mu);
   if (was && !t->cfg.quiet)
     fprintf(stderr,
-            "sluice: SSD cache: writing to '%s' failed (%s); the SSD tier is "
-            "off until restart, serving goes on\n",
-            t->dir, strerror(e));
+            "sluice: SSD cache: writing to '%s' failed (%s)%s; the SSD tier "
+            "is off %s, serving goes on\n",
+            t->dir, strerror(e),
+            space_fault(e) ? " with none of its own files left to evict" : "",
+            space_fault(e) ? "until space returns" : "until restart");
+}
+
+/* Before a put: while the tier is off for space, or its limit is under
+ * the budget, looks at the free space (at most every SSD_PROBE_MS) and
+ * turns it back on or raises the limit. True when the tier is on. */
+static bool probe_space(ssd_tier *t) {
+  pthread_mutex_lock(&t->mu);
+  bool on = t->st.enabled;
+  bool want = on ? t->limit < t->cfg.budget : space_fault(t->off_errno);
+  uint64_t now = sl_now_ns();
+  if (!want || now - t->t_probe < SSD_PROBE_MS * 1000000ull) {
+    pthread_mutex_unlock(&t->mu);
+    return on;
+  }
+  t->t_probe = now;
+  pthread_mutex_unlock(&t->mu);
+  uint64_t avail = free_bytes(t); /* a system call: outside mu */
+  pthread_mutex_lock(&t->mu);
+  uint64_t file = t->header_bytes + 8 + t->payload_bytes;
+  bool back = !t->st.enabled && space_fault(t->off_errno) &&
+              avail != UINT64_MAX && avail >= SSD_BACK_FILES * file;
+  if (back) {
+    t->st.enabled = true;
+    t->off_errno = 0;
+  }
+  uint64_t lim = space_limit(t, avail);
+  if (lim > t->limit)
+    t->limit = t->st.budget = lim;
+  on = t->st.enabled;
+  pthread_mutex_unlock(&t->mu);
+  if (back && !t->cfg.quiet)
+    fprintf(stderr,
+            "sluice: SSD cache: '%s' has room again (%llu bytes free); the "
+            "SSD tier is on\n",
+            t->dir, (unsigned long long)avail);
+  return on;
+}
+
+/* Writes one block file (under a temporary name, then renamed). 0, or
+ * the errno of the failure. */
+static int write_block(const char *tmp, const char *path, const void *hbuf,
+                       size_t hn, const void *src, size_t n) {
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0 && write_all(fd, hbuf, hn) && write_all(fd, src, n) &&
+            fsync(fd) == 0;
+  int e = ok ? 0 : errno;
+  if (fd >= 0 && close(fd) != 0 && ok) {
+    ok = false;
+    e = errno;
+  }
+  if (ok && rename(tmp, path) != 0) {
+    ok = false;
+    e = errno;
+  }
+  if (!ok) {
+    unlink(tmp);
+    return e ? e : EIO;
+  }
+  return 0;
+}
+
+/* A write failed for space: drops the tier's least recently used files
+ * until one block's file is freed, and keeps the limit at what is then
+ * held with that one file (the filesystem holds no more). True when
+ * anything was freed. */
+static bool make_room(ssd_tier *t, uint64_t file) {
+  pthread_mutex_lock(&t->mu);
+  uint64_t before = t->st.bytes;
+  evict_to(t, before > file ? before - file : 0);
+  bool freed = t->st.bytes < before;
+  t->limit = t->st.budget = t->st.bytes + file; /* with the one retried */
+  t->t_probe = sl_now_ns();
+  t->st.entries = t->n;
+  pthread_mutex_unlock(&t->mu);
+  return freed;
 }
 
 static sl_status ssd_put(sl_kv_tier_t *bt, const sl_kv_block_key *key,
@@ -471,8 +625,8 @@ static sl_status ssd_put(sl_kv_tier_t *bt, const sl_kv_block_key *key,
   if (n != t->payload_bytes || key->fingerprint != t->cfg.fingerprint ||
       !key->hash)
     return SL_ERR_INVALID_ARG;
+  bool enabled = probe_space(t);
   pthread_mutex_lock(&t->mu);
-  bool enabled = t->st.enabled;
   size_t i = slot_of(t, key->hash);
   bool held = t->tab[i].hash == key->hash;
   pthread_mutex_unlock(&t->mu);
@@ -502,22 +656,22 @@ static sl_status ssd_put(sl_kv_tier_t *bt, const sl_kv_block_key *key,
   snprintf(tmp, sizeof tmp, "%s/.%016" PRIx64 ".%d.%lu.tmp", t->dir, key->hash,
            (int)getpid(), (unsigned long)pthread_self());
   file_name(t, key->hash, path, sizeof path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  bool ok = fd >= 0 && write_all(fd, hbuf, hn) && write_all(fd, src, n) &&
-            fsync(fd) == 0;
-  int e = errno;
+  int e = write_block(tmp, path, hbuf, hn, src, n);
+  if (space_fault(e)) {
+    pthread_mutex_lock(&t->mu);
+    t->st.faults++;
+    pthread_mutex_unlock(&t->mu);
+    /* the disk is full: room from the tier's own oldest files, once */
+    if (make_room(t, hn + n))
+      e = write_block(tmp, path, hbuf, hn, src, n);
+  } else if (e) {
+    pthread_mutex_lock(&t->mu);
+    t->st.faults++;
+    pthread_mutex_unlock(&t->mu);
+  }
   free(hbuf);
-  if (fd >= 0 && close(fd) != 0 && ok) {
-    ok = false;
-    e = errno;
-  }
-  if (ok && rename(tmp, path) != 0) {
-    ok = false;
-    e = errno;
-  }
-  if (!ok) {
-    unlink(tmp);
-    if (e == ENOSPC || e == EIO || e == EROFS || e == EDQUOT || e == EFBIG)
+  if (e) {
+    if (space_fault(e) || e == EIO || e == EROFS || e == EFBIG)
       turn_off(t, e);
     return SL_ERR_IO;
   }

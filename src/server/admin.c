@@ -338,11 +338,16 @@ static void tier_metrics(sl_server_t *s, sl_sbuf *o, const snapshot *sn) {
   int n = 0;
   for (; tier_sum(sn, n, &t, &w); n++) {
     const metric_row rows[] = {
-        {"enabled", 'g', "1 while it serves; 0 after a write fault.",
+        {"enabled", 'g',
+         "1 while it serves; 0 after a write fault it could not recover "
+         "from (off for space: on again when space returns).",
          t.enabled ? 1 : 0},
         {"blocks", 'g', "Blocks held.", (double)t.entries},
         {"bytes", 'g', "Bytes held.", (double)t.bytes},
-        {"budget_bytes", 'g', "The byte budget.", (double)t.budget},
+        {"budget_bytes", 'g',
+         "The byte budget in effect (the SSD tier's: clamped to what its "
+         "filesystem holds).",
+         (double)t.budget},
         {"hits_total", 'c', "Blocks restored.", (double)t.hits},
         {"misses_total", 'c', "Lookups that found no block.", (double)t.misses},
         {"restored_bytes_total", 'c', "Payload bytes restored.",
@@ -362,7 +367,9 @@ static void tier_metrics(sl_server_t *s, sl_sbuf *o, const snapshot *sn) {
          (double)t.corrupt},
         {"skipped_total", 'c', "Files skipped when the index was rebuilt.",
          (double)t.skipped},
-        {"faults_total", 'c', "Write faults (ENOSPC, EIO, ...).",
+        {"faults_total", 'c',
+         "Write faults (ENOSPC, EIO, ...), those recovered from by "
+         "eviction included.",
          (double)t.faults},
     };
     prom_rows(o, rows, sizeof rows / sizeof rows[0], t.name);

@@ -1,8 +1,9 @@
 """The SSD tier end to end, through real servers and a real directory
 (issue 11): prefix blocks written by the store worker survive a restart and
 are restored at admission, with the same greedy text as a cold run; bad
-files are recomputed or skipped, never served; a full disk turns the tier
-off while requests go on; a missing directory is a start-up error.
+files are recomputed or skipped, never served; a full disk makes the tier
+evict to make room while requests go on (issue 43); a missing or read-only
+directory is a start-up error naming the path.
 
 Each test starts its own servers (the default model, greedy, 8k context)."""
 import glob
@@ -35,6 +36,7 @@ LONG = prompt_words(3900)  # about 4,000 tokens for SmolLM2's tokenizer
 # (one 16-token block of this model is ~360 KiB): about 1,000 tokens, a
 # quarter of the prefill time.
 SHORT = prompt_words(1000, seed=8)
+SHORT2 = prompt_words(1000, seed=9)
 
 
 def complete(srv, prompt, max_tokens=12):
@@ -67,7 +69,8 @@ def cold():
     s = Server(CTX)
     try:
         ref = {p: complete(s, p)[0]
-               for p in (LONG + " final words here", SHORT, SHORT + " tail")}
+               for p in (LONG + " final words here", SHORT, SHORT + " tail",
+                         SHORT2)}
     finally:
         s.stop()
     return ref
@@ -161,6 +164,12 @@ def test_missing_dir_is_an_error():
                            capture_output=True, text=True, timeout=120)
         assert r.returncode != 0
         assert "does not exist" in r.stderr, r.stderr
+        # the last word names the path and the reason (it was "cannot start
+        # the engine: I/O error")
+        last = [ln for ln in r.stderr.splitlines()
+                if "cannot start the engine" in ln]
+        assert last and missing in last[-1] and "does not exist" in last[-1], \
+            r.stderr
         s = Server(CTX + ["--ssd-cache-dir", missing,
                           "--ssd-cache-optional"])
         try:
@@ -171,9 +180,11 @@ def test_missing_dir_is_an_error():
             s.stop()
 
 
-def test_full_disk_turns_the_tier_off(cold):
-    """A 2 MiB tmpfs fills after a few blocks: the tier turns itself off,
-    the request is answered as a cold run answers it."""
+def test_full_disk_makes_room(cold):
+    """A 2 MiB tmpfs: the 10 GB default budget is clamped to it at start,
+    with a warning. Then something else fills the disk: the tier evicts
+    its own oldest files to make room and stays on, and every request is
+    answered as a cold run answers it."""
     _need_everything()
     with tempfile.TemporaryDirectory() as d:
         r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs",
@@ -183,24 +194,73 @@ def test_full_disk_turns_the_tier_off(cold):
         try:
             s = Server(CTX + ["--ssd-cache-dir", d])
             try:
+                m0 = metrics(s)
                 text, _, _ = complete(s, SHORT)
-                # the worker writes behind the answer; wait for the fault
+                # the worker writes behind the answer; wait for it to settle
+                last = -1
                 for _ in range(600):
                     m = metrics(s)
-                    if m.get("sluice_kv_ssd_enabled", 1) == 0:
+                    n = m.get("sluice_kv_ssd_written_bytes_total", 0)
+                    if n > 0 and n == last:
+                        break
+                    last = n
+                    time.sleep(0.2)
+                # something else fills the disk to the last byte
+                filler = os.path.join(d, "filler")
+                fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+                try:
+                    while os.write(fd, b"\0" * 4096) > 0:
+                        pass
+                except OSError:
+                    pass
+                os.close(fd)
+                ev0 = metrics(s)["sluice_kv_ssd_evictions_total"]
+                text2, _, _ = complete(s, SHORT2)
+                for _ in range(600):
+                    m = metrics(s)
+                    if m["sluice_kv_ssd_faults_total"] >= 1:
                         break
                     time.sleep(0.1)
-                text2, _, _ = complete(s, SHORT + " tail")
+                time.sleep(1)
+                m = metrics(s)
                 log = s.log_text()
             finally:
                 assert s.stop() == 0
             assert text == cold[SHORT]
-            assert text2 == cold[SHORT + " tail"]
-            assert m["sluice_kv_ssd_enabled"] == 0
+            assert text2 == cold[SHORT2]
+            budget = m0["sluice_kv_ssd_budget_bytes"]
+            assert 0 < budget <= 2 << 20, budget
+            assert "is more than '%s' can hold" % d in log
             assert m["sluice_kv_ssd_faults_total"] >= 1
-            assert log.count("the SSD tier is off") == 1
+            assert m["sluice_kv_ssd_evictions_total"] > ev0
+            assert m["sluice_kv_ssd_enabled"] == 1
+            assert m["sluice_kv_ssd_blocks"] >= 1
+            assert "the SSD tier is off" not in log
         finally:
             subprocess.run(["umount", d])
+
+
+def test_read_only_dir_is_named():
+    """A read-only cache directory (a read-only mount, which root cannot
+    write either): the start fails naming the path and the reason."""
+    _need_everything()
+    from conftest import model_path, sluice_bin
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m",
+                            "tmpfs", d], capture_output=True)
+        if r.returncode != 0:
+            pytest.skip("cannot mount a tmpfs here: %s" % r.stderr.decode())
+        try:
+            r = subprocess.run([sluice_bin(), "serve", "-m", model_path(),
+                                "--port", "0", "--ssd-cache-dir", d],
+                               capture_output=True, text=True, timeout=120)
+        finally:
+            subprocess.run(["umount", d])
+        assert r.returncode != 0
+        last = [ln for ln in r.stderr.splitlines()
+                if "cannot start the engine" in ln]
+        assert last, r.stderr
+        assert d in last[-1] and "Read-only file system" in last[-1], last
 
 
 def test_kill_9_during_writes():
