@@ -22,7 +22,8 @@ add_library(sluice_server_parse STATIC src/server/json.c src/server/json_scan.c
                                        src/server/toolcall.c
                                        src/server/reasoning.c
                                        src/server/reasoning_req.c
-                                       src/server/origin.c)
+                                       src/server/origin.c
+                                       src/server/proxy.c)
 target_include_directories(sluice_server_parse PUBLIC src
                            ${SL_JANSSON_INCLUDE_DIRS})
 target_link_libraries(sluice_server_parse PUBLIC sluice_core
@@ -53,7 +54,7 @@ target_link_libraries(sluice PRIVATE sluice_server)
 
 foreach(t test_server_parse test_server_prompt test_server_json_scan
           test_server_toolcall test_server_reason test_server_origin
-          test_server_head)
+          test_server_head test_server_proxy)
   if(TARGET ${t})
     target_link_libraries(${t} PRIVATE sluice_server_parse)
   endif()
@@ -64,7 +65,8 @@ if(TARGET test_server_job)
   target_link_libraries(test_server_job PRIVATE sluice_server)
   set_tests_properties(test_server_job PROPERTIES LABELS "c;threaded")
 endif()
-foreach(t fuzz_server_json fuzz_toolcall fuzz_reason fuzz_origin)
+foreach(t fuzz_server_json fuzz_toolcall fuzz_reason fuzz_origin
+          fuzz_proxy)
   if(TARGET ${t})
     target_link_libraries(${t} PRIVATE sluice_server_parse)
   endif()
@@ -113,6 +115,9 @@ if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
   # the front door: slowloris, limits, heads refused in JSON (needs
   # 127.0.0.2 and a few thousand fds; raises its own soft limit)
   sl_server_pytest(test_http_door test_http_door.py 600)
+  # behind a proxy (issue 43 stage 4): --trusted-proxy, PROXY v1/v2 and
+  # X-Forwarded-For name the client the per-address limit counts
+  sl_server_pytest(test_http_proxy test_http_proxy.py 300)
   # the SSD tier end to end: a restart restores a 4k-token prefix with the
   # cold run's text; bit flips recomputed or skipped; a full tmpfs (where
   # the test may mount one) turns the tier off; a missing directory

@@ -70,6 +70,12 @@ typedef struct sl_server_config {
                                 (--allowed-host): comma-separated; a
                                 leading "." takes the names under it;
                                 "*": any (src/server/origin.h) */
+  const char *trusted_proxies; /* proxies whose connections name their client
+                                  (--trusted-proxy): comma-separated
+                                  addresses or ADDR/N ranges; from these
+                                  only, a PROXY protocol header or
+                                  X-Forwarded-For sets the address the
+                                  per-address limit counts */
 } sl_server_config;
 
 /* Defaults as documented above. */

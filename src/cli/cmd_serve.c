@@ -119,6 +119,11 @@ static void serve_usage(FILE *f) {
        "a Host name the server answers besides loopback and --host "
        "(repeatable; .example.com: the names under it; '*': any)",
        "none");
+  flag(f, "--trusted-proxy ADDR",
+       "a proxy (address or ADDR/N range, repeatable) whose connections "
+       "name their client by a PROXY header (v1, v2) or X-Forwarded-For; "
+       "the per-address limit counts that client",
+       "none");
   flag(f, "--max-tokens-default N",
        "max_tokens of a chat request without one (0: the room left)",
        NUM(s.max_tokens_default));
@@ -266,6 +271,7 @@ int sl_cli_serve_main(int argc, char **argv) {
   long idle_ttl = 0;
   sl_server_config scfg = sl_server_config_defaults();
   char allowed_hosts[4096] = ""; /* --allowed-host values, comma-joined */
+  char trusted[4096] = "";       /* --trusted-proxy values, comma-joined */
   sl_engine_config ecfg = sl_engine_config_defaults();
   /* the KV pool resident from the start, as llama.cpp clears its KV buffer
    * at load (the soak test judges RSS from the first minute on) */
@@ -435,6 +441,14 @@ int sl_cli_serve_main(int argc, char **argv) {
       snprintf(allowed_hosts + have, sizeof allowed_hosts - have, "%s%s",
                have ? "," : "", v);
       scfg.allowed_hosts = allowed_hosts;
+    } else if (!strcmp(a, "--trusted-proxy")) {
+      SL_CLI_NEED_VALUE("serve");
+      size_t have = strlen(trusted), vl = strlen(v);
+      if (!vl || strpbrk(v, " \t,") || have + vl + 2 > sizeof trusted)
+        SL_CLI_BAD_VALUE("serve");
+      snprintf(trusted + have, sizeof trusted - have, "%s%s", have ? "," : "",
+               v);
+      scfg.trusted_proxies = trusted;
     } else if (!strcmp(a, "--parse-special-in-content")) {
       scfg.parse_special_in_content = true;
     } else if (!strcmp(a, "--ssd-cache-dir")) {

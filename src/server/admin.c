@@ -486,13 +486,19 @@ void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *o) {
        (double)ds.live);
   sl__sbuf_addf(o,
                 "# HELP sluice_http_connections_refused_total Connections "
-                "closed at accept: over --max-conns or --max-conns-per-ip.\n"
+                "refused: over --max-conns or --max-conns-per-ip (closed at "
+                "accept; a client behind a --trusted-proxy gets 429 once "
+                "named).\n"
                 "# TYPE sluice_http_connections_refused_total counter\n"
                 "sluice_http_connections_refused_total{limit=\"total\"} %llu\n"
                 "sluice_http_connections_refused_total{limit=\"per_ip\"} "
                 "%llu\n",
                 (unsigned long long)ds.refused_total,
                 (unsigned long long)ds.refused_per_ip);
+  prom(o, "sluice_http_connections_forwarded_total", "counter",
+       "Connections from a --trusted-proxy counted as the client it named "
+       "(PROXY header or X-Forwarded-For).",
+       (double)ds.forwarded);
   prom(o, "sluice_http_head_rejected_total", "counter",
        "First request heads answered at the door: 400, 414, 431, 505.",
        (double)ds.head_errors);

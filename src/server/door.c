@@ -26,6 +26,15 @@
  * notification calls sl__srv_door_release. Counters and the per-address
  * table are under `mu` (the door thread and libmicrohttpd's threads).
  *
+ * Behind a proxy (cfg.trusted, --trusted-proxy): a connection from a
+ * trusted address counts against max_conns only, until it names its client:
+ * a PROXY protocol header (v1 or v2, before any HTTP byte; consumed here,
+ * so libmicrohttpd reads from the head on) or, without one, the first
+ * head's X-Forwarded-For (proxy.c). Then it is re-counted as that client's
+ * (over max_per_ip: 429), and libmicrohttpd is given the client's address.
+ * From any other address neither is read: a PROXY line is a bad head (400)
+ * and X-Forwarded-For is an ordinary field.
+ *
  * An answered connection lingers: its write side is shut, what the client
  * still sends is read and dropped, and it is closed at the client's EOF or
  * after SL_DOOR_LINGER_MS, so that closing with unread bytes does not
@@ -48,6 +57,7 @@
 #include "server/door.h"
 #include "server/head.h"
 #include "server/json.h"
+#include "server/proxy.h"
 #include "sluice/util.h"
 
 #define SL_DOOR_TICK_MS   50
@@ -68,6 +78,9 @@ typedef struct pend {
   uint64_t t_first;  /* first byte seen (0: none yet) */
   uint64_t t_last;   /* bytes last arrived */
   uint64_t t_linger; /* lingering since */
+  bool trusted;      /* from a --trusted-proxy address */
+  bool proxy_seen;   /* trusted: a PROXY header was read, or cannot come */
+  bool named;        /* trusted: counted as the client it named */
   struct sockaddr_storage addr;
   socklen_t alen;
   struct pend *prev, *next;
@@ -113,22 +126,15 @@ static unsigned bucket_of(const uint8_t key[16]) {
   return (unsigned)(h >> 20) % SL_DOOR_BUCKETS;
 }
 
-/* Counts a new connection from `a` under the limits. Returns its address
- * node, or NULL (*why set) when refused. Under mu. */
-static ip_node *admit(sl_srv_door *d, const struct sockaddr_storage *a,
-                      const char **why) {
-  if (d->n_live >= d->cfg.max_conns) {
-    d->st.refused_total++;
-    *why = "total";
-    return NULL;
-  }
-  uint8_t key[16];
-  addr_key(a, key);
+/* The node of address `key`, counted once more: NULL (*why set) when it
+ * is over max_per_ip (unless `trusted`) or out of memory. Under mu. */
+static ip_node *count_addr(sl_srv_door *d, const uint8_t key[16], bool trusted,
+                           const char **why) {
   unsigned b = bucket_of(key);
   ip_node *n = d->buckets[b];
   while (n && memcmp(n->addr, key, 16) != 0)
     n = n->next;
-  if (n && d->cfg.max_per_ip && n->count >= d->cfg.max_per_ip) {
+  if (n && !trusted && d->cfg.max_per_ip && n->count >= d->cfg.max_per_ip) {
     d->st.refused_per_ip++;
     *why = "per-address";
     return NULL;
@@ -144,13 +150,11 @@ static ip_node *admit(sl_srv_door *d, const struct sockaddr_storage *a,
     d->buckets[b] = n;
   }
   n->count++;
-  d->n_live++;
   return n;
 }
 
-/* Under mu. */
-static void unadmit(sl_srv_door *d, ip_node *n) {
-  d->n_live--;
+/* Under mu: one count less for n, freed at zero. */
+static void uncount_addr(sl_srv_door *d, ip_node *n) {
   if (--n->count)
     return;
   ip_node **pp = &d->buckets[bucket_of(n->addr)];
@@ -158,6 +162,62 @@ static void unadmit(sl_srv_door *d, ip_node *n) {
     pp = &(*pp)->next;
   *pp = n->next;
   sl_free(n);
+}
+
+/* Counts a new connection from `key` under the limits (a trusted proxy's
+ * under max_conns only). Returns its address node, or NULL (*why set) when
+ * refused. Under mu. */
+static ip_node *admit(sl_srv_door *d, const uint8_t key[16], bool trusted,
+                      const char **why) {
+  if (d->n_live >= d->cfg.max_conns) {
+    d->st.refused_total++;
+    *why = "total";
+    return NULL;
+  }
+  ip_node *n = count_addr(d, key, trusted, why);
+  if (n)
+    d->n_live++;
+  return n;
+}
+
+/* Under mu. */
+static void unadmit(sl_srv_door *d, ip_node *n) {
+  d->n_live--;
+  uncount_addr(d, n);
+}
+
+/* A trusted proxy's connection p named its client `key`: it counts as the
+ * client's from now on, and libmicrohttpd gets that address. false when
+ * the client is over max_per_ip (p stays counted as the proxy's). */
+static bool rename_client(sl_srv_door *d, pend *p, const uint8_t key[16]) {
+  const char *why = NULL;
+  bool ok = false;
+  pthread_mutex_lock(&d->mu);
+  ip_node *n = count_addr(d, key, false, &why);
+  if (n) {
+    uncount_addr(d, d->slots[p->fd].ip);
+    d->slots[p->fd].ip = n;
+    d->st.forwarded++;
+    ok = true;
+  }
+  pthread_mutex_unlock(&d->mu);
+  if (!ok)
+    return false;
+  p->named = true;
+  memset(&p->addr, 0, sizeof p->addr);
+  static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+  if (memcmp(key, mapped, 12) == 0) {
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&p->addr;
+    v4->sin_family = AF_INET;
+    memcpy(&v4->sin_addr, key + 12, 4);
+    p->alen = sizeof *v4;
+  } else {
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&p->addr;
+    v6->sin6_family = AF_INET6;
+    memcpy(&v6->sin6_addr, key, 16);
+    p->alen = sizeof *v6;
+  }
+  return true;
 }
 
 static void release_fd(sl_srv_door *d, int fd) {
@@ -239,6 +299,61 @@ static void pend_hand(sl_srv_door *d, pend *p) {
     release_fd(d, fd);
 }
 
+/* A trusted proxy's connection before its first HTTP byte: a PROXY header
+ * among the n bytes peeked into d->buf is consumed and names the client.
+ * SL_SRV_HEAD_OK when HTTP bytes may follow (the header was read, or there
+ * is none); otherwise p waits for more, or was answered or closed. */
+static int proxy_read(sl_srv_door *d, pend *p, size_t n, bool hup) {
+  size_t len;
+  uint8_t client[16];
+  bool has;
+  sl_srv_error e;
+  int r = sl__srv_proxy_check((const uint8_t *)d->buf, n, &len, client, &has);
+  if (r == SL_SRV_PROXY_NONE) {
+    p->proxy_seen = true;
+    return SL_SRV_HEAD_OK;
+  }
+  if (r == SL_SRV_HEAD_MORE) {
+    if (hup)
+      pend_close(d, p);
+    return r;
+  }
+  if (r == SL_SRV_HEAD_BAD) {
+    sl__srv_error_set(&e, 400, "malformed_request", NULL,
+                      "malformed PROXY protocol header");
+    pend_answer(d, p, SL_SRV_FAMILY_OPENAI, &e);
+    return r;
+  }
+  /* consume it: libmicrohttpd reads from the first HTTP byte; the bytes
+   * were peeked, so this recv takes exactly them */
+  char sink[512];
+  while (len) {
+    ssize_t got =
+        recv(p->fd, sink, len < sizeof sink ? len : sizeof sink, MSG_DONTWAIT);
+    if (got <= 0) {
+      pend_close(d, p);
+      return SL_SRV_HEAD_BAD;
+    }
+    len -= (size_t)got;
+  }
+  p->proxy_seen = true;
+  /* the request's clocks start now: a proxy that connects when its client
+   * does sends the header at once, and the client may stay idle */
+  p->t_accept = sl_now_ns();
+  p->t_first = p->t_last = 0;
+  if (has && !rename_client(d, p, client)) {
+    sl__srv_error_set(&e, 429, "too_many_connections", NULL,
+                      "too many open connections from the client address "
+                      "the proxy named (--max-conns-per-ip %u)",
+                      d->cfg.max_per_ip);
+    pend_answer(d, p, SL_SRV_FAMILY_OPENAI, &e);
+    return SL_SRV_HEAD_BAD;
+  }
+  if (!has)
+    p->named = true; /* LOCAL or UNKNOWN: the proxy's own connection */
+  return SL_SRV_HEAD_OK;
+}
+
 /* New bytes (or EOF) on a waiting connection. */
 static void pend_read(sl_srv_door *d, pend *p, bool hup) {
   if (p->lingering) {
@@ -261,6 +376,20 @@ static void pend_read(sl_srv_door *d, pend *p, bool hup) {
     p->t_first = p->t_last;
   sl_srv_head_info hi;
   sl_srv_error e;
+  if (p->trusted && !p->proxy_seen) {
+    int r = proxy_read(d, p, (size_t)n, hup);
+    if (r != SL_SRV_HEAD_OK)
+      return; /* more to come, or answered */
+    n = recv(p->fd, d->buf, SL_SRV_HEAD_MAX + SL_SRV_CHUNK_LINE_MAX,
+             MSG_PEEK | MSG_DONTWAIT);
+    if (n <= 0) { /* the header alone so far */
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+        pend_close(d, p);
+      return;
+    }
+    if (!p->t_first) /* HTTP bytes after the header */
+      p->t_first = p->t_last = sl_now_ns();
+  }
   int r = sl__srv_head_check(d->buf, (size_t)n, &hi, &e);
   if (memchr(d->buf, '\n', (size_t)n))
     p->line_seen = true;
@@ -271,6 +400,18 @@ static void pend_read(sl_srv_door *d, pend *p, bool hup) {
   if (r == SL_SRV_HEAD_OK && hi.chunked && !hi.expect)
     r = sl__srv_chunk_check(d->buf + hi.len, (size_t)n - hi.len,
                             d->cfg.max_body, &e);
+  uint8_t client[16];
+  if (r == SL_SRV_HEAD_OK && p->trusted && !p->named &&
+      sl__srv_xff_client(d->buf, hi.len, d->cfg.trusted, d->cfg.n_trusted,
+                         client) &&
+      !rename_client(d, p, client)) {
+    sl__srv_error_set(&e, 429, "too_many_connections", NULL,
+                      "too many open connections from the client address "
+                      "this request was forwarded for (--max-conns-per-ip "
+                      "%u)",
+                      d->cfg.max_per_ip);
+    r = SL_SRV_HEAD_BAD;
+  }
   if (r == SL_SRV_HEAD_OK)
     pend_hand(d, p);
   else if (r == SL_SRV_HEAD_MORE && hup)
@@ -298,12 +439,15 @@ static void accept_all(sl_srv_door *d) {
       return; /* EAGAIN, or out of fds: the backlog waits */
     }
     const char *why = NULL;
+    uint8_t key[16];
+    addr_key(&a, key);
+    bool trusted = sl__srv_cidr_any(d->cfg.trusted, d->cfg.n_trusted, key);
     pthread_mutex_lock(&d->mu);
     ip_node *n = NULL;
     if (fd >= d->n_slots) {
       d->st.refused_total++;
       why = "file descriptors";
-    } else if ((n = admit(d, &a, &why))) {
+    } else if ((n = admit(d, key, trusted, &why))) {
       d->slots[fd].ip = n;
       d->slots[fd].t_first = 0;
     }
@@ -319,6 +463,7 @@ static void accept_all(sl_srv_door *d) {
       continue;
     }
     p->fd = fd;
+    p->trusted = trusted;
     p->addr = a;
     p->alen = alen;
     p->t_accept = sl_now_ns();

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 struct sockaddr;
+struct sl_srv_cidr;
 
 typedef struct sl_srv_door sl_srv_door;
 
@@ -20,6 +21,11 @@ typedef struct sl_srv_door_cfg {
   unsigned line_ms;    /* bytes with no line end: 400 */
   unsigned head_ms;    /* first byte to whole head: 408 */
   uint64_t max_body;   /* a chunked body's first chunk declaring more: 413 */
+  /* proxies (--trusted-proxy): a connection from one is not limited per
+   * address until it names its client (a PROXY header, or the first
+   * head's X-Forwarded-For); then it counts as that client's */
+  const struct sl_srv_cidr *trusted;
+  size_t n_trusted;
   /* hands a connection whose first head is whole (and valid) on; false
    * when it was not taken (the socket is closed then) */
   bool (*hand)(void *arg, int fd, const struct sockaddr *a, unsigned alen);
@@ -32,6 +38,7 @@ typedef struct sl_srv_door_stats {
   uint64_t head_errors;    /* answered 400/414/431/505 at the door */
   uint64_t head_timeouts;  /* answered 408 at the door */
   uint64_t handed;         /* passed on to libmicrohttpd */
+  uint64_t forwarded;      /* from a trusted proxy, counted as its client */
   unsigned live;           /* connections open now */
 } sl_srv_door_stats;
 

@@ -32,6 +32,7 @@
 #include "server/json.h"
 #include "server/json_scan.h"
 #include "server/origin.h"
+#include "server/proxy.h"
 #include "server/reply.h"
 #include "server/routes.h"
 #include "server/sockwatch.h"
@@ -586,6 +587,20 @@ sl_status sl_server_start(sl_pool_t *pool, const sl_server_config *cfg,
     goto fail_strings;
   s->cfg.cors_origin = s->cors;
   s->cfg.allowed_hosts = s->allowed_hosts;
+  char bad[128];
+  st = sl__srv_cidr_list(cfg->trusted_proxies, &s->trusted, &s->n_trusted, bad,
+                         sizeof bad);
+  s->cfg.trusted_proxies = NULL;
+  if (st == SL_ERR_NOMEM)
+    goto fail_strings;
+  if (st != SL_OK) {
+    snprintf(err, errcap,
+             "--trusted-proxy '%s' is not an IPv4 or IPv6 address or an "
+             "ADDR/N range",
+             bad);
+    goto fail_strings;
+  }
+  st = SL_ERR_NOMEM; /* what a failure below without its own words is */
   s->cfg.tool_call_format = NULL;
   if (cfg->tool_call_format && cfg->tool_call_format[0] &&
       !sl__srv_toolfmt_parse(cfg->tool_call_format, &s->toolfmt)) {
@@ -661,6 +676,8 @@ sl_status sl_server_start(sl_pool_t *pool, const sl_server_config *cfg,
                         .line_ms = SL_SRV_LINE_DEADLINE_MS,
                         .head_ms = s->cfg.head_timeout_ms,
                         .max_body = s->cfg.max_body_bytes,
+                        .trusted = s->trusted,
+                        .n_trusted = s->n_trusted,
                         .hand = hand_connection,
                         .arg = s};
   char derr[160];
@@ -688,6 +705,7 @@ fail_strings:
   sl_free(s->api_key);
   sl_free(s->cors);
   sl_free(s->allowed_hosts);
+  sl_free(s->trusted);
   sl_free(s);
   if (st != SL_ERR_NOMEM)
     return st; /* err already says why */
@@ -735,5 +753,6 @@ void sl_server_stop(sl_server_t *s) {
   sl_free(s->api_key);
   sl_free(s->cors);
   sl_free(s->allowed_hosts);
+  sl_free(s->trusted);
   sl_free(s);
 }

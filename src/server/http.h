@@ -50,6 +50,8 @@ struct sl_server {
   sl_pool_t *pool;      /* the models (borrowed); "default" is entry 0 */
   sl_server_config cfg; /* strings below are owned copies */
   char *host, *api_key, *cors, *allowed_hosts;
+  struct sl_srv_cidr *trusted; /* --trusted-proxy ranges (n_trusted) */
+  size_t n_trusted;
   sl_srv_toolfmt toolfmt; /* --tool-call-format (NONE: the template's) */
   sl_srv_rfmt rfmt;       /* --reasoning-format (AUTO: the template's) */
   struct MHD_Daemon *mhd;
