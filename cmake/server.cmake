@@ -44,6 +44,7 @@ add_library(sluice_server STATIC src/server/http.c src/server/reply.c
                                  src/server/openai.c
                                  src/server/anthropic.c src/server/admin.c
                                  src/server/sockwatch.c src/server/door.c
+                                 src/server/detach.c
                                  src/server/routes.c ${SL_DASHBOARD_C})
 target_include_directories(sluice_server PUBLIC ${SL_MHD_INCLUDE_DIRS})
 target_link_libraries(sluice_server PUBLIC sluice_server_parse sluice_core

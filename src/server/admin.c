@@ -495,6 +495,13 @@ void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *o) {
                 "%llu\n",
                 (unsigned long long)ds.refused_total,
                 (unsigned long long)ds.refused_per_ip);
+  pthread_mutex_lock(&s->det_mu);
+  uint64_t half_closed = s->n_detached_total;
+  pthread_mutex_unlock(&s->det_mu);
+  prom(o, "sluice_http_half_closed_answers_total", "counter",
+       "Answers written after libmicrohttpd gave up the connection of a "
+       "client that had shut its sending side (shutdown(SHUT_WR)).",
+       (double)half_closed);
   prom(o, "sluice_http_connections_forwarded_total", "counter",
        "Connections from a --trusted-proxy counted as the client it named "
        "(PROXY header or X-Forwarded-For).",

@@ -665,6 +665,20 @@ void sl__srv_door_release(sl_srv_door *d, int fd) {
     release_fd(d, fd);
 }
 
+bool sl__srv_door_move(sl_srv_door *d, int from, int to) {
+  bool ok = false;
+  pthread_mutex_lock(&d->mu);
+  if (from >= 0 && from < d->n_slots && to >= 0 && to < d->n_slots &&
+      d->slots[from].ip && !d->slots[to].ip) {
+    d->slots[to] = d->slots[from];
+    d->slots[from].ip = NULL;
+    d->slots[from].t_first = 0;
+    ok = true;
+  }
+  pthread_mutex_unlock(&d->mu);
+  return ok;
+}
+
 uint64_t sl__srv_door_first_byte(sl_srv_door *d, int fd) {
   uint64_t t = 0;
   if (!d)

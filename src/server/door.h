@@ -54,6 +54,10 @@ void sl__srv_door_close(sl_srv_door *d);
 void sl__srv_door_free(sl_srv_door *d);
 /* A handed connection's socket is about to be closed. */
 void sl__srv_door_release(sl_srv_door *d, int fd);
+/* A handed connection's socket lives on as `to` (a dup of `from`, which
+ * libmicrohttpd is about to close): it stays counted under `to` until
+ * released. false when `to` cannot be tracked (the caller closes it). */
+bool sl__srv_door_move(sl_srv_door *d, int from, int to);
 /* When the first byte of a handed connection came (sl_now_ns; 0: unknown). */
 uint64_t sl__srv_door_first_byte(sl_srv_door *d, int fd);
 void sl__srv_door_stats_get(sl_srv_door *d, sl_srv_door_stats *out);

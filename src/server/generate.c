@@ -38,6 +38,7 @@ enum MHD_Result sl__srv_generate_next(sl_server_t *s, struct MHD_Connection *c,
   pthread_mutex_lock(&j->mu);
   sl__srv_unparked(j);
   bool ready = j->done || (j->req.stream && (j->started || j->n_toks > 0));
+  j->await = !ready;
   if (!ready) {
     if (!atomic_load(&s->closing)) {
       sl__srv_park(j);
@@ -123,6 +124,7 @@ static enum MHD_Result handle_embed(sl_server_t *s, struct MHD_Connection *c,
   j->created = (long long)time(NULL);
   sl__srv_make_id(j->id, sizeof j->id, "embd-");
   j->fd = conn_fd(c);
+  j->http10 = cn->http10;
   sl_status st =
       sl__srv_job_post(j, ml->engine, s->cfg.pooling, &cn->open, err);
   if (st != SL_OK)
@@ -221,6 +223,7 @@ enum MHD_Result sl__srv_generate(sl_server_t *s, struct MHD_Connection *c,
                   : api == SL_SRV_COMPLETIONS ? "cmpl-"
                                               : "msg_");
   j->fd = conn_fd(c);
+  j->http10 = cn->http10;
   int n = j->req.n_choices > 1 ? j->req.n_choices : 1;
   if (n > 1 && !sl__srv_job_make_kids(j, n)) {
     sl__srv_error_set(&err, 503, "out_of_memory", NULL,

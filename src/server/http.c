@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "server/admin.h"
+#include "server/detach.h"
 #include "server/door.h"
 #include "server/generate.h"
 #include "server/head.h"
@@ -298,6 +299,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
                                                        : SL_SRV_FAMILY_OPENAI;
   request_id(c, cn->hdrs.rid, sizeof cn->hdrs.rid);
   cors_origin(s, c, cn->hdrs.acao, sizeof cn->hdrs.acao);
+  cn->http10 = version && strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
   sl__srv_reply_scope(&cn->hdrs, cn->fam == SL_SRV_FAMILY_ANTHROPIC);
   ret = MHD_YES;
   int refused = 0;
@@ -492,20 +494,26 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   bool large = cn->job && cn->job->emb &&
                (size_t)cn->job->n_parts * (size_t)cn->job->n_embd >= 1u << 16;
   if (cn->job) {
+    sl_server_t *s = cls;
     pthread_mutex_lock(&cn->job->mu);
     sl__srv_unparked(cn->job); /* closed while parked: at a daemon stop */
     cn->job->conn = NULL;
     if (cn->job->watched) {
       cn->job->watched = false;
-      sl__srv_watch_hangup(((sl_server_t *)cls)->watch, cn->job->fd, false);
+      sl__srv_watch_hangup(s->watch, cn->job->fd, false);
     }
     pthread_mutex_unlock(&cn->job->mu);
+    /* libmicrohttpd read the EOF of a client that shut only its sending
+     * side: the answer goes out on a dup of the socket (detach.c), which
+     * takes the job's reference and its open response */
+    bool detached = toe != MHD_REQUEST_TERMINATED_COMPLETED_OK &&
+                    sl__srv_detach(s, cn, cn->job->fd);
     /* a client that vanished, a timeout, a shutdown: stop generating */
-    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+    if (!detached && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
       sl__srv_job_stop(cn->job);
-    sl__srv_job_unref(cn->job);
-    sl_server_t *s = cls;
-    if (cn->open)
+    if (!detached)
+      sl__srv_job_unref(cn->job);
+    if (cn->open && !detached)
       sl__srv_jobs_closed(&s->jobs);
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT,
                               (unsigned)s->cfg.http_timeout_s);
@@ -518,6 +526,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   *con_cls = NULL;
   if (large)
     malloc_trim(0);
+}
+
+/* The watch's tick: parked jobs whose client hung up (reply.c), and the
+ * answers of clients that half-closed (detach.c). */
+static void watch_tick(void *arg) {
+  sl__srv_reap_parked(arg);
+  sl__srv_detached_pump(arg);
 }
 
 /* ---- lifecycle
@@ -623,6 +638,7 @@ sl_status sl_server_start(sl_pool_t *pool, const sl_server_config *cfg,
   s->cfg.host = s->host;
   s->cfg.api_key = s->api_key;
   pthread_mutex_init(&s->load_mu, NULL);
+  pthread_mutex_init(&s->det_mu, NULL);
   sl__srv_metrics_init(&s->m);
   sl__srv_jobs_init(&s->jobs, &s->m, sl__srv_reply_wake);
   s->t_start_ns = sl_now_ns();
@@ -641,15 +657,16 @@ sl_status sl_server_start(sl_pool_t *pool, const sl_server_config *cfg,
     st = SL_ERR_INVALID_ARG;
     goto fail_sync;
   }
-  if (!(s->watch = sl__srv_watch_start(SL_SRV_LINE_DEADLINE_MS,
-                                       s->cfg.request_timeout_ms,
-                                       sl__srv_reap_parked, s))) {
+  if (!(s->watch =
+            sl__srv_watch_start(SL_SRV_LINE_DEADLINE_MS,
+                                s->cfg.request_timeout_ms, watch_tick, s))) {
     freeaddrinfo(ai);
     goto fail_sync; /* out of memory or threads */
   }
   /* no listening socket of its own: the door hands connections in; poll,
-   * not epoll (see the top of this file) */
-  unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC |
+   * not epoll (see the top of this file); TURBO: a close without
+   * shutdown(), so that a dup of the socket outlives it (detach.c) */
+  unsigned flags = MHD_USE_TURBO | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC |
                    MHD_ALLOW_SUSPEND_RESUME | MHD_USE_NO_LISTEN_SOCKET;
   if (ai->ai_family == AF_INET6)
     flags |= MHD_USE_IPv6;
@@ -700,6 +717,7 @@ fail_sync:
   sl__srv_jobs_destroy(&s->jobs);
   sl__srv_metrics_destroy(&s->m);
   pthread_mutex_destroy(&s->load_mu);
+  pthread_mutex_destroy(&s->det_mu);
 fail_strings:
   sl_free(s->host);
   sl_free(s->api_key);
@@ -745,10 +763,12 @@ void sl_server_stop(sl_server_t *s) {
   sl__srv_unpark_all(s);
   MHD_stop_daemon(s->mhd);
   sl__srv_watch_stop(s->watch);
+  sl__srv_detached_free(s);
   sl__srv_door_free(s->door);
   sl__srv_jobs_destroy(&s->jobs);
   sl__srv_metrics_destroy(&s->m);
   pthread_mutex_destroy(&s->load_mu);
+  pthread_mutex_destroy(&s->det_mu);
   sl_free(s->host);
   sl_free(s->api_key);
   sl_free(s->cors);

@@ -52,6 +52,11 @@ struct sl_server {
   char *host, *api_key, *cors, *allowed_hosts;
   struct sl_srv_cidr *trusted; /* --trusted-proxy ranges (n_trusted) */
   size_t n_trusted;
+  /* answers to clients that half-closed, written by the watch's thread
+   * (detach.c); det_mu guards the list and the count */
+  pthread_mutex_t det_mu;
+  struct sl_srv_detached *detached;
+  uint64_t n_detached_total;
   sl_srv_toolfmt toolfmt; /* --tool-call-format (NONE: the template's) */
   sl_srv_rfmt rfmt;       /* --reasoning-format (AUTO: the template's) */
   struct MHD_Daemon *mhd;
@@ -111,6 +116,7 @@ typedef struct sl_srv_conn {
   sl_srv_job *job;
   bool open;    /* counted in the jobs' n_open until on_completed */
   bool waiting; /* submitted; the answer is not yet queued */
+  bool http10;  /* the request is HTTP/1.0 */
   /* parked while the model it names loads; resumed with load_err.http 0
    * (loaded) or the load's error */
   bool load_wait;

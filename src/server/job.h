@@ -26,7 +26,10 @@
  *   - the connection's pool threads (reply.c, generate.c, openai.c,
  *     anthropic.c, toolcall.c), under mu: conn, parked, watched, phase,
  *     sent_text, sent_toks, ant_blocks, ant_open, out, out_off, calls,
- *     calls_read;
+ *     calls_read, await, http10; once detached (libmicrohttpd closed the
+ *     connection of a client that half-closed), the watch's thread
+ *     (detach.c) in their place;
+ *   - probed: under mu by the watch's thread (reply.c's reap_parked);
  *   - resumed: set under mu by whoever wakes the connection (the executor
  *     through notify, the stopping thread), cleared by a pool thread;
  *   - aborted: under mu by sl__srv_job_stop (any thread) and by the
@@ -172,6 +175,12 @@ struct sl_srv_job {
   bool aborted;     /* we asked the engine to abort */
   bool cut;         /* ... because the server is shutting down (under mu): the
                        abort ends it as an error (503), not as complete */
+  bool await;       /* parked for its answer: no byte of it was sent */
+  bool http10;      /* an HTTP/1.0 request: no 1xx may be sent to it */
+  bool probed;      /* a 100 Continue went out to learn whether a client
+                       that shut its side still reads (reply.c) */
+  bool detached;    /* libmicrohttpd gave the connection up to a client
+                       that half-closed; detach.c answers it */
   sl_sbuf out;      /* bytes produced and not yet handed to MHD */
   size_t out_off;
   /* reasoning (reasoning.c): the answer's split, fed text[0..rs_fed);

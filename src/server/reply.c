@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "server/anthropic.h"
@@ -32,22 +33,31 @@ void sl__srv_reply_scope(const sl_srv_hdrs *h, bool anthropic) {
   tl_anthropic = h && anthropic;
 }
 
-static void add_std_headers(struct MHD_Response *r) {
-  const sl_srv_hdrs *h = tl_hdrs;
-  if (!h)
-    return;
+void sl__srv_std_headers(const sl_srv_hdrs *h, bool anthropic,
+                         void (*add)(void *arg, const char *name,
+                                     const char *value),
+                         void *arg) {
   if (h->rid[0]) {
-    MHD_add_response_header(r, "x-request-id", h->rid);
-    if (tl_anthropic) /* the Anthropic SDK reads this one */
-      MHD_add_response_header(r, "request-id", h->rid);
+    add(arg, "x-request-id", h->rid);
+    if (anthropic) /* the Anthropic SDK reads this one */
+      add(arg, "request-id", h->rid);
   }
   if (h->acao[0]) {
-    MHD_add_response_header(r, "Access-Control-Allow-Origin", h->acao);
-    MHD_add_response_header(r, "Access-Control-Expose-Headers",
-                            "x-request-id, request-id, retry-after");
+    add(arg, "Access-Control-Allow-Origin", h->acao);
+    add(arg, "Access-Control-Expose-Headers",
+        "x-request-id, request-id, retry-after");
     if (strcmp(h->acao, "*") != 0)
-      MHD_add_response_header(r, "Vary", "Origin");
+      add(arg, "Vary", "Origin");
   }
+}
+
+static void add_to_response(void *arg, const char *name, const char *value) {
+  MHD_add_response_header(arg, name, value);
+}
+
+static void add_std_headers(struct MHD_Response *r) {
+  if (tl_hdrs)
+    sl__srv_std_headers(tl_hdrs, tl_anthropic, add_to_response, r);
 }
 
 /* ---- answers ---------------------------------------------------------------
@@ -92,14 +102,16 @@ enum MHD_Result sl__srv_send_json(struct MHD_Connection *c, unsigned status,
   return ret;
 }
 
+unsigned sl__srv_retry_after(const sl_srv_error *e) {
+  if (e->http != 503)
+    return 0;
+  return strcmp(e->code, sl_reason_code(SL_REASON_QUEUE_TIMEOUT)) == 0 ? 5 : 1;
+}
+
 enum MHD_Result sl__srv_send_error(struct MHD_Connection *c, sl_srv_family fam,
                                    const sl_srv_error *e, bool close) {
-  unsigned retry = 0;
-  if (e->http == 503)
-    retry =
-        strcmp(e->code, sl_reason_code(SL_REASON_QUEUE_TIMEOUT)) == 0 ? 5 : 1;
   return sl__srv_send_json(c, (unsigned)e->http, sl__srv_error_json(fam, e),
-                           close, retry);
+                           close, sl__srv_retry_after(e));
 }
 
 /* No key is needed (a browser sends none there). The origin is allowed
@@ -161,6 +173,8 @@ enum MHD_Result sl__srv_send_page(struct MHD_Connection *c) {
  */
 
 void sl__srv_reply_wake(sl_srv_job *j) {
+  if (j->detached) /* its answer is written by the watch's thread */
+    sl__srv_watch_poke(j->srv->watch);
   if (j->parked && !j->resumed && j->conn) {
     j->resumed = true;
     MHD_resume_connection(j->conn);
@@ -185,22 +199,42 @@ void sl__srv_unparked(sl_srv_job *j) {
   atomic_fetch_sub(&j->srv->n_parked, 1);
 }
 
-/* True when the client closed its side of the socket. */
-static bool client_gone(int fd) {
+int sl__srv_peer_state(int fd) {
   if (fd < 0)
-    return false;
+    return SL_SRV_PEER_OPEN;
   struct pollfd p = {.fd = fd, .events = POLLRDHUP};
   if (poll(&p, 1, 0) <= 0)
-    return false;
-  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+    return SL_SRV_PEER_OPEN;
+  if (p.revents & (POLLHUP | POLLERR | POLLNVAL))
+    return SL_SRV_PEER_GONE;
+  return (p.revents & POLLRDHUP) ? SL_SRV_PEER_SHUT : SL_SRV_PEER_OPEN;
 }
 
 /* sl__srv_reap_parked's choice: a parked job, not yet aborted, whose
- * client hung up. */
+ * client is gone. A FIN alone does not say so: a client that shut only
+ * its sending side (shutdown(SHUT_WR), after its whole request) still
+ * reads, and one that closed its socket does not, and both send just a
+ * FIN. While nothing of the answer was sent, a 100 Continue (which every
+ * HTTP/1.1 client skips) asks the client's kernel: a closed socket
+ * answers bytes with a reset, which the next look sees as gone. A
+ * streamed answer's own writes ask the same; an HTTP/1.0 client, which
+ * may not get a 1xx, is taken as gone at its FIN. */
 static bool pick_gone(sl_srv_job *j, void *arg) {
   (void)arg;
-  if (!j->parked || j->resumed || !j->conn || j->aborted || !client_gone(j->fd))
+  if (!j->parked || j->resumed || !j->conn || j->aborted)
     return false;
+  int st = sl__srv_peer_state(j->fd);
+  if (st == SL_SRV_PEER_OPEN)
+    return false;
+  if (st == SL_SRV_PEER_SHUT && !j->http10) {
+    if (!j->await || j->probed)
+      return false; /* the writes, or the probe, will show a reset */
+    static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    j->probed = true;
+    if (send(j->fd, probe, sizeof probe - 1, MSG_NOSIGNAL | MSG_DONTWAIT) ==
+        (ssize_t)sizeof probe - 1)
+      return false;
+  }
   j->aborted = true;
   return true;
 }

@@ -23,6 +23,21 @@
  * response queued meanwhile carries its id and CORS headers, and
  * `anthropic` adds request-id. Borrowed until the next call. */
 void sl__srv_reply_scope(const sl_srv_hdrs *h, bool anthropic);
+/* The headers every answer to request `h` carries (its id, CORS), each
+ * passed to add(arg, name, value). */
+void sl__srv_std_headers(const sl_srv_hdrs *h, bool anthropic,
+                         void (*add)(void *arg, const char *name,
+                                     const char *value),
+                         void *arg);
+/* Retry-After seconds for an error answer (0: none): a 503 says when to
+ * retry, 5 s after a queue timeout, else 1 s. */
+unsigned sl__srv_retry_after(const sl_srv_error *e);
+
+/* What a client's socket shows of its peer, without reading: open, shut
+ * (a FIN: the peer shut its sending side, or closed), gone (a reset, or
+ * both sides shut). */
+enum { SL_SRV_PEER_OPEN, SL_SRV_PEER_SHUT, SL_SRV_PEER_GONE };
+int sl__srv_peer_state(int fd);
 
 /* Queues data[0..len) (copied) with status and content type; close adds
  * Connection: close; retry_after_s > 0 a Retry-After header. */

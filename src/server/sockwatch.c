@@ -53,7 +53,7 @@ struct sl_srv_watch {
   pthread_mutex_t mu;
   pthread_t thread;
   int efd;     /* hang-ups of parked connections (sl__srv_watch_hangup) */
-  int wake[2]; /* stop */
+  int wake[2]; /* stop, and pokes (sl__srv_watch_poke) */
   bool stop;
   unsigned line_ms, request_ms;
   void (*tick)(void *arg);
@@ -92,9 +92,14 @@ static void *watch_main(void *arg) {
     struct epoll_event evs[16];
     int n = epoll_wait(w->efd, evs, 16, SL_SRV_WATCH_TICK_MS);
     bool hangup = false;
-    for (int i = 0; i < n; i++)
-      if (evs[i].data.fd != w->wake[0])
-        hangup = true;
+    for (int i = 0; i < n; i++) {
+      hangup = true; /* a hang-up, or a poke */
+      if (evs[i].data.fd == w->wake[0]) {
+        char sink[64];
+        while (read(w->wake[0], sink, sizeof sink) > 0) {
+        }
+      }
+    }
     pthread_mutex_lock(&w->mu);
     if (w->stop)
       break;
@@ -205,6 +210,11 @@ void sl__srv_watch_stop(sl_srv_watch *w) {
   sl__sbuf_free(&w->answer_line);
   sl__sbuf_free(&w->answer_request);
   sl_free(w);
+}
+
+void sl__srv_watch_poke(sl_srv_watch *w) {
+  ssize_t n = write(w->wake[1], "p", 1);
+  (void)n; /* a full pipe: the tick runs anyway */
 }
 
 sl_srv_sock *sl__srv_watch_add(sl_srv_watch *w, int fd, uint64_t t_first) {

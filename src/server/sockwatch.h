@@ -38,5 +38,8 @@ void sl__srv_watch_idle(sl_srv_watch *w, sl_srv_sock *k);
  * connection, which libmicrohttpd does not poll); off: before fd closes.
  * Without it the tick still runs every SL_SRV_WATCH_TICK_MS. */
 void sl__srv_watch_hangup(sl_srv_watch *w, int fd, bool on);
+/* Runs the tick soon (the detached answers' news, detach.c). Any thread;
+ * never blocks. */
+void sl__srv_watch_poke(sl_srv_watch *w);
 
 #endif

@@ -118,17 +118,24 @@ def chromium(extra_args=()):
     return d
 
 
-def metric(srv, name):
+def metric(srv, name, *more):
     """A /metrics value: the line whose name (with its labels, when `name`
     gives them) is `name`; without labels, the first labelled line of that
-    name too."""
+    name too. With more names: the sum of theirs, from the same answer (one
+    snapshot: a request moving from waiting to running between two reads
+    would count twice)."""
     with urllib.request.urlopen(srv.base + "/metrics", timeout=60) as r:
         text = r.read().decode()
-    for line in text.splitlines():
-        key = line.split(" ")[0]
-        if key == name or ("{" not in name and key.startswith(name + "{")):
-            return float(line.split()[-1])
-    raise AssertionError("no metric " + name)
+    total = 0.0
+    for n in (name,) + more:
+        for line in text.splitlines():
+            key = line.split(" ")[0]
+            if key == n or ("{" not in n and key.startswith(n + "{")):
+                total += float(line.split()[-1])
+                break
+        else:
+            raise AssertionError("no metric " + n)
+    return total
 
 
 def _need_everything():
