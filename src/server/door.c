@@ -613,6 +613,8 @@ sl_srv_door *sl__srv_door_start(const sl_srv_door_cfg *cfg, int *port,
     snprintf(err, errcap, "%s", strerror(errno));
     goto fail;
   }
+  if (cfg->publish)
+    *cfg->publish = d;
   if (pthread_create(&d->thread, NULL, door_main, d) != 0) {
     snprintf(err, errcap, "cannot start a thread");
     goto fail;
@@ -620,6 +622,8 @@ sl_srv_door *sl__srv_door_start(const sl_srv_door_cfg *cfg, int *port,
   d->started = true;
   return d;
 fail:
+  if (cfg->publish)
+    *cfg->publish = NULL;
   sl__srv_door_free(d);
   return NULL;
 }

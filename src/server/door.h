@@ -30,6 +30,9 @@ typedef struct sl_srv_door_cfg {
    * when it was not taken (the socket is closed then) */
   bool (*hand)(void *arg, int fd, const struct sockaddr *a, unsigned alen);
   void *arg;
+  /* set to the door before its thread starts, so that whoever the door
+   * hands a connection to can read it there (NULL: not published) */
+  sl_srv_door **publish;
 } sl_srv_door_cfg;
 
 typedef struct sl_srv_door_stats {

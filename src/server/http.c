@@ -696,11 +696,12 @@ sl_status sl_server_start(sl_pool_t *pool, const sl_server_config *cfg,
                         .trusted = s->trusted,
                         .n_trusted = s->n_trusted,
                         .hand = hand_connection,
-                        .arg = s};
+                        .arg = s,
+                        .publish = &s->door};
   char derr[160];
-  s->door = sl__srv_door_start(&dc, &s->port, derr, sizeof derr);
+  sl_srv_door *door = sl__srv_door_start(&dc, &s->port, derr, sizeof derr);
   freeaddrinfo(ai);
-  if (!s->door) {
+  if (!door) {
     snprintf(err, errcap, "cannot listen on %s:%d: %s", s->host, cfg->port,
              derr);
     st = SL_ERR_IO;
