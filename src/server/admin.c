@@ -6,10 +6,10 @@
 
 #include "server/admin.h"
 #include "server/door.h"
-#include "server/http.h"
 #include "server/job.h"
 #include "server/json.h"
 #include "server/parse.h"
+#include "server/state.h"
 #include "sluice/alloc.h"
 #include "sluice/memsync.h"
 #include "sluice/rt.h"

@@ -9,7 +9,7 @@
 
 #include <stdbool.h>
 
-#include "server/http.h"
+#include "server/state.h"
 
 /* libmicrohttpd is closing connection fd (the socket still open) with its
  * request's answer not yet sent: when the client only shut its sending

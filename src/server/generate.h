@@ -8,7 +8,7 @@
 #include <microhttpd.h>
 #include <stdbool.h>
 
-#include "server/http.h"
+#include "server/state.h"
 
 /* A whole request body on a generation route: parsed, tokenized and
  * posted to the engine, then handled as sl__srv_generate_next; or

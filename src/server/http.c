@@ -28,7 +28,6 @@
 #include "server/door.h"
 #include "server/generate.h"
 #include "server/head.h"
-#include "server/http.h"
 #include "server/job.h"
 #include "server/json.h"
 #include "server/json_scan.h"
@@ -37,6 +36,7 @@
 #include "server/reply.h"
 #include "server/routes.h"
 #include "server/sockwatch.h"
+#include "server/state.h"
 #include "server/toolcall.h"
 #include "sluice/util.h"
 

@@ -832,3 +832,25 @@ static bool pick_cut(sl_srv_job *j, void *arg) {
 int sl__srv_jobs_cut(sl_srv_jobs *reg, bool queued_only) {
   return sl__srv_jobs_abort_where(reg, pick_cut, &queued_only);
 }
+
+/* A finished job's failure, from the one reason table (sluice/reason.h):
+ * here, with the job, so that json.c stays a leaf. */
+void sl__srv_job_error(const sl_srv_job *j, sl_srv_error *e) {
+  /* one table (sluice/reason.h) gives the code and the HTTP status */
+  sl_reason reason =
+      j->reason != SL_REASON_NONE ? j->reason : sl_reason_of_status(j->error);
+  if (reason == SL_REASON_NONE)
+    reason = SL_REASON_INTERNAL;
+  const char *code = sl_reason_code(reason);
+  sl__srv_error_set(e, sl_reason_http(reason), code[0] ? code : NULL, NULL,
+                    "%s",
+                    j->error_msg[0] ? j->error_msg : sl_reason_message(reason));
+  e->est_bytes = j->est_bytes;
+  e->limit_bytes = j->limit_bytes;
+  if (reason == SL_REASON_PREFILL_MEMORY_EXCEEDED &&
+      !strstr(e->message, "bytes"))
+    snprintf(
+        e->message + strlen(e->message), sizeof e->message - strlen(e->message),
+        " (estimated %llu bytes, limit %llu bytes)",
+        (unsigned long long)j->est_bytes, (unsigned long long)j->limit_bytes);
+}

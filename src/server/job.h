@@ -271,6 +271,9 @@ bool sl__srv_job_wait(sl_srv_job *j, unsigned ms);
  * not submitted or done). Each ends with its DONE event (SL_FINISH_ABORT).
  * Any thread but the executor's; j->mu not held. */
 void sl__srv_job_stop(sl_srv_job *j);
+/* A job the engine finished with SL_FINISH_ERROR, as an API error: the
+ * code and status from sluice/reason.h's table, the engine's words. */
+void sl__srv_job_error(const sl_srv_job *j, sl_srv_error *e);
 /* The job's invariants (see above), j->mu held: for SL_ASSERT only. */
 bool sl__srv_job_sanity(const sl_srv_job *j);
 

@@ -64,9 +64,4 @@ void sl__srv_error_set(sl_srv_error *e, int http, const char *code,
  * New reference, or NULL when out of memory. */
 json_t *sl__srv_error_json(sl_srv_family fam, const sl_srv_error *e);
 
-typedef struct sl_srv_job sl_srv_job; /* job.h */
-
-/* Builds a job's error when the engine finished it with SL_FINISH_ERROR. */
-void sl__srv_job_error(const sl_srv_job *j, sl_srv_error *e);
-
 #endif

@@ -14,12 +14,12 @@
 #include <time.h>
 
 #include "server/anthropic.h"
-#include "server/http.h"
 #include "server/job.h"
 #include "server/json.h"
 #include "server/openai.h"
 #include "server/reply.h"
 #include "server/sockwatch.h"
+#include "server/state.h"
 #include "sluice/reason.h"
 #include "sluice/util.h"
 

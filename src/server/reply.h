@@ -15,9 +15,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "server/http.h"
 #include "server/job.h"
 #include "server/json.h"
+#include "server/state.h"
 
 /* The request this pool thread answers from here on (NULL: none): every
  * response queued meanwhile carries its id and CORS headers, and

@@ -12,11 +12,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "server/http.h"
 #include "server/json.h"
 #include "server/parse.h"
 #include "server/prompt.h"
 #include "server/routes.h"
+#include "server/state.h"
 #include "sluice/util.h"
 
 /* ---- models -------------------------------------------------------------- */

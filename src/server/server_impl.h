@@ -1,8 +1,9 @@
 /* sluice — server internals, all at once: for the tests and fuzz harnesses
  * that reach into several server files. No file of src/server includes
  * it: each includes the headers of the files whose functions it uses
- * (http.h lists them, bottom first). The libmicrohttpd side (http.h,
- * reply.h, generate.h) is left out. */
+ * (state.h lists them, bottom first). The libmicrohttpd side (state.h,
+ * reply.h, generate.h, detach.h) is left out; so are proxy.h and
+ * origin.h, which their tests include themselves. */
 #ifndef SLUICE_SERVER_IMPL_H
 #define SLUICE_SERVER_IMPL_H
 

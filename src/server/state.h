@@ -1,6 +1,8 @@
 /* sluice — server: the server's state and one request's state on its
  * connection, as the HTTP front (http.c) makes them; read by the routes
- * (generate.c, routes.c, admin.c) and the replies (reply.c).
+ * (generate.c, routes.c, admin.c), the replies (reply.c) and the answers
+ * to half-closed clients (detach.c). Types only: the front's functions
+ * are sluice/server.h's, and no file but http.c needs more of it.
  *
  * Layers inside the server, bottom first (each file has its own header):
  *   json.c      UTF-8 checks, a string builder, API error bodies (no engine)
@@ -13,9 +15,12 @@
  *   toolcall.c  tool calls read out of a model's text, per format family
  *   embed.c     /v1/embeddings bodies and answers
  *   head.c      the request head check, raw (pre-libmicrohttpd) error answers
+ *   origin.c    whom the server answers: Host, Origin, Content-Type
+ *   proxy.c     trusted proxies: ranges, PROXY v1/v2, X-Forwarded-For
  *   routes.c    model leases; /v1/models, count_tokens, /tokenize,
  *               /detokenize, /apply-template, the admin model actions
- *   job.c       the job: engine events, posting, aborts; the live jobs
+ *   job.c       the job: engine events, posting, aborts, its failure as
+ *               an API error; the live jobs
  *   openai.c    OpenAI response bodies and SSE chunks
  *   anthropic.c Anthropic response bodies and SSE events
  *   admin.c     /health, /metrics, /admin/api/stats
@@ -23,12 +28,13 @@
  *   sockwatch.c the request watch (a 400 for bytes that make no line, a
  *               408 past the request deadline), and the parked-job tick
  *   reply.c     answers, parked connections and their wake-ups, SSE
+ *   detach.c    answers to clients that half-closed, on a dup of the socket
  *   generate.c  the generation and embeddings routes, waiting for a load
  *   http.c      libmicrohttpd callbacks, framing, auth, routing, start and
  *               stop
  */
-#ifndef SLUICE_SERVER_HTTP_H
-#define SLUICE_SERVER_HTTP_H
+#ifndef SLUICE_SERVER_STATE_H
+#define SLUICE_SERVER_STATE_H
 
 #include <pthread.h>
 #include <stdatomic.h>
