@@ -74,12 +74,27 @@ void sl_grammar_vocab_free(sl_grammar_vocab_t *v);
 
 /* allowed[0..n_vocab): 1 for every token the grammar allows next, else 0.
  * End-of-generation tokens are allowed exactly when the matcher is done.
- * Returns the number allowed (0 only when out of memory: the caller should
- * then end the sequence). The matcher keeps the last masks by the state
- * they were made in, so a state that comes back (each character of a long
- * string) costs a copy. */
+ * Returns the number allowed (0 when out of memory, or when the grammar is
+ * too ambiguous to follow in bounded work (sl_grammar_matcher_overrun):
+ * the caller should then end the sequence). The matcher keeps the last masks by
+ * the state they were made in, so a state that comes back (each character of a
+ * long string) costs a copy. */
 size_t sl_grammar_matcher_mask(sl_grammar_matcher_t *m,
                                const sl_grammar_vocab_t *v,
                                const sl_tokenizer_t *tok, uint8_t *allowed);
+
+/* True once a mask of this matcher ran out of its work budget: the grammar
+ * keeps too many parses open at once (an ambiguous grammar such as
+ * x ::= "" | . x x x), so that one token's mask would take seconds or
+ * hours; a client error, not the server's. */
+bool sl_grammar_matcher_overrun(const sl_grammar_matcher_t *m);
+
+/* The work budget of one mask (a node of the vocabulary's trie costs 1 +
+ * the parses it copies, an expansion 1). */
+#define SL_GRAMMAR_MASK_WORK (1L << 21)
+/* The work this thread did in grammar code so far, counted where it is
+ * done (each parse added to a set, each expansion): for tests, which check
+ * a mask's real work against its budget. */
+uint64_t sl_grammar_work_done(void);
 
 #endif

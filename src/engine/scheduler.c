@@ -292,8 +292,19 @@ static bool sample_and_emit(sl_engine_t *e, sl__req *r, int s, int row) {
   sl_status st = SL_OK;
   int32_t tok = pick_token(e, r, s, row, &lp, top, &st);
   if (tok < 0) {
-    sl__finish(e, r, SL_FINISH_ERROR, st, SL_REASON_NONE,
-               "the logits row could not be read back from the device");
+    if (r->matcher && sl_grammar_matcher_overrun(r->matcher))
+      sl__finish(e, r, SL_FINISH_ERROR, SL_ERR_INVALID_ARG,
+                 SL_REASON_INVALID_REQUEST,
+                 "the grammar is too ambiguous to follow: it keeps so many "
+                 "parses open at once that the next token's mask would "
+                 "take too long (make its alternatives and repetitions "
+                 "unambiguous)");
+    else
+      sl__finish(e, r, SL_FINISH_ERROR, st, SL_REASON_NONE,
+                 st == SL_ERR_NOMEM
+                     ? "out of memory for the grammar's token mask"
+                     : "the logits row could not be read back from the "
+                       "device");
     return true;
   }
   if (r->n_generated == 0) {

@@ -46,6 +46,12 @@ static void ss_free(stackset *ss) {
 }
 
 /* Adds a copy of p[0..n) unless the set holds it already. */
+static _Thread_local uint64_t tl_work; /* sl_grammar_work_done */
+
+uint64_t sl_grammar_work_done(void) {
+  return tl_work;
+}
+
 static void ss_add(stackset *ss, const gel **p, int n) {
   for (int i = 0; i < ss->n; i++)
     if (ss->s[i].n == n && !memcmp(ss->s[i].p, p, sizeof *p * (size_t)n))
@@ -70,6 +76,7 @@ static void ss_add(stackset *ss, const gel **p, int n) {
   if (n)
     memcpy(c, p, sizeof *p * (size_t)n);
   ss->s[ss->n++] = (gstack){c, n};
+  tl_work++;
 }
 
 /* Adds to out every stack that p[0..n) becomes once its top is a character
@@ -77,6 +84,7 @@ static void ss_add(stackset *ss, const gel **p, int n) {
  * their rule. buf has room for MAX_STACK + 1 positions past p[n]. */
 static void expand(const sl_grammar_t *g, stackset *out, const gel **p, int n,
                    long *budget) {
+  tl_work++;
   if (--*budget < 0) { /* an explosive grammar: the parses stop here */
     out->oom = true;
     return;
@@ -137,11 +145,16 @@ static bool class_admits(const gel *p, uint32_t lo, uint32_t hi,
   return neg ? !covers : hit;
 }
 
-/* The stacks after the code point cp (out is cleared first). */
+/* The stacks after the code point cp (out is cleared first). *work (when
+ * not NULL) is a budget shared with earlier calls: what this one spends
+ * comes off it, and it stops (out->oom) when it runs out. */
 static void advance(const sl_grammar_t *g, const stackset *in, uint32_t cp,
-                    stackset *out) {
+                    stackset *out, long *work) {
   ss_clear(out);
   long budget = EXPAND_BUDGET;
+  if (work && *work < budget)
+    budget = *work;
+  long given = budget;
   const gel *buf[MAX_STACK + 1];
   for (int i = 0; i < in->n; i++) {
     const gstack *s = &in->s[i];
@@ -156,6 +169,8 @@ static void advance(const sl_grammar_t *g, const stackset *in, uint32_t cp,
       buf[n++] = next;
     expand(g, out, buf, n, &budget);
   }
+  if (work)
+    *work -= given - budget;
 }
 
 /* Whether some stack admits a code point in [lo, hi] (a partial UTF-8
@@ -240,7 +255,12 @@ struct sl_grammar_matcher {
    * form, surrogate or value past U+10FFFF), a byte refused as soon as no
    * completion is valid */
   sl_utf8_state part;
+  bool overrun; /* a mask ran out of MASK_WORK */
 };
+
+bool sl_grammar_matcher_overrun(const sl_grammar_matcher_t *m) {
+  return m->overrun;
+}
 
 sl_grammar_matcher_t *sl_grammar_matcher_create(sl_grammar_t *g) {
   sl_grammar_matcher_t *m = calloc(1, sizeof *m);
@@ -274,7 +294,7 @@ void sl_grammar_matcher_free(sl_grammar_matcher_t *m) {
 /* One byte on (ss, part): false when the grammar cannot take it. Uses tmp
  * as scratch; the result is in ss. */
 static bool step_byte(const sl_grammar_t *g, stackset *ss, stackset *tmp,
-                      sl_utf8_state *part, unsigned char b) {
+                      sl_utf8_state *part, unsigned char b, long *work) {
   uint32_t cp = 0;
   switch (sl_utf8_feed(part, b, &cp)) {
   case SL_UTF8_STEP_BAD:
@@ -288,7 +308,7 @@ static bool step_byte(const sl_grammar_t *g, stackset *ss, stackset *tmp,
   case SL_UTF8_STEP_DONE:
     break;
   }
-  advance(g, ss, cp, tmp);
+  advance(g, ss, cp, tmp, work);
   stackset t = *ss;
   *ss = *tmp;
   *tmp = t;
@@ -301,7 +321,7 @@ bool sl_grammar_matcher_accept(sl_grammar_matcher_t *m, const char *bytes,
   sl_utf8_state part = m->part;
   bool ok = ss_copy(&work, &m->cur);
   for (size_t i = 0; ok && i < n; i++)
-    ok = step_byte(m->g, &work, &tmp, &part, (unsigned char)bytes[i]);
+    ok = step_byte(m->g, &work, &tmp, &part, (unsigned char)bytes[i], NULL);
   ss_free(&tmp);
   if (!ok) {
     ss_free(&work);
@@ -416,7 +436,7 @@ typedef struct mask_walk {
   const sl_grammar_vocab_t *v;
   uint8_t *allowed;
   size_t n_allowed;
-  long steps;
+  long work; /* left of MASK_WORK */
   bool oom;
 } mask_walk;
 
@@ -429,11 +449,15 @@ static void walk(mask_walk *w, int32_t at, const stackset *ss,
   for (int32_t c = w->v->n[at].child; c >= 0 && !w->oom;
        c = w->v->n[c].sibling) {
     sl_utf8_state p = part;
-    if (++w->steps > MASK_BUDGET || !ss_copy(&cur, ss)) {
+    /* a node costs its copy of the stacks, then the expansions of its
+     * byte: an ambiguous grammar (hundreds of live parses, each byte
+     * expanding thousands of ways) runs out here, in bounded time */
+    w->work -= 1 + ss->n;
+    if (w->work <= 0 || !ss_copy(&cur, ss)) {
       w->oom = true;
       break;
     }
-    if (!step_byte(w->g, &cur, &tmp, &p, w->v->n[c].byte)) {
+    if (!step_byte(w->g, &cur, &tmp, &p, w->v->n[c].byte, &w->work)) {
       if (cur.oom || tmp.oom)
         w->oom = true;
       continue;
@@ -449,7 +473,7 @@ static void walk(mask_walk *w, int32_t at, const stackset *ss,
   ss_free(&tmp);
 }
 
-static size_t mask_walk_all(const sl_grammar_matcher_t *m,
+static size_t mask_walk_all(sl_grammar_matcher_t *m,
                             const sl_grammar_vocab_t *v,
                             const sl_tokenizer_t *tok, uint8_t *allowed);
 
@@ -524,12 +548,15 @@ size_t sl_grammar_matcher_mask(sl_grammar_matcher_t *m,
   return n;
 }
 
-static size_t mask_walk_all(const sl_grammar_matcher_t *m,
+static size_t mask_walk_all(sl_grammar_matcher_t *m,
                             const sl_grammar_vocab_t *v,
                             const sl_tokenizer_t *tok, uint8_t *allowed) {
   memset(allowed, 0, v->n_vocab);
-  mask_walk w = {m->g, v, allowed, 0, 0, false};
+  mask_walk w = {m->g, v, allowed, 0, MASK_WORK, false};
+
   walk(&w, 0, &m->cur, m->part);
+  if (w.work <= 0)
+    m->overrun = true;
   if (w.oom)
     return 0;
   if (sl_grammar_matcher_done(m))

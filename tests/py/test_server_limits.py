@@ -230,3 +230,36 @@ def test_embedding_hangup_ends_every_input(srv):
     st, body = post(srv, "/v1/embeddings", json.dumps(
         {"model": MODEL_NAME, "input": ["after", "the", "hang-up"]}).encode())
     assert st == 200 and len(body["data"]) == 3, body
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_ambiguous_grammar_is_refused_not_followed(srv, stream):
+    """A two-line grammar whose parses multiply with every byte (x is empty,
+    or a character and four more x's) held the engine past 10 minutes for
+    50 tokens: each token's mask expanded millions of parses. The mask now
+    has a work budget (~0.3 s here): the request ends as the client's error
+    (400 invalid_request, saying why), and the next one is served."""
+    grammar = 'root ::= x x x x x x x x\nx ::= "" | . "" x x x x'
+    body = {"model": MODEL_NAME, "max_tokens": 50, "stream": stream,
+            "grammar": grammar,
+            "messages": [{"role": "user", "content": "Write a poem."}]}
+    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=120)
+    c.request("POST", "/v1/chat/completions", body=json.dumps(body),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read().decode()
+    c.close()
+    if stream and r.status == 200:  # begun: the error is its last event
+        events = [json.loads(ln[6:]) for ln in data.splitlines()
+                  if ln.startswith("data: {")]
+        err = events[-1].get("error")
+        assert err, data[-500:]
+    else:
+        assert r.status == 400, data
+        err = json.loads(data)["error"]
+    assert err["code"] == "invalid_request", err
+    assert "too ambiguous" in err["message"], err
+    st, body = post(srv, "/v1/chat/completions", json.dumps(
+        {"model": MODEL_NAME, "max_tokens": 2,
+         "messages": [{"role": "user", "content": "hi"}]}).encode())
+    assert st == 200 and body["choices"]
