@@ -21,6 +21,7 @@ add_library(sluice_server_parse STATIC src/server/json.c src/server/json_scan.c
                                        src/server/embed.c
                                        src/server/toolcall.c
                                        src/server/reasoning.c
+                                       src/server/answer.c
                                        src/server/reasoning_req.c
                                        src/server/origin.c
                                        src/server/proxy.c)

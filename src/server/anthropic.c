@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "server/answer.h"
 #include "server/anthropic.h"
 #include "server/job.h"
 #include "server/json.h"

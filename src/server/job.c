@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "server/admin.h"
+#include "server/answer.h"
 #include "server/job.h"
 #include "server/json.h"
 #include "server/parse.h"

@@ -3,6 +3,7 @@
  * held; nothing here blocks. */
 #include <string.h>
 
+#include "server/answer.h"
 #include "server/job.h"
 #include "server/json.h"
 #include "server/openai.h"

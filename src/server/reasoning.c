@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server/job.h"
 #include "server/json.h"
 #include "server/parse.h"
 #include "server/reasoning.h"
@@ -255,51 +254,4 @@ void sl__srv_rsplit_finish(sl_srv_rsplit *p) {
   if (!p->hold.oom)
     step_think(p, true);
   p->hold.len = 0;
-}
-
-/* ---- a job's split --------------------------------------------------------
- */
-
-bool sl__srv_job_splits(const sl_srv_job *j) {
-  return j->req.rfmt != SL_RFMT_NONE && j->req.api != SL_SRV_COMPLETIONS &&
-         j->req.api != SL_SRV_EMBEDDINGS;
-}
-
-sl_srv_rsplit *sl__srv_job_split(sl_srv_job *j, size_t upto) {
-  if (!sl__srv_job_splits(j))
-    return NULL;
-  if (!j->rs_on) {
-    sl__srv_rsplit_init(&j->rs, j->req.rfmt, j->req.think_open);
-    j->rs_on = true;
-  }
-  if (upto > j->text_len)
-    upto = j->text_len;
-  if (upto > j->rs_fed && !j->rs.finished) {
-    sl__srv_rsplit_feed(&j->rs, j->text + j->rs_fed, upto - j->rs_fed);
-    j->rs_fed = upto;
-  }
-  if (j->done && j->rs_fed == j->text_len)
-    sl__srv_rsplit_finish(&j->rs);
-  return &j->rs;
-}
-
-const char *sl__srv_job_content(sl_srv_job *j, size_t *len) {
-  sl_srv_rsplit *rs = sl__srv_job_split(j, j->text_len);
-  if (!rs || sl__srv_rsplit_oom(rs)) { /* out of memory: the text as it is */
-    *len = j->text_len;
-    return j->text ? j->text : "";
-  }
-  *len = rs->content.len;
-  return rs->content.p ? rs->content.p : "";
-}
-
-int sl__srv_job_reasoning_tokens(sl_srv_job *j) {
-  sl_srv_rsplit *rs = sl__srv_job_split(j, j->text_len);
-  if (!rs || sl__srv_rsplit_oom(rs))
-    return 0;
-  size_t tb = sl__srv_rsplit_think_bytes(rs);
-  int n = 0;
-  for (int i = 0; i < j->n_toks && j->toks[i].text_off < tb; i++)
-    n += j->toks[i].id >= 0; /* (id < 0: flushed text, no token) */
-  return n;
 }

@@ -83,24 +83,4 @@ bool sl__srv_rsplit_oom(const sl_srv_rsplit *p);
 size_t sl__srv_rsplit_think_bytes(const sl_srv_rsplit *p);
 void sl__srv_rsplit_free(sl_srv_rsplit *p);
 
-/* ---- a job's split (the consumer's state, under the job's mu) -------------
- */
-
-typedef struct sl_srv_job sl_srv_job; /* job.h */
-
-/* True when the job's answer is split (a chat or messages job whose
- * family is not NONE). */
-bool sl__srv_job_splits(const sl_srv_job *j);
-/* Feeds the job's text up to byte `upto` (at most text_len) to its
- * splitter, and finishes it once the job is done and all is fed. Returns
- * the splitter (NULL when the job does not split). */
-sl_srv_rsplit *sl__srv_job_split(sl_srv_job *j, size_t upto);
-/* The answer's content: the split's when it splits (all of the text fed),
- * else the text. *len its bytes. */
-const char *sl__srv_job_content(sl_srv_job *j, size_t *len);
-/* The answer's tokens that are thinking (usage's reasoning_tokens): those
- * whose text starts inside the think block (its tags included); 0 when the
- * job does not split. */
-int sl__srv_job_reasoning_tokens(sl_srv_job *j);
-
 #endif

@@ -8,6 +8,7 @@
 #define SLUICE_SERVER_IMPL_H
 
 #include "server/admin.h"
+#include "server/answer.h"
 #include "server/anthropic.h"
 #include "server/constrain.h"
 #include "server/door.h"

@@ -8,11 +8,15 @@
  *   json.c      UTF-8 checks, a string builder, API error bodies (no engine)
  *   json_scan.c a body's shape, before jansson builds it
  *   parse.c     request bodies -> sl_srv_request, or an sl_srv_error
+ *   reasoning.c thinking split out of a model's text, per format family
  *   prompt.c    sl_srv_request -> prompt token ids (chat template, tokenizer)
  *   schema.c    JSON Schema -> GBNF (structured output)
  *   tools.c     tools and tool_choice, tool calls and results in the
  *               conversation, the grammar of a forced call
+ *   reasoning_req.c a request's thinking switches and budget
  *   toolcall.c  tool calls read out of a model's text, per format family
+ *   answer.c    a job's answer as text: its thinking split out, its tool
+ *               calls, what a stream sends next
  *   embed.c     /v1/embeddings bodies and answers
  *   head.c      the request head check, raw (pre-libmicrohttpd) error answers
  *   origin.c    whom the server answers: Host, Origin, Content-Type

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server/job.h"
 #include "server/json.h"
 #include "server/parse.h"
 #include "server/reasoning.h"
@@ -391,57 +390,4 @@ size_t sl__srv_toolcall_safe(sl_srv_toolfmt f, const char *s, size_t n) {
   while (end > 0 && is_blank(s[end - 1]))
     end--;
   return end;
-}
-
-const sl_srv_toolcalls *sl__srv_job_calls(sl_srv_job *j) {
-  if (j->req.toolfmt == SL_TOOLFMT_NONE || j->req.api == SL_SRV_COMPLETIONS ||
-      !j->done)
-    return NULL;
-  if (!j->calls_read) {
-    j->calls_read = true;
-    size_t len; /* the content: after the thinking is split out */
-    const char *text = sl__srv_job_content(j, &len);
-    if (sl__srv_toolcalls_parse(j->req.toolfmt, text, len, &j->calls) != SL_OK)
-      memset(&j->calls, 0, sizeof j->calls); /* out of memory: as text */
-  }
-  return j->calls.n ? &j->calls : NULL;
-}
-
-size_t sl__srv_tool_stream_text(sl_srv_job *j, const char **p) {
-  size_t tlen; /* the content: after the thinking is split out */
-  const char *text = sl__srv_job_content(j, &tlen);
-  if (!j->sent_text) /* leading blanks are never content */
-    while (j->sent_text < tlen && is_blank(text[j->sent_text]))
-      j->sent_text++;
-  *p = text + j->sent_text;
-  if (!j->done) {
-    size_t safe = sl__srv_toolcall_safe(j->req.toolfmt, text, tlen);
-    if (safe <= j->sent_text)
-      return 0;
-    size_t n = sl__utf8_valid_prefix(*p, safe - j->sent_text);
-    j->sent_text += n;
-    return n;
-  }
-  const sl_srv_toolcalls *tc = sl__srv_job_calls(j);
-  size_t from = j->sent_text;
-  j->sent_text = tlen;
-  if (!tc) /* no call: the rest is text */
-    return tlen - from;
-  /* what went out is the start of the calls' content (the text before the
-   * first call, blanks trimmed); the rest of that content follows */
-  size_t lead = 0;
-  while (lead < tlen && is_blank(text[lead]))
-    lead++;
-  size_t sent = from - lead;
-  *p = tc->content + (sent <= tc->content_len ? sent : tc->content_len);
-  return sent <= tc->content_len ? tc->content_len - sent : 0;
-}
-
-void sl__srv_tool_id(const sl_srv_job *j, int i, const char *prefix, char *buf,
-                     size_t cap) {
-  const char *own = j->id;
-  for (const char *p = j->id; *p; p++)
-    if (*p == '-' || *p == '_')
-      own = p + 1;
-  snprintf(buf, cap, "%s%s%02d", prefix, own, i);
 }

@@ -50,18 +50,4 @@ void sl__srv_toolcalls_free(sl_srv_toolcalls *t);
  * blanks held back too). */
 size_t sl__srv_toolcall_safe(sl_srv_toolfmt f, const char *text, size_t len);
 
-typedef struct sl_srv_job sl_srv_job; /* job.h */
-
-/* The calls in a finished job's answer: NULL when the request reads none
- * (no tools, tool_choice none, completions) or the answer holds none. */
-const sl_srv_toolcalls *sl__srv_job_calls(sl_srv_job *j);
-/* With tools, the content to stream now (*p, the byte count; 0: none):
- * the text up to where a call may start while the job runs; once it is
- * done, the rest of the text, or of the calls' content when it holds
- * calls. Advances j->sent_text. */
-size_t sl__srv_tool_stream_text(sl_srv_job *j, const char **p);
-/* The id of the job's call i: prefix + the job id's own part + i. */
-void sl__srv_tool_id(const sl_srv_job *j, int i, const char *prefix, char *buf,
-                     size_t cap);
-
 #endif
