@@ -144,7 +144,7 @@ static void test_abort_mid_generation(void) {
   sl_srv_metrics m;
   sl__srv_metrics_init(&m);
   sl_srv_jobs reg;
-  sl__srv_jobs_init(&reg, &m, count_notify);
+  sl__srv_jobs_init(&reg, sl__srv_metrics_job, &m, count_notify);
   atomic_store(&g_notified, 0);
 
   sl_srv_job *j = make_job(&reg, k_prompt, 400, 1);
@@ -196,7 +196,7 @@ static void test_shutdown_in_flight(void) {
   sl_srv_metrics m;
   sl__srv_metrics_init(&m);
   sl_srv_jobs reg;
-  sl__srv_jobs_init(&reg, &m, count_notify);
+  sl__srv_jobs_init(&reg, sl__srv_metrics_job, &m, count_notify);
 
   /* max_seqs 3: a (1 sequence) and b (2 choices) run, c and d wait */
   sl_srv_job *a = make_job(&reg, k_prompt, 300, 1);

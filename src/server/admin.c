@@ -69,8 +69,9 @@ static sl_srv_recent *recent_slot(sl_srv_metrics *m, const sl_srv_request *r,
   return e;
 }
 
-void sl__srv_metrics_job(sl_srv_metrics *m, const sl_srv_job *j, bool failed,
+void sl__srv_metrics_job(void *metrics, const sl_srv_job *j, bool failed,
                          int reasoning_tokens) {
+  sl_srv_metrics *m = metrics;
   pthread_mutex_lock(&m->mu);
   sl_srv_recent *e = recent_slot(
       m, &j->req,

@@ -57,8 +57,9 @@ typedef struct sl_srv_job sl_srv_job; /* job.h */
 void sl__srv_metrics_init(sl_srv_metrics *m);
 void sl__srv_metrics_destroy(sl_srv_metrics *m);
 /* Records a finished generation request (ttft/tpot from the job's times;
- * reasoning_tokens: how many of its tokens were thinking). */
-void sl__srv_metrics_job(sl_srv_metrics *m, const sl_srv_job *j, bool failed,
+ * reasoning_tokens: how many of its tokens were thinking). `m` is an
+ * sl_srv_metrics: this is the jobs' record hook (sl_srv_job_record). */
+void sl__srv_metrics_job(void *m, const sl_srv_job *j, bool failed,
                          int reasoning_tokens);
 /* A request answered with an error before it reached an engine (`http`:
  * the status; the request may be NULL). */

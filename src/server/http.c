@@ -640,7 +640,7 @@ sl_status sl_server_start(sl_pool_t *pool, const sl_server_config *cfg,
   pthread_mutex_init(&s->load_mu, NULL);
   pthread_mutex_init(&s->det_mu, NULL);
   sl__srv_metrics_init(&s->m);
-  sl__srv_jobs_init(&s->jobs, &s->m, sl__srv_reply_wake);
+  sl__srv_jobs_init(&s->jobs, sl__srv_metrics_job, &s->m, sl__srv_reply_wake);
   s->t_start_ns = sl_now_ns();
   s->started_at = (long long)time(NULL);
 

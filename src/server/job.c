@@ -8,7 +8,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "server/admin.h"
 #include "server/answer.h"
 #include "server/job.h"
 #include "server/json.h"
@@ -117,12 +116,13 @@ bool sl__srv_job_sanity(const sl_srv_job *j) {
 /* ---- the registry ----------------------------------------------------------
  */
 
-void sl__srv_jobs_init(sl_srv_jobs *reg, struct sl_srv_metrics *metrics,
-                       void (*notify)(sl_srv_job *j)) {
+void sl__srv_jobs_init(sl_srv_jobs *reg, sl_srv_job_record record,
+                       void *record_arg, void (*notify)(sl_srv_job *j)) {
   memset(reg, 0, sizeof *reg);
   pthread_mutex_init(&reg->mu, NULL);
   pthread_cond_init(&reg->cv, NULL);
-  reg->metrics = metrics;
+  reg->record = record;
+  reg->record_arg = record_arg;
   reg->notify = notify;
 }
 
@@ -218,7 +218,7 @@ int sl__srv_jobs_wait(sl_srv_jobs *reg, unsigned ms) {
 /* The job is done (no lock held): recorded, and out of the live list. */
 /* (no lock held: its callers let go of mu first) */
 static void job_finished(sl_srv_job *j) {
-  if (j->reg->metrics) {
+  if (j->reg->record) {
     int reasoning = 0; /* the split is the consumer's state: under mu */
     pthread_mutex_lock(&j->mu);
     if (j->kids)
@@ -227,8 +227,8 @@ static void job_finished(sl_srv_job *j) {
     else if (!j->parts)
       reasoning = sl__srv_job_reasoning_tokens(j);
     pthread_mutex_unlock(&j->mu);
-    sl__srv_metrics_job(j->reg->metrics, j, j->finish == SL_FINISH_ERROR,
-                        reasoning);
+    j->reg->record(j->reg->record_arg, j, j->finish == SL_FINISH_ERROR,
+                   reasoning);
   }
   jobs_remove(j->reg, j);
 }

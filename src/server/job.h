@@ -72,7 +72,6 @@
 #include "sluice/reason.h"
 
 struct MHD_Connection; /* libmicrohttpd's: the reply layer's only */
-struct sl_srv_metrics; /* admin.h */
 
 typedef struct sl_srv_tok {
   int32_t id;
@@ -192,6 +191,11 @@ struct sl_srv_job {
   bool ant_think;
 };
 
+/* Records a finished job (no lock held): failed, and how many of its
+ * tokens were thinking. */
+typedef void (*sl_srv_job_record)(void *arg, const sl_srv_job *j, bool failed,
+                                  int reasoning_tokens);
+
 /* The live jobs of one server (or of a test), and the count of responses
  * not yet handed to their clients. */
 struct sl_srv_jobs {
@@ -202,17 +206,20 @@ struct sl_srv_jobs {
   int n_open;    /* generation requests whose response MHD has not yet
                   * reported complete (delivered or failed) */
   bool stopping; /* no job is posted any more */
-  struct sl_srv_metrics *metrics; /* each finished job is recorded there
-                                     (borrowed; NULL: none) */
+  /* each finished job is recorded through it, with record_arg (NULL:
+   * not recorded): admin.c's sl__srv_metrics_job, which the front
+   * registers, so that the job knows no metrics */
+  sl_srv_job_record record;
+  void *record_arg;
   /* called with j->mu held whenever the consumer has news: the job is
    * done, or it streams and had an event (NULL: nobody to tell; waiters
    * use j->cv). Must not block. */
   void (*notify)(sl_srv_job *j);
 };
 
-/* Initializes *reg (metrics borrowed, may be NULL). */
-void sl__srv_jobs_init(sl_srv_jobs *reg, struct sl_srv_metrics *metrics,
-                       void (*notify)(sl_srv_job *j));
+/* Initializes *reg (record and its arg borrowed; record may be NULL). */
+void sl__srv_jobs_init(sl_srv_jobs *reg, sl_srv_job_record record,
+                       void *record_arg, void (*notify)(sl_srv_job *j));
 /* After every job left and nobody uses it. */
 void sl__srv_jobs_destroy(sl_srv_jobs *reg);
 /* From here on sl__srv_job_post refuses (503 shutting_down). */
