@@ -12,7 +12,6 @@
 #include "server/job.h"
 #include "server/json.h"
 #include "server/parse.h"
-#include "server/routes.h"
 #include "server/toolcall.h"
 #include "sluice/util.h"
 
@@ -854,4 +853,10 @@ void sl__srv_job_error(const sl_srv_job *j, sl_srv_error *e) {
         e->message + strlen(e->message), sizeof e->message - strlen(e->message),
         " (estimated %llu bytes, limit %llu bytes)",
         (unsigned long long)j->est_bytes, (unsigned long long)j->limit_bytes);
+}
+
+void sl__srv_model_release(sl_srv_model *m) {
+  if (m->pool && m->lease.index >= 0)
+    sl_pool_release(m->pool, &m->lease);
+  m->lease.index = -1;
 }

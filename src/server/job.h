@@ -66,10 +66,11 @@
 #include "server/json.h"
 #include "server/parse.h"
 #include "server/reasoning.h"
-#include "server/routes.h"
 #include "server/toolcall.h"
 #include "sluice/engine.h"
+#include "sluice/pool.h"
 #include "sluice/reason.h"
+#include "sluice/server.h"
 
 struct MHD_Connection; /* libmicrohttpd's: the reply layer's only */
 
@@ -83,6 +84,19 @@ typedef struct sl_srv_tok {
 
 typedef struct sl_srv_job sl_srv_job;
 typedef struct sl_srv_jobs sl_srv_jobs;
+
+/* A model as one request uses it: its pool lease (engine, model, tokenizer,
+ * chat template, context) while the request lives. routes.c leases it
+ * (sl__srv_model_acquire, setting srv and pool); whoever holds it lets it
+ * go with sl__srv_model_release (job.c, for a job's). */
+typedef struct sl_srv_model {
+  sl_server_t *srv;    /* the leasing side's (routes.c) */
+  sl_pool_t *pool;     /* NULL: nothing leased yet */
+  sl_pool_lease lease; /* index -1: none */
+} sl_srv_model;
+
+/* Gives the lease back (a no-op without one). */
+void sl__srv_model_release(sl_srv_model *m);
 
 /* The most inputs of one embeddings job in the engine at once. */
 #define SL_SRV_EMBED_WINDOW 32

@@ -186,6 +186,7 @@ sl_status sl__srv_model_acquire(sl_server_t *s, const char *name,
                                 sl_srv_model *m, sl_srv_error *err) {
   m->srv = s;
   sl__srv_model_release(m);
+  m->pool = s->pool;
   int i = sl__srv_model_index(s, name);
   sl_pool_info in;
   if (i < 0 || !sl_pool_info_at(s->pool, i, &in)) {
@@ -214,12 +215,6 @@ void sl__srv_load_error(sl_status st, const char *name, const char *why,
                       "cannot load the model '%.100s': %s", name, why);
 }
 
-void sl__srv_model_release(sl_srv_model *m) {
-  if (m->srv && m->lease.index >= 0)
-    sl_pool_release(m->srv->pool, &m->lease);
-  m->lease.index = -1;
-}
-
 static sl_status resolve(void *user, const char *model, sl_srv_limits *lim,
                          sl_srv_error *err) {
   sl_srv_model *m = user;
@@ -233,6 +228,7 @@ static sl_status resolve(void *user, const char *model, sl_srv_limits *lim,
 
 sl_srv_limits sl__srv_limits_of(sl_server_t *s, sl_srv_model *m) {
   m->srv = s;
+  m->pool = s->pool;
   m->lease.index = -1;
   return (sl_srv_limits){.n_ctx = 0,
                          .toolfmt = s->toolfmt,
@@ -373,7 +369,7 @@ sl_status sl__srv_tokenize(sl_server_t *s, const char *body, size_t len,
   sl_status st = SL_ERR_FORMAT;
   int32_t *ids = NULL;
   json_t *toks = NULL;
-  sl_srv_model m = {.srv = s, .lease = {.index = -1}};
+  sl_srv_model m = {.srv = s, .pool = s->pool, .lease = {.index = -1}};
   json_t *c = json_object_get(root, "content");
   bool add_special = false, parse_special = true, with_pieces = false;
   if (!json_is_string(c)) {
@@ -443,7 +439,7 @@ sl_status sl__srv_detokenize(sl_server_t *s, const char *body, size_t len,
   sl_status st = SL_ERR_FORMAT;
   int32_t *ids = NULL;
   char *text = NULL;
-  sl_srv_model m = {.srv = s, .lease = {.index = -1}};
+  sl_srv_model m = {.srv = s, .pool = s->pool, .lease = {.index = -1}};
   json_t *t = json_object_get(root, "tokens");
   if (!json_is_array(t)) {
     sl__srv_error_set(err, 400,

@@ -7,17 +7,11 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "server/job.h"
 #include "server/json.h"
 #include "server/parse.h"
 #include "sluice/pool.h"
 #include "sluice/server.h"
-
-/* A model as one request uses it: its pool lease (engine, model, tokenizer,
- * chat template, context) while the request lives (routes.c). */
-typedef struct sl_srv_model {
-  sl_server_t *srv;
-  sl_pool_lease lease; /* index -1: none */
-} sl_srv_model;
 
 /* What the parser checks a request of this server against: the
  * model it names is leased into *m (released by sl__srv_model_release). */
@@ -27,7 +21,6 @@ sl_srv_limits sl__srv_limits_of(sl_server_t *s, sl_srv_model *m);
  * cannot be loaded now). */
 sl_status sl__srv_model_acquire(sl_server_t *s, const char *name,
                                 sl_srv_model *m, sl_srv_error *err);
-void sl__srv_model_release(sl_srv_model *m);
 /* The pool entry a request's "model" names ("default": the first), or -1. */
 int sl__srv_model_index(sl_server_t *s, const char *id);
 /* The answer to a pool load that failed with `st` (why: the pool's words):

@@ -4,7 +4,9 @@
  * to half-closed clients (detach.c). Types only: the front's functions
  * are sluice/server.h's, and no file but http.c needs more of it.
  *
- * Layers inside the server, bottom first (each file has its own header):
+ * Layers inside the server, bottom first (each file has its own header;
+ * this header, types only, sits below the files that include it, though it
+ * still includes admin.h for the metrics' type):
  *   json.c      UTF-8 checks, a string builder, API error bodies (no engine)
  *   json_scan.c a body's shape, before jansson builds it
  *   parse.c     request bodies -> sl_srv_request, or an sl_srv_error
@@ -21,16 +23,16 @@
  *   head.c      the request head check, raw (pre-libmicrohttpd) error answers
  *   origin.c    whom the server answers: Host, Origin, Content-Type
  *   proxy.c     trusted proxies: ranges, PROXY v1/v2, X-Forwarded-For
- *   routes.c    model leases; /v1/models, count_tokens, /tokenize,
- *               /detokenize, /apply-template, the admin model actions
- *   job.c       the job: engine events, posting, aborts, its failure as
- *               an API error; the live jobs
- *   openai.c    OpenAI response bodies and SSE chunks
- *   anthropic.c Anthropic response bodies and SSE events
- *   admin.c     /health, /metrics, /admin/api/stats
  *   door.c      the front door: accept, connection limits, the first head
  *   sockwatch.c the request watch (a 400 for bytes that make no line, a
  *               408 past the request deadline), and the parked-job tick
+ *   job.c       the job: engine events, posting, aborts, its failure as
+ *               an API error, its model's lease given back; the live jobs
+ *   routes.c    model leases taken; /v1/models, count_tokens, /tokenize,
+ *               /detokenize, /apply-template, the admin model actions
+ *   openai.c    OpenAI response bodies and SSE chunks
+ *   anthropic.c Anthropic response bodies and SSE events
+ *   admin.c     /health, /metrics, /admin/api/stats
  *   reply.c     answers, parked connections and their wake-ups, SSE
  *   detach.c    answers to clients that half-closed, on a dup of the socket
  *   generate.c  the generation and embeddings routes, waiting for a load
