@@ -5,8 +5,8 @@
  * are sluice/server.h's, and no file but http.c needs more of it.
  *
  * Layers inside the server, bottom first (each file has its own header;
- * this header, types only, sits below the files that include it, though it
- * still includes admin.h for the metrics' type):
+ * this header and metrics.h, types only, sit below the files that include
+ * them):
  *   json.c      UTF-8 checks, a string builder, API error bodies (no engine)
  *   json_scan.c a body's shape, before jansson builds it
  *   parse.c     request bodies -> sl_srv_request, or an sl_srv_error
@@ -47,10 +47,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "server/admin.h"
 #include "server/door.h"
 #include "server/job.h"
 #include "server/json.h"
+#include "server/metrics.h"
 #include "server/sockwatch.h"
 #include "server/toolcall.h"
 #include "sluice/pool.h"
