@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "server/admin.h"
+#include "server/answer.h"
 #include "server/door.h"
 #include "server/job.h"
 #include "server/json.h"
@@ -69,9 +70,16 @@ static sl_srv_recent *recent_slot(sl_srv_metrics *m, const sl_srv_request *r,
   return e;
 }
 
-void sl__srv_metrics_job(void *metrics, const sl_srv_job *j, bool failed,
-                         int reasoning_tokens) {
+void sl__srv_metrics_job(void *metrics, sl_srv_job *j, bool failed) {
   sl_srv_metrics *m = metrics;
+  int reasoning_tokens = 0; /* the split is the consumer's state: under mu */
+  pthread_mutex_lock(&j->mu);
+  if (j->kids)
+    for (int i = 0; i < j->n_parts; i++)
+      reasoning_tokens += sl__srv_job_reasoning_tokens(&j->kids[i]);
+  else if (!j->parts)
+    reasoning_tokens = sl__srv_job_reasoning_tokens(j);
+  pthread_mutex_unlock(&j->mu);
   pthread_mutex_lock(&m->mu);
   sl_srv_recent *e = recent_slot(
       m, &j->req,

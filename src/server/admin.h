@@ -18,11 +18,10 @@ typedef struct sl_srv_job sl_srv_job; /* job.h */
 
 void sl__srv_metrics_init(sl_srv_metrics *m);
 void sl__srv_metrics_destroy(sl_srv_metrics *m);
-/* Records a finished generation request (ttft/tpot from the job's times;
- * reasoning_tokens: how many of its tokens were thinking). `m` is an
- * sl_srv_metrics: this is the jobs' record hook (sl_srv_job_record). */
-void sl__srv_metrics_job(void *m, const sl_srv_job *j, bool failed,
-                         int reasoning_tokens);
+/* Records a finished generation request (ttft/tpot from the job's times,
+ * and how many of its tokens were thinking, counted under j->mu). `m` is
+ * an sl_srv_metrics: this is the jobs' record hook (sl_srv_job_record). */
+void sl__srv_metrics_job(void *m, sl_srv_job *j, bool failed);
 /* A request answered with an error before it reached an engine (`http`:
  * the status; the request may be NULL). */
 void sl__srv_metrics_failed(sl_server_t *s, const sl_srv_request *r, int http);

@@ -34,7 +34,6 @@
 
 #include "server/anthropic.h"
 #include "server/detach.h"
-#include "server/embed.h"
 #include "server/job.h"
 #include "server/json.h"
 #include "server/openai.h"

@@ -1,13 +1,12 @@
 /* sluice — server: POST /v1/embeddings (OpenAI's shape). The request's
  * inputs (a string, a list of strings, a list of token ids, or a list of
  * those) are checked and tokenized here; job.c submits each as one
- * embedding request to the engine (sl_gen_params.pooling), and the answer
- * is built here from the pooled, normalized vectors. */
+ * embedding request to the engine (sl_gen_params.pooling); openai.c builds
+ * the answer from the pooled, normalized vectors (sl__srv_embed_body). */
 #include <stdio.h>
 #include <string.h>
 
 #include "server/embed.h"
-#include "server/job.h"
 #include "server/json.h"
 #include "server/parse.h"
 #include "sluice/util.h"
@@ -186,58 +185,4 @@ sl_status sl__srv_embed_ids(sl_srv_request *r, const sl_tokenizer_t *tok,
     }
   }
   return SL_OK;
-}
-
-/* base64 of n little-endian float32s (x86-64 is little-endian). */
-static json_t *b64_floats(const float *v, int n) {
-  static const char tab[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  const unsigned char *p = (const unsigned char *)v;
-  size_t len = (size_t)n * 4, olen = (len + 2) / 3 * 4;
-  char *o = sl_malloc(olen + 1);
-  if (!o)
-    return NULL;
-  size_t k = 0;
-  for (size_t i = 0; i < len; i += 3) {
-    uint32_t x = (uint32_t)p[i] << 16;
-    if (i + 1 < len)
-      x |= (uint32_t)p[i + 1] << 8;
-    if (i + 2 < len)
-      x |= p[i + 2];
-    o[k++] = tab[(x >> 18) & 63];
-    o[k++] = tab[(x >> 12) & 63];
-    o[k++] = i + 1 < len ? tab[(x >> 6) & 63] : '=';
-    o[k++] = i + 2 < len ? tab[x & 63] : '=';
-  }
-  o[k] = 0;
-  json_t *s = json_stringn(o, k);
-  sl_free(o);
-  return s;
-}
-
-json_t *sl__srv_embed_body(const sl_srv_job *j, const char *model) {
-  json_t *data = json_array();
-  for (int i = 0; data && i < j->req.n_inputs; i++) {
-    const float *v = j->emb + (size_t)i * (size_t)j->n_embd;
-    json_t *e;
-    if (j->req.emb_base64) {
-      e = b64_floats(v, j->n_embd);
-    } else {
-      e = json_array();
-      for (int k = 0; e && k < j->n_embd; k++)
-        if (json_array_append_new(e, json_real(v[k])) != 0) {
-          json_decref(e);
-          e = NULL;
-        }
-    }
-    if (!e || json_array_append_new(data, json_pack("{s:s,s:i,s:o}", "object",
-                                                    "embedding", "index", i,
-                                                    "embedding", e)) != 0) {
-      json_decref(data);
-      return NULL;
-    }
-  }
-  return json_pack("{s:s,s:o,s:s,s:{s:i,s:i}}", "object", "list", "data", data,
-                   "model", model, "usage", "prompt_tokens", j->prompt_tokens,
-                   "total_tokens", j->prompt_tokens);
 }

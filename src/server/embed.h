@@ -16,9 +16,4 @@ void sl__srv_embed_free(sl_srv_request *r);
 sl_status sl__srv_embed_ids(sl_srv_request *r, const sl_tokenizer_t *tok,
                             int n_ctx, sl_srv_error *err);
 
-typedef struct sl_srv_job sl_srv_job; /* job.h */
-
-/* The /v1/embeddings answer of a done job. */
-json_t *sl__srv_embed_body(const sl_srv_job *j, const char *model);
-
 #endif

@@ -8,7 +8,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "server/answer.h"
 #include "server/job.h"
 #include "server/json.h"
 #include "server/parse.h"
@@ -217,18 +216,8 @@ int sl__srv_jobs_wait(sl_srv_jobs *reg, unsigned ms) {
 /* The job is done (no lock held): recorded, and out of the live list. */
 /* (no lock held: its callers let go of mu first) */
 static void job_finished(sl_srv_job *j) {
-  if (j->reg->record) {
-    int reasoning = 0; /* the split is the consumer's state: under mu */
-    pthread_mutex_lock(&j->mu);
-    if (j->kids)
-      for (int i = 0; i < j->n_parts; i++)
-        reasoning += sl__srv_job_reasoning_tokens(&j->kids[i]);
-    else if (!j->parts)
-      reasoning = sl__srv_job_reasoning_tokens(j);
-    pthread_mutex_unlock(&j->mu);
-    j->reg->record(j->reg->record_arg, j, j->finish == SL_FINISH_ERROR,
-                   reasoning);
-  }
+  if (j->reg->record)
+    j->reg->record(j->reg->record_arg, j, j->finish == SL_FINISH_ERROR);
   jobs_remove(j->reg, j);
 }
 

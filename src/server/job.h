@@ -205,10 +205,8 @@ struct sl_srv_job {
   bool ant_think;
 };
 
-/* Records a finished job (no lock held): failed, and how many of its
- * tokens were thinking. */
-typedef void (*sl_srv_job_record)(void *arg, const sl_srv_job *j, bool failed,
-                                  int reasoning_tokens);
+/* Records a finished job (no lock held; it may take j->mu). */
+typedef void (*sl_srv_job_record)(void *arg, sl_srv_job *j, bool failed);
 
 /* The live jobs of one server (or of a test), and the count of responses
  * not yet handed to their clients. */

@@ -393,3 +393,60 @@ bool sl__oai_stream(sl_srv_job *j, const char *model,
   j->phase = 2;
   return true;
 }
+
+/* ---- embeddings ------------------------------------------------------------
+ */
+
+/* base64 of n little-endian float32s (x86-64 is little-endian). */
+static json_t *b64_floats(const float *v, int n) {
+  static const char tab[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const unsigned char *p = (const unsigned char *)v;
+  size_t len = (size_t)n * 4, olen = (len + 2) / 3 * 4;
+  char *o = sl_malloc(olen + 1);
+  if (!o)
+    return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < len; i += 3) {
+    uint32_t x = (uint32_t)p[i] << 16;
+    if (i + 1 < len)
+      x |= (uint32_t)p[i + 1] << 8;
+    if (i + 2 < len)
+      x |= p[i + 2];
+    o[k++] = tab[(x >> 18) & 63];
+    o[k++] = tab[(x >> 12) & 63];
+    o[k++] = i + 1 < len ? tab[(x >> 6) & 63] : '=';
+    o[k++] = i + 2 < len ? tab[x & 63] : '=';
+  }
+  o[k] = 0;
+  json_t *s = json_stringn(o, k);
+  sl_free(o);
+  return s;
+}
+
+json_t *sl__srv_embed_body(const sl_srv_job *j, const char *model) {
+  json_t *data = json_array();
+  for (int i = 0; data && i < j->req.n_inputs; i++) {
+    const float *v = j->emb + (size_t)i * (size_t)j->n_embd;
+    json_t *e;
+    if (j->req.emb_base64) {
+      e = b64_floats(v, j->n_embd);
+    } else {
+      e = json_array();
+      for (int k = 0; e && k < j->n_embd; k++)
+        if (json_array_append_new(e, json_real(v[k])) != 0) {
+          json_decref(e);
+          e = NULL;
+        }
+    }
+    if (!e || json_array_append_new(data, json_pack("{s:s,s:i,s:o}", "object",
+                                                    "embedding", "index", i,
+                                                    "embedding", e)) != 0) {
+      json_decref(data);
+      return NULL;
+    }
+  }
+  return json_pack("{s:s,s:o,s:s,s:{s:i,s:i}}", "object", "list", "data", data,
+                   "model", model, "usage", "prompt_tokens", j->prompt_tokens,
+                   "total_tokens", j->prompt_tokens);
+}

@@ -22,4 +22,8 @@ json_t *sl__oai_body(sl_srv_job *j, const char *model,
 bool sl__oai_stream(sl_srv_job *j, const char *model,
                     const sl_tokenizer_t *tok);
 
+/* The /v1/embeddings answer of a done embeddings job (new reference, or
+ * NULL when out of memory). */
+json_t *sl__srv_embed_body(const sl_srv_job *j, const char *model);
+
 #endif
