@@ -13,6 +13,12 @@ include lines behind it. Fails (exit 1) on
 An include of another layer's private header (src/<layer>/..., downward) is
 allowed and listed, so that it stays visible.
 
+Inside the server, the files keep the order that src/server/state.h lists
+(bottom first, one "name.c" or "name.h" entry a line): a file of src/server
+may include the headers of the entries listed before its own only (a file
+and its own header are one entry), and every file of src/server (but
+server_impl.h, which gathers them for the tests) must have an entry.
+
 With --objects BUILD_DIR it also reads the symbols of the layer libraries'
 object files (nm) and prints the file-level call cycles: .c files that call
 each other in a loop (a function of a.c uses one of b.c and back). Cycles in a
@@ -135,6 +141,46 @@ def sccs(graph):
     return out
 
 
+SERVER_ORDER_FILE = "src/server/state.h"
+SERVER_ENTRY_RE = re.compile(r"^ \*   (\w+)\.[ch]\s")
+
+
+def check_server_order(files, errors):
+    """The server's inner order (SERVER_ORDER_FILE's list): returns it."""
+    text = open(os.path.join(ROOT, SERVER_ORDER_FILE)).read()
+    head = text.split("*/", 1)[0]
+    order = [m.group(1) for m in map(SERVER_ENTRY_RE.match,
+                                     head.splitlines()) if m]
+    rank = {name: i for i, name in enumerate(order)}
+    if not order:
+        errors.append(f"{SERVER_ORDER_FILE}: no list of the server's files")
+        return order
+    for f in files:
+        parts = f.split("/")
+        if parts[:2] != ["src", "server"] or len(parts) != 3:
+            continue
+        stem = os.path.splitext(parts[2])[0]
+        if stem == "server_impl":
+            continue
+        if stem not in rank:
+            errors.append(f"{f}: not in {SERVER_ORDER_FILE}'s list of the "
+                          "server's files")
+            continue
+        with open(os.path.join(ROOT, f), errors="replace") as fh:
+            for lineno, line in enumerate(fh, 1):
+                m = INCLUDE_RE.match(line)
+                if not m or not m.group(1).startswith("server/"):
+                    continue
+                inc = os.path.splitext(os.path.basename(m.group(1)))[0]
+                if inc == stem or inc == "server_impl":
+                    continue
+                if inc in rank and rank[inc] > rank[stem]:
+                    errors.append(f"{f}:{lineno}: {stem} includes {inc}, "
+                                  f"which {SERVER_ORDER_FILE} lists after it "
+                                  "(higher)")
+    return order
+
+
 def check_includes(files, errors):
     graph = collections.defaultdict(set)
     layer_edges = collections.Counter()
@@ -243,6 +289,7 @@ def main():
     errors = []
     files = tree_files()
     edges, private = check_includes(files, errors)
+    server_order = check_server_order(files, errors)
     if args.dot:
         print("digraph layers {")
         for (a, b), n in sorted(edges.items()):
@@ -256,6 +303,8 @@ def main():
                 edges.items(), key=lambda e: -LAYERS.index(e[0][1])) if x == a]
             if outs:
                 print(f"  {a:9} -> {', '.join(outs)}")
+        print(f"the server's files, bottom first ({SERVER_ORDER_FILE}): "
+              f"{' < '.join(server_order)}")
         if private:
             print("includes of a lower layer's private header:")
             for p in private:
@@ -268,7 +317,8 @@ def main():
         for e in errors:
             print("  " + e, file=sys.stderr)
         return 1
-    print("check_layers: no upward include, no include cycle")
+    print("check_layers: no upward include, no include cycle, the server's "
+          "files in their order")
     return 0
 
 

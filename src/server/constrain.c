@@ -9,7 +9,6 @@
 
 #include "server/constrain.h"
 #include "server/json.h"
-#include "server/parse.h"
 #include "server/schema.h"
 #include "sluice/grammar.h"
 #include "sluice/util.h"

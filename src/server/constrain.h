@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 #include "server/json.h"
-#include "server/parse.h"
+#include "server/request.h"
 #include "sluice/status.h"
 
 /* Compiles GBNF into r->grammar; a 400 naming `param` when it does not. */

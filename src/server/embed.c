@@ -8,7 +8,6 @@
 
 #include "server/embed.h"
 #include "server/json.h"
-#include "server/parse.h"
 #include "sluice/util.h"
 
 static void emb_input_free(sl_srv_request *r) {

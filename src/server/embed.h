@@ -5,7 +5,7 @@
 #include <jansson.h>
 
 #include "server/json.h"
-#include "server/parse.h"
+#include "server/request.h"
 #include "sluice/tokenizer.h"
 
 sl_status sl__srv_parse_embeddings(json_t *root, const sl_srv_limits *lim,

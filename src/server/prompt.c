@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "server/json.h"
-#include "server/parse.h"
 #include "server/prompt.h"
 #include "sluice/util.h"
 

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "server/json.h"
-#include "server/parse.h"
+#include "server/request.h"
 #include "sluice/tokenizer.h"
 
 /* Renders the chat template (chat / messages) or takes the prompt text or

@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "server/json.h"
-#include "server/parse.h"
 #include "server/reasoning.h"
 #include "sluice/util.h"
 

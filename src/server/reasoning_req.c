@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "server/json.h"
-#include "server/parse.h"
 #include "server/reasoning_req.h"
 #include "server/tools.h"
 #include "sluice/util.h"

@@ -4,22 +4,23 @@
  * to half-closed clients (detach.c). Types only: the front's functions
  * are sluice/server.h's, and no file but http.c needs more of it.
  *
- * Layers inside the server, bottom first (each file has its own header;
- * this header and metrics.h, types only, sit below the files that include
- * them):
+ * Layers inside the server, bottom first: a file includes the headers of
+ * the entries listed before its own only (each .c has its own header; .h
+ * entries are types only). tools/check_layers.py checks this order.
+ *   metrics.h   the counters behind /metrics and the stats, as a type
  *   json.c      UTF-8 checks, a string builder, API error bodies (no engine)
  *   json_scan.c a body's shape, before jansson builds it
- *   parse.c     request bodies -> sl_srv_request, or an sl_srv_error
  *   reasoning.c thinking split out of a model's text, per format family
- *   prompt.c    sl_srv_request -> prompt token ids (chat template, tokenizer)
+ *   toolcall.c  tool calls read out of a model's text, per format family
+ *   request.h   a parsed request and the limits it is checked against
  *   schema.c    JSON Schema -> GBNF (structured output)
  *   tools.c     tools and tool_choice, tool calls and results in the
  *               conversation, the grammar of a forced call
  *   reasoning_req.c a request's thinking switches and budget
- *   toolcall.c  tool calls read out of a model's text, per format family
- *   answer.c    a job's answer as text: its thinking split out, its tool
- *               calls, what a stream sends next
- *   embed.c     /v1/embeddings bodies and answers
+ *   constrain.c response_format and grammar fields -> a grammar
+ *   embed.c     /v1/embeddings request inputs, checked and tokenized
+ *   prompt.c    sl_srv_request -> prompt token ids (chat template, tokenizer)
+ *   parse.c     request bodies -> sl_srv_request, or an sl_srv_error
  *   head.c      the request head check, raw (pre-libmicrohttpd) error answers
  *   origin.c    whom the server answers: Host, Origin, Content-Type
  *   proxy.c     trusted proxies: ranges, PROXY v1/v2, X-Forwarded-For
@@ -28,9 +29,12 @@
  *               408 past the request deadline), and the parked-job tick
  *   job.c       the job: engine events, posting, aborts, its failure as
  *               an API error, its model's lease given back; the live jobs
+ *   answer.c    a job's answer as text: its thinking split out, its tool
+ *               calls, what a stream sends next
+ *   state.h     this header: the server's and a connection's state
  *   routes.c    model leases taken; /v1/models, count_tokens, /tokenize,
  *               /detokenize, /apply-template, the admin model actions
- *   openai.c    OpenAI response bodies and SSE chunks
+ *   openai.c    OpenAI response bodies and SSE chunks, the embeddings body
  *   anthropic.c Anthropic response bodies and SSE events
  *   admin.c     /health, /metrics, /admin/api/stats
  *   reply.c     answers, parked connections and their wake-ups, SSE

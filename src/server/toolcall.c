@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "server/json.h"
-#include "server/parse.h"
 #include "server/reasoning.h"
 #include "server/toolcall.h"
 #include "sluice/util.h"

@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "server/json.h"
-#include "server/parse.h"
 #include "server/schema.h"
 #include "server/toolcall.h"
 #include "server/tools.h"

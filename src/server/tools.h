@@ -7,7 +7,7 @@
 #include <stdbool.h>
 
 #include "server/json.h"
-#include "server/parse.h"
+#include "server/request.h"
 #include "sluice/jinja.h"
 
 /* A JSON value as a template value (new, or NULL when out of memory). */
