@@ -491,20 +491,13 @@ static void executor_fini(sl_engine_t *e) {
     e->n_active--;
     sl__finish(e, r, SL_FINISH_ABORT, SL_OK, SL_REASON_NONE, NULL);
   }
+  sl__take_inbox(e); /* what was just submitted ends with the waiting */
   while (e->waiting) {
     sl__req *r = e->waiting;
     e->waiting = r->next;
     sl__finish(e, r, SL_FINISH_ABORT, SL_OK, SL_REASON_NONE, NULL);
   }
-  pthread_mutex_lock(&e->mu);
-  sl__req *in = e->inbox;
-  e->inbox = e->inbox_tail = NULL;
-  pthread_mutex_unlock(&e->mu);
-  while (in) {
-    sl__req *r = in;
-    in = r->next;
-    sl__finish(e, r, SL_FINISH_ABORT, SL_OK, SL_REASON_NONE, NULL);
-  }
+  e->waiting_tail = NULL;
   sl__store_stop(e); /* writes what is queued; needs the pool */
   for (int i = 0; i < e->n_tiers; i++)
     sl_kv_tier_close(e->tiers[i]);
