@@ -116,7 +116,12 @@ if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
   sl_server_pytest(test_http test_http.py 300)
   # the front door: slowloris, limits, heads refused in JSON (needs
   # 127.0.0.2 and a few thousand fds; raises its own soft limit)
-  sl_server_pytest(test_http_door test_http_door.py 600)
+  sl_server_pytest(test_http_door test_http_door.py 600
+                   -k "not half_close and not hangup")
+  # clients that half-close (answered) and clients that hang up (aborted):
+  # their own entry, so that mutants 30 and 110-113 run only this part
+  sl_server_pytest(test_http_half_close test_http_door.py 300
+                   -k "half_close or hangup")
   # behind a proxy (issue 43 stage 4): --trusted-proxy, PROXY v1/v2 and
   # X-Forwarded-For name the client the per-address limit counts
   sl_server_pytest(test_http_proxy test_http_proxy.py 300)

@@ -175,6 +175,11 @@ static void evict_to_budget(ssd_tier *t) {
   evict_to(t, t->limit);
 }
 
+/* One block file's bytes: the header, its XXH3, the payload. */
+static uint64_t file_bytes(const ssd_tier *t) {
+  return t->header_bytes + 8 + t->payload_bytes;
+}
+
 /* Bytes free to an unprivileged writer on the tier's filesystem (or
  * UINT64_MAX when that cannot be known). */
 static uint64_t free_bytes(ssd_tier *t) {
@@ -192,7 +197,7 @@ static uint64_t free_bytes(ssd_tier *t) {
 static uint64_t space_limit(const ssd_tier *t, uint64_t avail) {
   if (avail == UINT64_MAX)
     return t->cfg.budget;
-  uint64_t file = t->header_bytes + 8 + t->payload_bytes;
+  uint64_t file = file_bytes(t);
   uint64_t fb = t->fs_block ? t->fs_block : 4096;
   uint64_t on_disk = (file + fb - 1) / fb * fb;
   uint64_t more = (uint64_t)((double)avail * SSD_FREE_SHARE) / on_disk;
@@ -559,7 +564,7 @@ static bool probe_space(ssd_tier *t) {
   pthread_mutex_unlock(&t->mu);
   uint64_t avail = free_bytes(t); /* a system call: outside mu */
   pthread_mutex_lock(&t->mu);
-  uint64_t file = t->header_bytes + 8 + t->payload_bytes;
+  uint64_t file = file_bytes(t);
   bool back = !t->st.enabled && space_fault(t->off_errno) &&
               avail != UINT64_MAX && avail >= SSD_BACK_FILES * file;
   if (back) {
@@ -657,17 +662,13 @@ static sl_status ssd_put(sl_kv_tier_t *bt, const sl_kv_block_key *key,
            (int)getpid(), (unsigned long)pthread_self());
   file_name(t, key->hash, path, sizeof path);
   int e = write_block(tmp, path, hbuf, hn, src, n);
-  if (space_fault(e)) {
+  if (e) {
     pthread_mutex_lock(&t->mu);
     t->st.faults++;
     pthread_mutex_unlock(&t->mu);
     /* the disk is full: room from the tier's own oldest files, once */
-    if (make_room(t, hn + n))
+    if (space_fault(e) && make_room(t, hn + n))
       e = write_block(tmp, path, hbuf, hn, src, n);
-  } else if (e) {
-    pthread_mutex_lock(&t->mu);
-    t->st.faults++;
-    pthread_mutex_unlock(&t->mu);
   }
   free(hbuf);
   if (e) {

@@ -32,11 +32,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "server/anthropic.h"
 #include "server/detach.h"
 #include "server/job.h"
 #include "server/json.h"
-#include "server/openai.h"
 #include "server/reply.h"
 #include "sluice/util.h"
 
@@ -133,14 +131,11 @@ static void put_json(sl_srv_detached *d, unsigned status, json_t *body,
  * connection libmicrohttpd holds. */
 static void fill(sl_srv_detached *d) {
   sl_srv_job *j = d->j;
-  const char *model = j->req.model;
   if (!d->head_sent) {
-    bool ready = j->done || (j->req.stream && (j->started || j->n_toks > 0));
-    if (!ready)
+    if (!sl__srv_job_ready(j))
       return;
     d->head_sent = true;
-    if (j->done && j->finish == SL_FINISH_ERROR &&
-        (!j->req.stream || j->n_toks == 0)) {
+    if (sl__srv_job_failed_early(j)) {
       sl_srv_error err;
       sl__srv_job_error(j, &err);
       put_json(d, (unsigned)err.http, sl__srv_error_json(d->fam, &err),
@@ -148,37 +143,24 @@ static void fill(sl_srv_detached *d) {
       return;
     }
     if (!j->req.stream) {
-      const sl_tokenizer_t *tok = sl__srv_job_lease(j)->tok;
-      sl_srv_api api = j->req.api;
-      put_json(d, 200,
-               api == SL_SRV_MESSAGES     ? sl__ant_body(j, model, tok)
-               : api == SL_SRV_EMBEDDINGS ? sl__srv_embed_body(j, model)
-                                          : sl__oai_body(j, model, tok),
-               0);
+      put_json(d, 200, sl__srv_answer_body(j), 0);
       return;
     }
     put_head(d, 200, "text/event-stream", SIZE_MAX, 0);
   }
-  for (;;) {
-    if (j->out_off < j->out.len) {
-      sl__sbuf_add(&d->out, j->out.p + j->out_off, j->out.len - j->out_off);
-      j->out_off = j->out.len = 0;
-      return;
-    }
-    if (j->out.oom) {
-      d->out.oom = true;
-      return;
-    }
-    if (j->phase == 2) {
-      d->last = true;
-      return;
-    }
-    if (j->req.api == SL_SRV_MESSAGES)
-      sl__ant_stream(j, model, sl__srv_job_lease(j)->tok);
-    else
-      sl__oai_stream(j, model, sl__srv_job_lease(j)->tok);
-    if (j->out.len == 0 && j->phase != 2)
-      return; /* nothing until the job's next event */
+  switch (sl__srv_sse_next(j)) {
+  case SL_SRV_SSE_BYTES:
+    sl__sbuf_add(&d->out, j->out.p + j->out_off, j->out.len - j->out_off);
+    j->out_off = j->out.len = 0;
+    break;
+  case SL_SRV_SSE_OOM:
+    d->out.oom = true;
+    break;
+  case SL_SRV_SSE_END:
+    d->last = true;
+    break;
+  default: /* nothing until the job's next event */
+    break;
   }
 }
 

@@ -299,6 +299,14 @@ static void pend_hand(sl_srv_door *d, pend *p) {
     release_fd(d, fd);
 }
 
+/* The answer to a connection whose named client is over max_per_ip. */
+static void over_limit(const sl_srv_door *d, sl_srv_error *e) {
+  sl__srv_error_set(e, 429, "too_many_connections", NULL,
+                    "too many open connections from the client address the "
+                    "proxy named (--max-conns-per-ip %u)",
+                    d->cfg.max_per_ip);
+}
+
 /* A trusted proxy's connection before its first HTTP byte: a PROXY header
  * among the n bytes peeked into d->buf is consumed and names the client.
  * SL_SRV_HEAD_OK when HTTP bytes may follow (the header was read, or there
@@ -342,10 +350,7 @@ static int proxy_read(sl_srv_door *d, pend *p, size_t n, bool hup) {
   p->t_accept = sl_now_ns();
   p->t_first = p->t_last = 0;
   if (has && !rename_client(d, p, client)) {
-    sl__srv_error_set(&e, 429, "too_many_connections", NULL,
-                      "too many open connections from the client address "
-                      "the proxy named (--max-conns-per-ip %u)",
-                      d->cfg.max_per_ip);
+    over_limit(d, &e);
     pend_answer(d, p, SL_SRV_FAMILY_OPENAI, &e);
     return SL_SRV_HEAD_BAD;
   }
@@ -405,11 +410,7 @@ static void pend_read(sl_srv_door *d, pend *p, bool hup) {
       sl__srv_xff_client(d->buf, hi.len, d->cfg.trusted, d->cfg.n_trusted,
                          client) &&
       !rename_client(d, p, client)) {
-    sl__srv_error_set(&e, 429, "too_many_connections", NULL,
-                      "too many open connections from the client address "
-                      "this request was forwarded for (--max-conns-per-ip "
-                      "%u)",
-                      d->cfg.max_per_ip);
+    over_limit(d, &e);
     r = SL_SRV_HEAD_BAD;
   }
   if (r == SL_SRV_HEAD_OK)

@@ -34,10 +34,9 @@ enum MHD_Result sl__srv_generate_next(sl_server_t *s, struct MHD_Connection *c,
                                       sl_srv_conn *cn) {
   sl_srv_job *j = cn->job;
   sl_srv_error err;
-  sl_srv_api api = j->req.api;
   pthread_mutex_lock(&j->mu);
   sl__srv_unparked(j);
-  bool ready = j->done || (j->req.stream && (j->started || j->n_toks > 0));
+  bool ready = sl__srv_job_ready(j);
   j->await = !ready;
   if (!ready) {
     if (!atomic_load(&s->closing)) {
@@ -54,19 +53,13 @@ enum MHD_Result sl__srv_generate_next(sl_server_t *s, struct MHD_Connection *c,
     return sl__srv_send_error(c, cn->fam, &err, true);
   }
   cn->waiting = false;
-  bool failed_early = j->done && j->finish == SL_FINISH_ERROR &&
-                      (!j->req.stream || j->n_toks == 0);
-  if (failed_early) {
+  if (sl__srv_job_failed_early(j)) {
     sl__srv_job_error(j, &err);
     pthread_mutex_unlock(&j->mu);
     return sl__srv_send_error(c, cn->fam, &err, false);
   }
   if (!j->req.stream) {
-    const sl_tokenizer_t *tok = sl__srv_job_lease(j)->tok;
-    json_t *body = api == SL_SRV_MESSAGES ? sl__ant_body(j, j->req.model, tok)
-                   : api == SL_SRV_EMBEDDINGS
-                       ? sl__srv_embed_body(j, j->req.model)
-                       : sl__oai_body(j, j->req.model, tok);
+    json_t *body = sl__srv_answer_body(j);
     pthread_mutex_unlock(&j->mu);
     return sl__srv_send_json(c, 200, body, false, 0);
   }

@@ -290,6 +290,18 @@ bool sl__srv_job_wait(sl_srv_job *j, unsigned ms);
  * not submitted or done). Each ends with its DONE event (SL_FINISH_ABORT).
  * Any thread but the executor's; j->mu not held. */
 void sl__srv_job_stop(sl_srv_job *j);
+/* Whether the job's answer can start (j->mu held): it is done, or it
+ * streams and has begun. */
+static inline bool sl__srv_job_ready(const sl_srv_job *j) {
+  return j->done || (j->req.stream && (j->started || j->n_toks > 0));
+}
+/* Whether it failed before any of its answer could go out (j->mu held):
+ * then it is answered as an error, not as a body or a stream. */
+static inline bool sl__srv_job_failed_early(const sl_srv_job *j) {
+  return j->done && j->finish == SL_FINISH_ERROR &&
+         (!j->req.stream || j->n_toks == 0);
+}
+
 /* A job the engine finished with SL_FINISH_ERROR, as an API error: the
  * code and status from sluice/reason.h's table, the engine's words. */
 void sl__srv_job_error(const sl_srv_job *j, sl_srv_error *e);

@@ -279,44 +279,64 @@ void sl__srv_unpark_all(sl_server_t *s) {
 /* ---- streaming -------------------------------------------------------------
  */
 
+json_t *sl__srv_answer_body(sl_srv_job *j) {
+  const sl_tokenizer_t *tok = sl__srv_job_lease(j)->tok;
+  switch (j->req.api) {
+  case SL_SRV_MESSAGES:
+    return sl__ant_body(j, j->req.model, tok);
+  case SL_SRV_EMBEDDINGS:
+    return sl__srv_embed_body(j, j->req.model);
+  default:
+    return sl__oai_body(j, j->req.model, tok);
+  }
+}
+
+int sl__srv_sse_next(sl_srv_job *j) {
+  for (;;) {
+    if (j->out_off < j->out.len)
+      return SL_SRV_SSE_BYTES;
+    if (j->out.oom)
+      return SL_SRV_SSE_OOM;
+    if (j->phase == 2)
+      return SL_SRV_SSE_END;
+    if (j->req.api == SL_SRV_MESSAGES)
+      sl__ant_stream(j, j->req.model, sl__srv_job_lease(j)->tok);
+    else
+      sl__oai_stream(j, j->req.model, sl__srv_job_lease(j)->tok);
+    if (j->out.len == 0 && j->phase != 2)
+      return SL_SRV_SSE_WAIT;
+  }
+}
+
 static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
   sl_srv_job *j = cls;
   sl_server_t *s = j->srv;
-  const char *model = j->req.model;
   (void)pos;
   pthread_mutex_lock(&j->mu);
   sl__srv_unparked(j);
-  for (;;) {
-    if (j->out_off < j->out.len) {
-      size_t n = j->out.len - j->out_off;
-      if (n > max)
-        n = max;
-      memcpy(buf, j->out.p + j->out_off, n);
-      j->out_off += n;
-      if (j->out_off == j->out.len)
-        j->out_off = j->out.len = 0;
-      pthread_mutex_unlock(&j->mu);
-      return (ssize_t)n;
-    }
-    if (j->out.oom)
-      break;
-    if (j->phase == 2) {
-      pthread_mutex_unlock(&j->mu);
-      return MHD_CONTENT_READER_END_OF_STREAM;
-    }
-    if (j->req.api == SL_SRV_MESSAGES)
-      sl__ant_stream(j, model, sl__srv_job_lease(j)->tok);
-    else
-      sl__oai_stream(j, model, sl__srv_job_lease(j)->tok);
-    if (j->out.len > 0 || j->phase == 2)
-      continue;
-    if (atomic_load(&s->closing) || !j->conn)
-      break; /* MHD is stopping: end the stream as failed */
+  int r = sl__srv_sse_next(j);
+  if (r == SL_SRV_SSE_BYTES) {
+    size_t n = j->out.len - j->out_off;
+    if (n > max)
+      n = max;
+    memcpy(buf, j->out.p + j->out_off, n);
+    j->out_off += n;
+    if (j->out_off == j->out.len)
+      j->out_off = j->out.len = 0;
+    pthread_mutex_unlock(&j->mu);
+    return (ssize_t)n;
+  }
+  if (r == SL_SRV_SSE_END) {
+    pthread_mutex_unlock(&j->mu);
+    return MHD_CONTENT_READER_END_OF_STREAM;
+  }
+  if (r == SL_SRV_SSE_WAIT && !atomic_load(&s->closing) && j->conn) {
     /* nothing to send until the engine's next event, which resumes us */
     sl__srv_park(j);
     pthread_mutex_unlock(&j->mu);
     return 0;
   }
+  /* out of memory, or MHD is stopping: end the stream as failed */
   pthread_mutex_unlock(&j->mu);
   sl__srv_job_stop(j);
   return MHD_CONTENT_READER_END_WITH_ERROR;

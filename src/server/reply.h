@@ -58,6 +58,15 @@ enum MHD_Result sl__srv_send_error(struct MHD_Connection *c, sl_srv_family fam,
 enum MHD_Result sl__srv_send_preflight(struct MHD_Connection *c);
 /* GET /admin: the dashboard. */
 enum MHD_Result sl__srv_send_page(struct MHD_Connection *c);
+/* A done job's whole answer in its API's shape (j->mu held; new reference,
+ * NULL when out of memory). */
+json_t *sl__srv_answer_body(sl_srv_job *j);
+/* Has the job's SSE bytes ready in j->out (j->mu held): SL_SRV_SSE_BYTES
+ * when there are some (j->out from j->out_off), SL_SRV_SSE_END when the
+ * stream is complete, SL_SRV_SSE_WAIT until the job's next event,
+ * SL_SRV_SSE_OOM when they could not be made. */
+enum { SL_SRV_SSE_BYTES, SL_SRV_SSE_END, SL_SRV_SSE_WAIT, SL_SRV_SSE_OOM };
+int sl__srv_sse_next(sl_srv_job *j);
 /* Queues the job's SSE stream (the response takes a reference). */
 enum MHD_Result sl__srv_send_stream(struct MHD_Connection *c, sl_srv_job *j);
 
