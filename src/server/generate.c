@@ -152,10 +152,7 @@ static sl_status think_budget(sl_srv_job *j, const sl_tokenizer_t *tok) {
 
 enum MHD_Result sl__srv_generate(sl_server_t *s, struct MHD_Connection *c,
                                  sl_srv_conn *cn) {
-  sl_srv_api api = cn->route == SL_SRV_ROUTE_CHAT          ? SL_SRV_CHAT
-                   : cn->route == SL_SRV_ROUTE_COMPLETIONS ? SL_SRV_COMPLETIONS
-                   : cn->route == SL_SRV_ROUTE_EMBEDDINGS  ? SL_SRV_EMBEDDINGS
-                                                           : SL_SRV_MESSAGES;
+  sl_srv_api api = cn->api;
   sl_srv_error err;
   sl_srv_job *j = sl__srv_job_new(&s->jobs, s);
   if (!j) {

@@ -40,55 +40,6 @@
 #include "server/toolcall.h"
 #include "sluice/util.h"
 
-/* ---- routing
- * ------------------------------------------------------------------ */
-
-static sl_srv_route route_of(const char *url, const char *method, bool *post,
-                             bool *bad_method, bool *preflight) {
-  static const struct {
-    const char *path;
-    bool post;
-    sl_srv_route r;
-  } table[] = {
-      {"/health", false, SL_SRV_ROUTE_HEALTH},
-      {"/v1/models", false, SL_SRV_ROUTE_MODELS},
-      {"/metrics", false, SL_SRV_ROUTE_METRICS},
-      {"/admin/api/stats", false, SL_SRV_ROUTE_STATS},
-      {"/v1/chat/completions", true, SL_SRV_ROUTE_CHAT},
-      {"/v1/completions", true, SL_SRV_ROUTE_COMPLETIONS},
-      {"/v1/messages", true, SL_SRV_ROUTE_MESSAGES},
-      {"/v1/messages/count_tokens", true, SL_SRV_ROUTE_COUNT_TOKENS},
-      {"/tokenize", true, SL_SRV_ROUTE_TOKENIZE},
-      {"/detokenize", true, SL_SRV_ROUTE_DETOKENIZE},
-      {"/apply-template", true, SL_SRV_ROUTE_APPLY_TEMPLATE},
-      {"/v1/embeddings", true, SL_SRV_ROUTE_EMBEDDINGS},
-      {"/admin/api/clear-cache", true, SL_SRV_ROUTE_ADMIN_CLEAR},
-      {"/admin", false, SL_SRV_ROUTE_ADMIN_PAGE},
-      {"/admin/", false, SL_SRV_ROUTE_ADMIN_PAGE},
-      {"/v1/models/", false,
-       SL_SRV_ROUTE_MODEL}, /* a prefix: /v1/models/{id} */
-      {"/admin/api/models/", true, SL_SRV_ROUTE_ADMIN_MODEL}, /* a prefix */
-  };
-  *bad_method = *preflight = false;
-  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-    size_t pl = strlen(table[i].path);
-    bool hit = table[i].r == SL_SRV_ROUTE_MODEL ||
-                       table[i].r == SL_SRV_ROUTE_ADMIN_MODEL
-                   ? strncmp(url, table[i].path, pl) == 0 && url[pl]
-                   : strcmp(url, table[i].path) == 0;
-    if (!hit)
-      continue;
-    bool is_post = strcmp(method, "POST") == 0;
-    bool is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
-    *post = table[i].post;
-    *preflight = strcmp(method, "OPTIONS") == 0;
-    if (!*preflight && (table[i].post ? !is_post : !is_get))
-      *bad_method = true;
-    return table[i].r;
-  }
-  return SL_SRV_ROUTE_NONE;
-}
-
 /* Constant-time comparison of a header value with the key. */
 static bool key_eq(const char *got, const char *want) {
   size_t gl = strlen(got), wl = strlen(want);
@@ -250,9 +201,124 @@ static int sender_refused(sl_server_t *s, struct MHD_Connection *c, bool post,
   return 0;
 }
 
+/* ---- routes
+ * ------------------------------------------------------------------- */
+
 /* A route that generates nothing, from its body: its JSON or its error. */
 typedef sl_status (*body_route)(sl_server_t *s, const char *body, size_t len,
                                 json_t **out, sl_srv_error *err);
+
+enum {
+  GET = 1u,    /* GET and HEAD */
+  POST = 2u,   /* POST, its body application/json */
+  PREFIX = 4u, /* the path is a prefix; the rest (not empty) goes on */
+  OPEN = 8u,   /* answered without the API key */
+};
+
+/* One route, one line: its path, how it is reached, and what answers it:
+ * exactly one of the handlers. 404, 405 and a preflight's methods come
+ * from here. */
+typedef struct sl_srv_route {
+  const char *path;
+  unsigned how;
+  json_t *(*get)(sl_server_t *s);                    /* the JSON of a GET */
+  json_t *(*act)(sl_server_t *s, sl_srv_error *err); /* JSON, or *err */
+  json_t *(*sub)(sl_server_t *s, const char *rest,
+                 sl_srv_error *err); /* PREFIX: JSON for the rest, or *err */
+  body_route body;                   /* JSON from the body, or *err */
+  enum MHD_Result (*send)(sl_server_t *s, struct MHD_Connection *c,
+                          sl_srv_conn *cn); /* answers itself */
+  sl_srv_api api; /* with send = generate_route: the generation API */
+} sl_srv_route;
+
+static enum MHD_Result send_health(sl_server_t *s, struct MHD_Connection *c,
+                                   sl_srv_conn *cn) {
+  (void)cn;
+  bool stopping = sl__srv_jobs_stopping(&s->jobs);
+  return sl__srv_send_json(
+      c, stopping ? 503 : 200,
+      json_pack("{s:s}", "status", stopping ? "shutting_down" : "ok"), false,
+      0);
+}
+
+static enum MHD_Result send_metrics(sl_server_t *s, struct MHD_Connection *c,
+                                    sl_srv_conn *cn) {
+  (void)cn;
+  sl_sbuf b = {0};
+  sl__srv_metrics_text(s, &b);
+  enum MHD_Result r =
+      b.oom ? MHD_NO
+            : sl__srv_send_bytes(c, 200, "text/plain; version=0.0.4", b.p,
+                                 b.len, false, 0);
+  sl__sbuf_free(&b);
+  return r;
+}
+
+static enum MHD_Result send_page(sl_server_t *s, struct MHD_Connection *c,
+                                 sl_srv_conn *cn) {
+  (void)s, (void)cn;
+  return sl__srv_send_page(c);
+}
+
+/* A generation route: refused while stopping, parked while its model
+ * loads, else generated (generate.c). */
+static enum MHD_Result generate_route(sl_server_t *s, struct MHD_Connection *c,
+                                      sl_srv_conn *cn) {
+  if (sl__srv_jobs_stopping(&s->jobs)) {
+    sl_srv_error err;
+    sl__srv_error_set(&err, 503, "shutting_down", NULL,
+                      "the server is shutting down");
+    return sl__srv_send_error(c, cn->fam, &err, true);
+  }
+  if (sl__srv_park_for_load(s, c, cn))
+    return MHD_YES;
+  return sl__srv_generate(s, c, cn);
+}
+
+static const sl_srv_route routes[] = {
+    {"/health", GET | OPEN, .send = send_health},
+    {"/v1/models", GET, .get = sl__srv_models_json},
+    {"/v1/models/", GET | PREFIX, .sub = sl__srv_model_json}, /* {id} */
+    {"/metrics", GET, .send = send_metrics},
+    {"/admin/api/stats", GET, .get = sl__srv_stats_json},
+    {"/v1/chat/completions", POST, .send = generate_route, .api = SL_SRV_CHAT},
+    {"/v1/completions", POST, .send = generate_route,
+     .api = SL_SRV_COMPLETIONS},
+    {"/v1/messages", POST, .send = generate_route, .api = SL_SRV_MESSAGES},
+    {"/v1/messages/count_tokens", POST, .body = sl__srv_count_tokens},
+    {"/v1/embeddings", POST, .send = generate_route, .api = SL_SRV_EMBEDDINGS},
+    {"/tokenize", POST, .body = sl__srv_tokenize},
+    {"/detokenize", POST, .body = sl__srv_detokenize},
+    {"/apply-template", POST, .body = sl__srv_apply_template},
+    {"/admin", GET | OPEN, .send = send_page},
+    {"/admin/", GET | OPEN, .send = send_page},
+    {"/admin/api/clear-cache", POST, .act = sl__srv_admin_clear},
+    {"/admin/api/models/", POST | PREFIX, /* {id}/{action} */
+     .sub = sl__srv_admin_model},
+};
+
+/* The route of url (NULL: none); *allowed whether method may use it. */
+static const sl_srv_route *route_of(const char *url, const char *method,
+                                    bool *allowed) {
+  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+    const sl_srv_route *r = &routes[i];
+    size_t pl = strlen(r->path);
+    bool hit = r->how & PREFIX ? strncmp(url, r->path, pl) == 0 && url[pl]
+                               : strcmp(url, r->path) == 0;
+    if (!hit)
+      continue;
+    *allowed = r->how & POST
+                   ? strcmp(method, "POST") == 0
+                   : strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+    return r;
+  }
+  return NULL;
+}
+
+/* The methods of a route, as Allow and a preflight list them. */
+static const char *methods_of(const sl_srv_route *r) {
+  return r->how & POST ? "POST, OPTIONS" : "GET, HEAD, OPTIONS";
+}
 
 static enum MHD_Result answer_body_route(sl_server_t *s,
                                          struct MHD_Connection *c,
@@ -266,6 +332,26 @@ static enum MHD_Result answer_body_route(sl_server_t *s,
     return sl__srv_send_error(c, cn->fam, &err, false);
   }
   return sl__srv_send_json(c, 200, out, false, 0);
+}
+
+/* A whole request on its route: the handler the table names. */
+static enum MHD_Result answer_route(sl_server_t *s, struct MHD_Connection *c,
+                                    sl_srv_conn *cn, const char *url) {
+  const sl_srv_route *r = cn->route;
+  if (r->send)
+    return r->send(s, c, cn);
+  if (r->body)
+    return answer_body_route(s, c, cn, r->body);
+  if (r->get)
+    return sl__srv_send_json(c, 200, r->get(s), false, 0);
+  sl_srv_error err;
+  memset(&err, 0, sizeof err);
+  json_t *m = r->act ? r->act(s, &err) : r->sub(s, url + strlen(r->path), &err);
+  if (m)
+    return sl__srv_send_json(c, 200, m, false, 0);
+  if (!err.http)
+    sl__srv_error_set(&err, 500, NULL, NULL, "internal error");
+  return sl__srv_send_error(c, cn->fam, &err, false);
 }
 
 static enum MHD_Result on_access_req(sl_server_t *s, sl_srv_conn *cn,
@@ -293,8 +379,12 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
   pthread_mutex_lock(&s->m.mu);
   s->m.http_requests++;
   pthread_mutex_unlock(&s->m.mu);
-  bool post = false, bad_method, preflight;
-  cn->route = route_of(url, method, &post, &bad_method, &preflight);
+  bool allowed = false;
+  cn->route = route_of(url, method, &allowed);
+  bool preflight = cn->route && strcmp(method, "OPTIONS") == 0;
+  bool bad_method = cn->route && !allowed && !preflight;
+  if (cn->route)
+    cn->api = cn->route->api;
   cn->fam = sl__srv_anthropic_target(url, strlen(url)) ? SL_SRV_FAMILY_ANTHROPIC
                                                        : SL_SRV_FAMILY_OPENAI;
   request_id(c, cn->hdrs.rid, sizeof cn->hdrs.rid);
@@ -307,23 +397,21 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
     cn->responded = true;
     sl__srv_metrics_failed(s, NULL, err.http);
     ret = sl__srv_send_error(c, cn->fam, &err, true);
-  } else if ((refused = sender_refused(s, c,
-                                       post && !preflight && !bad_method &&
-                                           cn->route != SL_SRV_ROUTE_NONE,
-                                       &err))) {
+  } else if ((refused = sender_refused(
+                  s, c, cn->route && cn->route->how & POST && allowed, &err))) {
     cn->responded = true;
     sl__srv_metrics_refused(s, refused);
     ret = sl__srv_send_error(c, cn->fam, &err, true);
   } else if (preflight) {
     cn->responded = true;
+    cn->hdrs.allow = methods_of(cn->route);
     ret = sl__srv_send_preflight(c);
-  } else if (cn->route != SL_SRV_ROUTE_HEALTH &&
-             cn->route != SL_SRV_ROUTE_ADMIN_PAGE && !authorized(s, c)) {
+  } else if (!(cn->route && cn->route->how & OPEN) && !authorized(s, c)) {
     sl__srv_error_set(&err, 401, "invalid_api_key", NULL,
                       "invalid or missing API key");
     cn->responded = true;
     ret = sl__srv_send_error(c, cn->fam, &err, true);
-  } else if (cn->route == SL_SRV_ROUTE_NONE) {
+  } else if (!cn->route) {
     sl__srv_error_set(&err, 404, "not_found", NULL, "no route for %s %s",
                       method, url);
     cn->responded = true;
@@ -332,6 +420,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
     sl__srv_error_set(&err, 405, "method_not_allowed", NULL,
                       "%s is not allowed on %s", method, url);
     cn->responded = true;
+    cn->hdrs.allow = methods_of(cn->route);
     ret = sl__srv_send_error(c, cn->fam, &err, true);
   } else {
     const char *cl = MHD_lookup_connection_value(
@@ -395,63 +484,7 @@ static enum MHD_Result on_access_req(sl_server_t *s, sl_srv_conn *cn,
     sl__srv_error_set(&err, 500, NULL, NULL, "out of memory");
     return sl__srv_send_error(c, cn->fam, &err, true);
   }
-  bool stopping = sl__srv_jobs_stopping(&s->jobs);
-  switch (cn->route) {
-  case SL_SRV_ROUTE_HEALTH:
-    return sl__srv_send_json(
-        c, stopping ? 503 : 200,
-        json_pack("{s:s}", "status", stopping ? "shutting_down" : "ok"), false,
-        0);
-  case SL_SRV_ROUTE_MODELS:
-    return sl__srv_send_json(c, 200, sl__srv_models_json(s), false, 0);
-  case SL_SRV_ROUTE_MODEL: {
-    json_t *m = sl__srv_model_json(s, url + strlen("/v1/models/"), &err);
-    return m ? sl__srv_send_json(c, 200, m, false, 0)
-             : sl__srv_send_error(c, cn->fam, &err, false);
-  }
-  case SL_SRV_ROUTE_ADMIN_MODEL: {
-    json_t *m =
-        sl__srv_admin_model(s, url + strlen("/admin/api/models/"), &err);
-    return m ? sl__srv_send_json(c, 200, m, false, 0)
-             : sl__srv_send_error(c, cn->fam, &err, false);
-  }
-  case SL_SRV_ROUTE_ADMIN_PAGE:
-    return sl__srv_send_page(c);
-  case SL_SRV_ROUTE_ADMIN_CLEAR: {
-    json_t *m = sl__srv_admin_clear(s, &err);
-    return m ? sl__srv_send_json(c, 200, m, false, 0)
-             : sl__srv_send_error(c, cn->fam, &err, false);
-  }
-  case SL_SRV_ROUTE_COUNT_TOKENS:
-    return answer_body_route(s, c, cn, sl__srv_count_tokens);
-  case SL_SRV_ROUTE_TOKENIZE:
-    return answer_body_route(s, c, cn, sl__srv_tokenize);
-  case SL_SRV_ROUTE_DETOKENIZE:
-    return answer_body_route(s, c, cn, sl__srv_detokenize);
-  case SL_SRV_ROUTE_APPLY_TEMPLATE:
-    return answer_body_route(s, c, cn, sl__srv_apply_template);
-  case SL_SRV_ROUTE_STATS:
-    return sl__srv_send_json(c, 200, sl__srv_stats_json(s), false, 0);
-  case SL_SRV_ROUTE_METRICS: {
-    sl_sbuf b = {0};
-    sl__srv_metrics_text(s, &b);
-    enum MHD_Result r =
-        b.oom ? MHD_NO
-              : sl__srv_send_bytes(c, 200, "text/plain; version=0.0.4", b.p,
-                                   b.len, false, 0);
-    sl__sbuf_free(&b);
-    return r;
-  }
-  default:
-    if (stopping) {
-      sl__srv_error_set(&err, 503, "shutting_down", NULL,
-                        "the server is shutting down");
-      return sl__srv_send_error(c, cn->fam, &err, true);
-    }
-    if (sl__srv_park_for_load(s, c, cn))
-      return MHD_YES;
-    return sl__srv_generate(s, c, cn);
-  }
+  return answer_route(s, c, cn, url);
 }
 
 /* MHD's pool thread that takes the connection (started) and the one that

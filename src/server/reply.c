@@ -42,6 +42,8 @@ void sl__srv_std_headers(const sl_srv_hdrs *h, bool anthropic,
     if (anthropic) /* the Anthropic SDK reads this one */
       add(arg, "request-id", h->rid);
   }
+  if (h->allow)
+    add(arg, "Allow", h->allow);
   if (h->acao[0]) {
     add(arg, "Access-Control-Allow-Origin", h->acao);
     add(arg, "Access-Control-Expose-Headers",
@@ -128,9 +130,8 @@ enum MHD_Result sl__srv_send_preflight(struct MHD_Connection *c) {
     ok = *p == ',' || *p == ' ' || *p == '-' || *p == '_' ||
          (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
          (*p >= '0' && *p <= '9');
-  MHD_add_response_header(r, "Allow", "GET, HEAD, POST, OPTIONS");
-  MHD_add_response_header(r, "Access-Control-Allow-Methods",
-                          "GET, HEAD, POST, OPTIONS");
+  if (tl_hdrs && tl_hdrs->allow)
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", tl_hdrs->allow);
   MHD_add_response_header(
       r, "Access-Control-Allow-Headers",
       ok ? want

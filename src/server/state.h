@@ -95,36 +95,22 @@ struct sl_server {
   sl_srv_metrics m;
 };
 
-typedef enum sl_srv_route {
-  SL_SRV_ROUTE_NONE = 0,
-  SL_SRV_ROUTE_HEALTH,
-  SL_SRV_ROUTE_MODELS,
-  SL_SRV_ROUTE_METRICS,
-  SL_SRV_ROUTE_STATS,
-  SL_SRV_ROUTE_CHAT,
-  SL_SRV_ROUTE_COMPLETIONS,
-  SL_SRV_ROUTE_MESSAGES,
-  SL_SRV_ROUTE_MODEL,          /* GET /v1/models/{id} */
-  SL_SRV_ROUTE_ADMIN_MODEL,    /* POST /admin/api/models/{id}/{action} */
-  SL_SRV_ROUTE_ADMIN_CLEAR,    /* POST /admin/api/clear-cache */
-  SL_SRV_ROUTE_ADMIN_PAGE,     /* GET /admin: the dashboard (no data, no key) */
-  SL_SRV_ROUTE_COUNT_TOKENS,   /* POST /v1/messages/count_tokens */
-  SL_SRV_ROUTE_TOKENIZE,       /* POST /tokenize */
-  SL_SRV_ROUTE_DETOKENIZE,     /* POST /detokenize */
-  SL_SRV_ROUTE_APPLY_TEMPLATE, /* POST /apply-template */
-  SL_SRV_ROUTE_EMBEDDINGS,     /* POST /v1/embeddings */
-} sl_srv_route;
+/* A route: its path, its methods and its handler (http.c's table; the
+ * type is the front's own). */
+struct sl_srv_route;
 
 /* The headers every answer to one request carries (reply.c adds them). */
 typedef struct sl_srv_hdrs {
-  char rid[136];  /* x-request-id: the client's, or made here */
-  char acao[264]; /* Access-Control-Allow-Origin ("" : none) */
+  char rid[136];     /* x-request-id: the client's, or made here */
+  char acao[264];    /* Access-Control-Allow-Origin ("" : none) */
+  const char *allow; /* the route's methods (Allow: on a 405, a preflight) */
 } sl_srv_hdrs;
 
 /* Per-request state of one connection (MHD's con_cls): made and freed by
  * http.c, on the connection's pool thread only. */
 typedef struct sl_srv_conn {
-  sl_srv_route route;
+  const struct sl_srv_route *route; /* NULL: no route has the path */
+  sl_srv_api api;                   /* a generation route's API */
   sl_srv_family fam;
   bool responded; /* an early response (401, 413) was queued */
   bool too_large;

@@ -298,8 +298,12 @@ def test_tokenize_detokenize(server):
         assert st == 400 and err["error"]["param"] == param, (path, err)
     st, _, err = raw(server, "POST", "/tokenize", b"{nope")
     assert st == 400 and err["error"]["code"] == "invalid_json"
-    st, _, err = raw(server, "GET", "/tokenize")
-    assert st == 405
+    st, h, err = raw(server, "GET", "/tokenize")
+    assert st == 405 and h["allow"] == "POST, OPTIONS"  # from the route table
+    st, h, err = raw(server, "POST", "/v1/models", {})
+    assert st == 405 and h["allow"] == "GET, HEAD, OPTIONS"
+    st, h, err = raw(server, "GET", "/v1/models")
+    assert st == 200 and "allow" not in h
 
 
 def test_request_ids(server):
@@ -353,7 +357,12 @@ def test_cors(server, sluice_server):
     st, h, _ = raw(srv, "OPTIONS", "/v1/chat/completions", headers=pre)
     assert st == 204
     assert h["access-control-allow-origin"] == "http://app.test"
-    assert "POST" in h["access-control-allow-methods"]
+    assert h["access-control-allow-methods"] == "POST, OPTIONS"
+    st, h, _ = raw(srv, "OPTIONS", "/v1/models",
+                   headers=dict(pre, **{"Access-Control-Request-Method":
+                                        "GET"}))
+    assert st == 204 and h["access-control-allow-methods"] == \
+        "GET, HEAD, OPTIONS"
     assert h["access-control-allow-headers"] == "authorization, content-type"
     assert h.get("vary") == "Origin"
     st, h, _ = raw(srv, "OPTIONS", "/v1/messages",
