@@ -243,7 +243,8 @@ struct sl_engine {
   struct sl__pinned *pinned; /* the hot tier's page-locked slots (CUDA) */
 };
 
-/* ---- shared by engine.c, scheduler.c and detok.c (executor thread) ---- */
+/* ---- shared by engine.c, scheduler.c, admit.c, emit.c and detok.c
+ * (executor thread) ---- */
 
 void sl__req_free(sl__req *r);
 /* The invariants above (engine.c); for SL_ASSERT only. Reads the pool's
@@ -256,6 +257,20 @@ void sl__finish(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,
                 sl_reason reason, const char *msg);
 /* The hook, then the one clear primitive on the engine stream. */
 void sl__clear_at_site(sl_engine_t *e, sl__clear_site site);
+/* emit.c: releases r's blocks (their references) / publishes its full,
+ * computed blocks in the prefix cache (and queues them for the tiers). */
+void sl__release_blocks(sl_engine_t *e, sl__req *r);
+void sl__publish_blocks(sl_engine_t *e, sl__req *r);
+/* Samples the next token of r (batch sequence s, logits row `row`) and
+ * reports it. Returns true when the request finished (and was freed). */
+bool sl__sample_and_emit(sl_engine_t *e, sl__req *r, int s, int row);
+/* The pick counts into the stats (e->mu held). */
+void sl__publish_picks(sl_engine_t *e);
+/* admit.c: the KV blocks that n_tokens tokens take. */
+int sl__blocks_for(const sl_engine_t *e, int n_tokens);
+/* The memory guard (issue 4): the peak a prefill chunk of `chunk` tokens
+ * would reach with `new_blocks` more KV blocks in use. */
+uint64_t sl__guard_estimate(sl_engine_t *e, int new_blocks, int chunk);
 /* Admits the head of the waiting queue: true if it was admitted or failed. */
 bool sl__admit_one(sl_engine_t *e);
 /* Fails the requests that waited past the queue timeout, then admits from

@@ -1,10 +1,10 @@
-/* The scheduler, on the executor thread: admission (prefix lookup, memory
- * guard, block reservation), one batch per step (a decode token for every
- * running sequence, prefill chunks in the rest of the budget), sampling,
- * finishing, aborts, the runtime-error ladders, and every clear site
- * (I3, I4: all on the engine stream). A step is planned (plan_step), run
- * (run_step) and its results applied (update_step), as vLLM's scheduler
- * does. */
+/* The scheduler, on the executor thread: one batch per step (a decode
+ * token for every running sequence, prefill chunks in the rest of the
+ * budget), aborts, preemption, the runtime-error ladders, and every clear
+ * site (I3, I4: all on the engine stream). Admission is admit.c's; picking
+ * and reporting tokens, and a request's end, emit.c's. A step is
+ * planned (plan_step), run (run_step) and its results applied
+ * (update_step), as vLLM's scheduler does. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -102,265 +102,6 @@ void sl__list_push(sl__req **head, sl__req **tail, sl__req *r) {
   *tail = r;
 }
 
-static void release_blocks(sl_engine_t *e, sl__req *r) {
-  for (int i = 0; i < r->n_blocks; i++)
-    sl_kv_block_unref(e->kv, r->blocks[i]);
-  r->n_blocks = 0;
-}
-
-/* Publishes the request's full blocks (prompt and generated tokens whose KV
- * was computed) in the prefix cache. */
-static void publish_blocks(sl_engine_t *e, sl__req *r) {
-  int T = e->cfg.kv_block_tokens;
-  int full = r->n_computed / T;
-  uint64_t h = 0;
-  sl_event ev = {0};
-  bool have_ev = false;
-  for (int i = 0; i < full && i < r->n_blocks; i++) {
-    const int32_t *bt = r->tokens + (size_t)i * (size_t)T;
-    h = sl_kv_hash_block(e->kv, h, bt, T);
-    if (!sl_kv_publish(e->kv, r->blocks[i], h, bt) || !e->store)
-      continue; /* published before (found by a lookup, or restored) */
-    sl_kv_block_key k = {sl_kv_config_of(e->kv)->fingerprint, h, bt};
-    if (sl__tiers_hold(e, &k, true))
-      continue;
-    /* the block's K/V is written by work queued so far */
-    if (!have_ev && sl_event_record(e->stream, &ev) != SL_OK)
-      return;
-    have_ev = true;
-    sl__store_enqueue(e, r->blocks[i], h, bt, ev);
-  }
-}
-
-static void emit_done(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,
-                      sl_reason reason, const char *msg) {
-  sl_engine_event ev;
-  memset(&ev, 0, sizeof ev);
-  ev.kind = SL_EV_DONE;
-  ev.request_id = r->id;
-  ev.prompt_tokens = r->n_prompt;
-  ev.cached_tokens = r->n_cached;
-  ev.completion_tokens = r->n_generated;
-  ev.finish = why;
-  ev.error = err;
-  ev.reason = why == SL_FINISH_ERROR && reason == SL_REASON_NONE
-                  ? sl_reason_of_status(err)
-                  : reason;
-  ev.error_msg = msg;
-  ev.est_bytes = r->est_bytes;
-  ev.limit_bytes = e->cfg.max_memory;
-  if (r->params.pooling && why != SL_FINISH_ERROR && why != SL_FINISH_ABORT) {
-    ev.embedding = r->emb;
-    ev.n_embd = (int)sl_model_hparams_of(e->model)->n_embd;
-  }
-  r->cb(r->user, &ev);
-}
-
-/* The pick counts into the stats (e->mu held). */
-static void publish_picks(sl_engine_t *e) {
-  e->stats.argmax_device = e->n_argmax;
-  e->stats.sampled_device = e->n_sampled_device;
-  e->stats.sampled_host = e->n_sampled_host;
-  e->stats.grammar_masks = e->n_grammar_masks;
-  e->stats.grammar_unmasked = e->n_grammar_unmasked;
-  e->stats.sample_fallbacks = e->n_fallbacks;
-}
-
-/* Ends a request: reports, publishes and frees its blocks, frees it. */
-void sl__finish(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,
-                sl_reason reason, const char *msg) {
-  if (r->state == SL__REQ_RUNNING || r->state == SL__REQ_PREFILLING) {
-    if (why != SL_FINISH_ERROR)
-      publish_blocks(e, r);
-    release_blocks(e, r);
-    e->finished_since_clear = 1; /* decode site: K steps after a finish */
-  }
-  r->state = SL__REQ_DONE;
-  /* where tokens were picked, published before the end is reported: a
-   * client that reads the stats once its request is done sees its picks
-   * (and the step's end publishes them for the others) */
-  pthread_mutex_lock(&e->mu);
-  publish_picks(e);
-  pthread_mutex_unlock(&e->mu);
-  emit_done(e, r, why, err, reason, msg);
-  pthread_mutex_lock(&e->mu);
-  if (why == SL_FINISH_ERROR)
-    e->stats.requests_failed++;
-  e->stats.generated_tokens_total += (uint64_t)r->n_generated;
-  pthread_mutex_unlock(&e->mu);
-  sl__req_free(r);
-}
-
-/* Whether r's grammar takes token tok next (a greedy pick, checked before
- * any mask is made). An end-of-generation token: when the grammar is done
- * (as the mask has it); any other: its bytes, which the matcher then has
- * taken (r->grammar_taken). */
-static bool grammar_takes(sl_engine_t *e, sl__req *r, int32_t tok) {
-  if (sl_tokenizer_is_eog(e->tok, tok))
-    return sl_grammar_matcher_done(r->matcher);
-  char piece[256];
-  size_t len = 0;
-  if (sl_tokenizer_token_to_piece(e->tok, tok, false, piece, sizeof piece,
-                                  &len) != SL_OK ||
-      len == 0 || /* control tokens: never (the vocabulary's trie) */
-      !sl_grammar_matcher_accept(r->matcher, piece, len))
-    return false;
-  r->grammar_taken = true;
-  return true;
-}
-
-/* Picks the next token of r, batch sequence s whose logits row is `row`:
- * the device's argmax (argmax_only), the device sampler's token (`sample`),
- * or the host sampler's from the row (copied back, or fetched when the
- * device sampler could not decide). Returns the token, or -1 when the row
- * could not be fetched (*st says why). Fills lp and top when logprobs are
- * asked for. */
-static int32_t pick_token(sl_engine_t *e, sl__req *r, int s, int row, float *lp,
-                          sl_token_logprob *top, sl_status *st) {
-  const sl_batch_seq *q = &e->batch_seqs[s];
-  int nv = (int)sl_model_hparams_of(e->model)->n_vocab;
-  int n_top = r->params.top_logprobs;
-  if (q->argmax_only) {
-    e->n_argmax++;
-    return e->argmax[row]; /* the device's argmax (maybe not copied) */
-  }
-  if (q->sample && e->sampled[s].id >= 0) {
-    const sl_kcu_sample_out *o = &e->sampled[s];
-    for (int k = 0; k < n_top; k++)
-      top[k] = (sl_token_logprob){o->top_id[k], o->top_logprob[k]};
-    *lp = n_top >= 0 ? o->logprob : 0;
-    r->has_draw = false;
-    e->n_sampled_device++;
-    return o->id;
-  }
-  float *lg = e->logits + (size_t)row * (size_t)nv;
-  if (q->sample) {
-    /* the device could not decide: its row, to the host */
-    e->n_fallbacks++;
-    if ((*st = sl_batch_ctx_fetch_row(e->bctx, row, lg)) != SL_OK)
-      return -1;
-  }
-  if (r->matcher && n_top < 0 && sl_sampler_is_argmax(r->sampler)) {
-    /* greedy: the argmax is the masked argmax whenever the grammar takes
-     * it (the lowest id among equals, as the sampler picks), so the mask
-     * is made only when it does not (llama.cpp samples first and checks
-     * too). Most steps of a JSON answer never walk the vocabulary. */
-    int32_t best = 0;
-    for (int i = 1; i < nv; i++)
-      if (lg[i] > lg[best])
-        best = i;
-    if (grammar_takes(e, r, best)) {
-      r->has_draw = false;
-      e->n_sampled_host++;
-      e->n_grammar_unmasked++;
-      return best;
-    }
-  }
-  if (r->matcher) { /* constrained: what the grammar cannot take is out */
-    e->n_grammar_masks++;
-    if (!e->gvocab && !e->gmask) {
-      e->gvocab = sl_grammar_vocab_create(e->tok);
-      e->gmask = sl_malloc((size_t)nv);
-    }
-    if (!e->gvocab || !e->gmask ||
-        !sl_grammar_matcher_mask(r->matcher, e->gvocab, e->tok, e->gmask)) {
-      *st = SL_ERR_NOMEM;
-      return -1;
-    }
-    for (int i = 0; i < nv; i++)
-      if (!e->gmask[i])
-        lg[i] = -INFINITY;
-  }
-  if (n_top >= 0)
-    memcpy(e->logits_tmp, lg, sizeof(float) * (size_t)nv);
-  /* the draw made for the device, if any, else a fresh one */
-  int32_t tok = r->has_draw ? sl_sampler_sample_with(r->sampler, lg, r->draw)
-                            : sl_sampler_sample(r->sampler, lg);
-  r->has_draw = false;
-  if (n_top >= 0)
-    *lp = sl__logprobs(e->logits_tmp, nv, tok, n_top, top);
-  e->n_sampled_host++;
-  return tok;
-}
-
-/* Samples the next token of r (batch sequence s, logits row `row`) and
- * reports it. Returns true when the request finished (and was freed). */
-static bool sample_and_emit(sl_engine_t *e, sl__req *r, int s, int row) {
-  sl_token_logprob top[SL_MAX_TOP_LOGPROBS];
-  float lp = 0;
-  int n_top = r->params.top_logprobs > 0 ? r->params.top_logprobs : 0;
-  sl_status st = SL_OK;
-  int32_t tok = pick_token(e, r, s, row, &lp, top, &st);
-  if (tok < 0) {
-    if (r->matcher && sl_grammar_matcher_overrun(r->matcher))
-      sl__finish(e, r, SL_FINISH_ERROR, SL_ERR_INVALID_ARG,
-                 SL_REASON_INVALID_REQUEST,
-                 "the grammar is too ambiguous to follow: it keeps so many "
-                 "parses open at once that the next token's mask would "
-                 "take too long (make its alternatives and repetitions "
-                 "unambiguous)");
-    else
-      sl__finish(e, r, SL_FINISH_ERROR, st, SL_REASON_NONE,
-                 st == SL_ERR_NOMEM
-                     ? "out of memory for the grammar's token mask"
-                     : "the logits row could not be read back from the "
-                       "device");
-    return true;
-  }
-  if (r->n_generated == 0) {
-    r->t_first = sl_now_ns();
-  }
-  bool eog = !r->params.ignore_eos && sl_tokenizer_is_eog(e->tok, tok);
-  if (eog) {
-    sl__detok_flush(r);
-    sl__finish(e, r, SL_FINISH_STOP, SL_OK, SL_REASON_NONE, NULL);
-    return true;
-  }
-  if (r->matcher && r->grammar_taken) {
-    r->grammar_taken = false; /* taken when it was picked */
-  } else if (r->matcher) {    /* the mask allowed it: the matcher takes it */
-    char piece[256];
-    size_t len = 0;
-    if (sl_tokenizer_token_to_piece(e->tok, tok, false, piece, sizeof piece,
-                                    &len) != SL_OK ||
-        !sl_grammar_matcher_accept(r->matcher, piece, len)) {
-      sl__detok_flush(r);
-      sl__finish(e, r, SL_FINISH_ERROR, SL_ERR_STATE, SL_REASON_NONE,
-                 "constrained decoding: the grammar refused a token its "
-                 "mask allowed");
-      return true;
-    }
-  }
-  r->n_generated++;
-  sl_sampler_accept(r->sampler, tok);
-  r->tokens[r->n_tokens++] = tok;
-  e->tokens_since_clear++;
-  if (sl__detok_step(e, r, tok, lp, n_top ? top : NULL, n_top)) {
-    sl__finish(e, r, SL_FINISH_STOP, SL_OK, SL_REASON_NONE, NULL);
-    return true;
-  }
-  if (r->n_generated >= r->params.max_tokens) {
-    sl__detok_flush(r);
-    sl__finish(e, r, SL_FINISH_LENGTH, SL_OK, SL_REASON_NONE, NULL);
-    return true;
-  }
-  return false;
-}
-
-static uint64_t block_bytes(const sl_engine_t *e) {
-  const sl_kv_config *k = sl_kv_config_of(e->kv);
-  return sl_kv_block_bytes(k->n_layer, k->kv_dim, k->block_tokens);
-}
-
-/* The memory guard (issue 4): the peak a prefill chunk of `chunk` tokens
- * would reach with `new_blocks` more KV blocks in use. */
-static uint64_t guard_estimate(sl_engine_t *e, int new_blocks, int chunk) {
-  sl_kv_stats k = sl_kv_stats_of(e->kv);
-  return sl_model_weight_bytes(e->model) +
-         (uint64_t)(k.used + new_blocks) * block_bytes(e) +
-         sl_batch_activation_bytes(e->model, chunk);
-}
-
 static void run_hook(sl_engine_t *e, sl__clear_site site) {
   if (e->hooks.before_clear)
     e->hooks.before_clear(e->hooks.ud, e->stream, site);
@@ -369,277 +110,6 @@ static void run_hook(sl_engine_t *e, sl__clear_site site) {
 void sl__clear_at_site(sl_engine_t *e, sl__clear_site site) {
   run_hook(e, site);
   clear_at(e, site);
-}
-
-static void fail_waiting(sl_engine_t *e, sl__req *r, sl_status st,
-                         sl_reason reason, const char *msg) {
-  pthread_mutex_lock(&e->mu);
-  e->stats.waiting--;
-  pthread_mutex_unlock(&e->mu);
-  sl__finish(e, r, SL_FINISH_ERROR, st, reason, msg);
-}
-
-static int blocks_for(const sl_engine_t *e, int n_tokens) {
-  int T = e->cfg.kv_block_tokens;
-  return (n_tokens + T - 1) / T;
-}
-
-/* The most KV blocks one request can hold when it runs alone: the pool's,
- * and under --max-memory what the limit leaves after the weights and the
- * activations of a full prefill chunk (the largest a chunk can be, so that
- * whatever fits here is admitted once the engine is idle). */
-static int alone_blocks(sl_engine_t *e, bool *by_memory) {
-  int n = sl_kv_config_of(e->kv)->n_blocks;
-  *by_memory = false;
-  if (e->cfg.max_memory) {
-    uint64_t fixed = sl_model_weight_bytes(e->model) +
-                     sl_batch_activation_bytes(e->model, e->cfg.prefill_chunk);
-    uint64_t room = e->cfg.max_memory > fixed
-                        ? (e->cfg.max_memory - fixed) / block_bytes(e)
-                        : 0;
-    if (room < (uint64_t)n) {
-      n = (int)room;
-      *by_memory = true;
-    }
-  }
-  return n;
-}
-
-static void waiting_pop_head(sl_engine_t *e) {
-  e->waiting = e->waiting->next;
-  if (!e->waiting)
-    e->waiting_tail = NULL;
-}
-
-/* At the first admission: a request whose prompt (and the slot of its
- * first generated token) cannot fit even alone fails with a 4xx reason;
- * otherwise its max_tokens is clamped to what fits alone. Returns false
- * when the request failed (it was taken off the queue and freed). */
-static bool check_fits_alone(sl_engine_t *e, sl__req *r) {
-  int T = e->cfg.kv_block_tokens;
-  bool by_memory;
-  int cap = alone_blocks(e, &by_memory);
-  int need = blocks_for(e, r->n_prompt + 1);
-  bool guard_fault = e->hooks.fail_guard_admit &&
-                     (int)(e->first_chunks + 1) == e->hooks.fail_guard_admit;
-  if (need <= cap && !guard_fault) {
-    int max_new = cap * T - r->n_prompt;
-    if (r->params.max_tokens > max_new)
-      r->params.max_tokens = max_new;
-    r->fits_alone = true;
-    return true;
-  }
-  waiting_pop_head(e);
-  char msg[320];
-  /* counted as alone_blocks does: over the limit when the memory is what
-   * binds (the smaller of the two caps) */
-  r->est_bytes = sl_model_weight_bytes(e->model) +
-                 (uint64_t)need * block_bytes(e) +
-                 sl_batch_activation_bytes(e->model, e->cfg.prefill_chunk);
-  if (guard_fault || by_memory) {
-    e->first_chunks++;
-    sl__clear_at_site(e, SL__SITE_ADMIT_MEM_EXCEEDED);
-    snprintf(msg, sizeof msg,
-             "the prompt (%d tokens) would need an estimated %llu bytes even "
-             "with no other request running, over the memory limit of %llu "
-             "bytes",
-             r->n_prompt, (unsigned long long)r->est_bytes,
-             (unsigned long long)e->cfg.max_memory);
-    fail_waiting(e, r, SL_ERR_MEMORY_LIMIT, SL_REASON_PREFILL_MEMORY_EXCEEDED,
-                 msg);
-  } else {
-    r->est_bytes = 0;
-    snprintf(msg, sizeof msg,
-             "the prompt (%d tokens) needs more KV cache than the server has "
-             "for one request (%d tokens)",
-             r->n_prompt, sl_kv_config_of(e->kv)->n_blocks * T);
-    fail_waiting(e, r, SL_ERR_RANGE, SL_REASON_CONTEXT_LENGTH_EXCEEDED, msg);
-  }
-  return false;
-}
-
-/* In-flight prefix sharing: whether an active request is prefilling block
- * `blk` of r's tokens (the same tokens up to that block's end) and has not
- * computed it yet. A request never admitted waits for it, unless it has
- * already waited half its queue timeout (the other prefill may be long). */
-static bool in_flight_elsewhere(sl_engine_t *e, const sl__req *r, int blk) {
-  int T = e->cfg.kv_block_tokens;
-  int end = (blk + 1) * T;
-  if (e->cfg.queue_timeout_ms > 0 &&
-      sl_now_ns() - r->t_submit > (uint64_t)e->cfg.queue_timeout_ms * 500000ull)
-    return false;
-  for (int i = 0; i < e->n_active; i++) {
-    const sl__req *x = e->active[i];
-    if (x->state == SL__REQ_PREFILLING && x->n_target >= end &&
-        x->n_computed < end &&
-        !memcmp(x->tokens, r->tokens, sizeof(int32_t) * (size_t)end)) {
-      pthread_mutex_lock(&e->mu);
-      e->stats.prefix_waits++;
-      pthread_mutex_unlock(&e->mu);
-      return true;
-    }
-  }
-  return false;
-}
-
-/* Tries to admit the head of the waiting queue. Returns true if it was
- * admitted or failed (so the caller may try the next), false when it must
- * wait for blocks, memory or a slot. KV blocks are reserved for the tokens
- * to compute (the prompt) only; decoding takes more one at a time
- * (grow_blocks). */
-bool sl__admit_one(sl_engine_t *e) {
-  sl__req *r = e->waiting;
-  int T = e->cfg.kv_block_tokens;
-  if (!r->fits_alone && !check_fits_alone(e, r))
-    return true;
-  if (!r->blocks) {
-    /* the table's capacity: every token this request can ever hold */
-    r->blocks =
-        sl_malloc(sizeof(int32_t) *
-                  (size_t)blocks_for(e, r->n_prompt + r->params.max_tokens));
-    if (!r->blocks) {
-      waiting_pop_head(e);
-      fail_waiting(e, r, SL_ERR_NOMEM, SL_REASON_OUT_OF_MEMORY, NULL);
-      return true;
-    }
-  }
-  /* prefix lookup over full blocks, leaving at least one token to compute;
-   * an embedding computes every token (their hidden states are pooled) */
-  int max_cached = r->params.pooling ? 0 : (r->n_target - 1) / T;
-  uint64_t h = 0;
-  int got = 0;
-  for (; got < max_cached; got++) { /* h: the chain up to block got */
-    uint64_t nh =
-        sl_kv_hash_block(e->kv, h, r->tokens + (size_t)got * (size_t)T, T);
-    int b = sl_kv_lookup(e->kv, nh, r->tokens + (size_t)got * (size_t)T);
-    if (b < 0)
-      break;
-    h = nh;
-    r->blocks[got] = b;
-  }
-  r->n_blocks = got;
-  if (got < max_cached && !r->admitted && in_flight_elsewhere(e, r, got)) {
-    /* another request is computing this very block: wait for it (it is
-     * published when its chunk ends) rather than compute it again */
-    release_blocks(e, r);
-    return false;
-  }
-  /* how far the tiers continue the chain (no I/O yet: their indexes) */
-  int on_tier = 0;
-  if (e->n_tiers) {
-    uint64_t th = h;
-    uint64_t fp = sl_kv_config_of(e->kv)->fingerprint;
-    for (int j = got; j < max_cached; j++) {
-      const int32_t *bt = r->tokens + (size_t)j * (size_t)T;
-      th = sl_kv_hash_block(e->kv, th, bt, T);
-      sl_kv_block_key k = {fp, th, bt};
-      if (!sl__tiers_hold(e, &k, false))
-        break;
-      on_tier++;
-    }
-  }
-  int need_new = blocks_for(e, r->n_target) - got;
-  int remaining = r->n_target - got * T;
-  int chunk =
-      remaining < e->cfg.prefill_chunk ? remaining : e->cfg.prefill_chunk;
-  uint64_t est = guard_estimate(e, need_new, chunk);
-  if ((e->cfg.max_memory && est > e->cfg.max_memory) ||
-      sl_kv_available(e->kv) < need_new || e->n_active >= e->cfg.max_seqs) {
-    /* it fits alone: wait for the others to give memory back (the queue
-     * timeout bounds the wait); the looked-up blocks go back meanwhile */
-    release_blocks(e, r);
-    return false;
-  }
-  r->est_bytes = est;
-  for (int i = 0; i < need_new; i++) {
-    int b = sl_kv_block_alloc(e->kv);
-    SL_ASSERT(b >= 0); /* sl_kv_available said so */
-    r->blocks[r->n_blocks++] = b;
-  }
-  /* the first new blocks are filled from the tiers, as far as they read
-   * back whole (a bad one ends the chain: computed instead) */
-  if (on_tier)
-    got += sl__store_restore(e, r->tokens + (size_t)got * (size_t)T, h,
-                             r->blocks + got, on_tier);
-  r->n_computed = got * T;
-  r->state = SL__REQ_PREFILLING;
-  if (r->emb) /* (again, after a preemption) */
-    memset(r->emb, 0,
-           sizeof(float) * (size_t)sl_model_hparams_of(e->model)->n_embd);
-  waiting_pop_head(e);
-  e->active[e->n_active++] = r;
-  bool first = !r->admitted;
-  if (first)
-    r->n_cached = got * T;
-  r->admitted = true;
-  pthread_mutex_lock(&e->mu);
-  e->stats.waiting--;
-  e->stats.running++;
-  if (first) {
-    e->stats.requests_total++;
-    e->stats.prompt_tokens_total += (uint64_t)r->n_prompt;
-    e->stats.cached_tokens_total += (uint64_t)r->n_cached;
-  }
-  pthread_mutex_unlock(&e->mu);
-  if (!first)
-    return true; /* a preempted or requeued request: already started */
-  sl_engine_event ev;
-  memset(&ev, 0, sizeof ev);
-  ev.kind = SL_EV_STARTED;
-  ev.request_id = r->id;
-  ev.prompt_tokens = r->n_prompt;
-  ev.cached_tokens = r->n_cached;
-  r->cb(r->user, &ev);
-  return true;
-}
-
-/* Whether the client already aborted request id (its abort not yet
- * applied: sl__prepare_next admits inside a step, before the executor's
- * next sl__apply_aborts). */
-static bool abort_pending(sl_engine_t *e, uint64_t id) {
-  bool found = false;
-  pthread_mutex_lock(&e->mu);
-  for (size_t k = 0; k < e->n_aborts && !found; k++)
-    found = e->aborts[k] == id;
-  pthread_mutex_unlock(&e->mu);
-  return found;
-}
-
-/* Fails the never-admitted requests that waited past the queue timeout
- * (a preempted or requeued one keeps its place at the head; one whose
- * client aborted it ends as aborted, by sl__apply_aborts). */
-static void expire_waiting(sl_engine_t *e) {
-  if (e->cfg.queue_timeout_ms <= 0 || !e->waiting)
-    return;
-  uint64_t now = sl_now_ns();
-  uint64_t limit = (uint64_t)e->cfg.queue_timeout_ms * 1000000ull;
-  sl__req *keep = NULL, *keep_tail = NULL, *r = e->waiting;
-  e->waiting = e->waiting_tail = NULL;
-  while (r) {
-    sl__req *next = r->next;
-    if (r->admitted || now - r->t_submit < limit || abort_pending(e, r->id)) {
-      sl__list_push(&keep, &keep_tail, r);
-    } else {
-      char msg[160];
-      snprintf(msg, sizeof msg,
-               "the request waited %.1f s in the queue for memory or a free "
-               "slot (--queue-timeout-ms %d); retry later",
-               (double)(now - r->t_submit) / 1e9, e->cfg.queue_timeout_ms);
-      pthread_mutex_lock(&e->mu);
-      e->stats.queue_timeouts++;
-      pthread_mutex_unlock(&e->mu);
-      fail_waiting(e, r, SL_ERR_TIMEOUT, SL_REASON_QUEUE_TIMEOUT, msg);
-    }
-    r = next;
-  }
-  e->waiting = keep;
-  e->waiting_tail = keep_tail;
-}
-
-void sl__admit_waiting(sl_engine_t *e) {
-  expire_waiting(e);
-  while (e->waiting && sl__admit_one(e))
-    ;
 }
 
 /* Removes active[i] (finished or requeued), keeping the order. */
@@ -662,7 +132,7 @@ void sl__active_remove(sl_engine_t *e, sl__req *r) {
 static void requeue_after_oom(sl_engine_t *e, sl__req *r, bool admission,
                               sl_status st) {
   sl__active_remove(e, r);
-  release_blocks(e, r);
+  sl__release_blocks(e, r);
   r->state = SL__REQ_WAITING;
   sl__clear_at_site(e, admission ? SL__SITE_ADMIT_RUNTIME_ERR
                                  : SL__SITE_CHUNK_RUNTIME_ERR);
@@ -688,8 +158,8 @@ static void requeue_after_oom(sl_engine_t *e, sl__req *r, bool admission,
  * mostly finds them. Its client sees a pause, nothing else. */
 static void preempt(sl_engine_t *e, sl__req *r) {
   sl__active_remove(e, r);
-  publish_blocks(e, r);
-  release_blocks(e, r);
+  sl__publish_blocks(e, r);
+  sl__release_blocks(e, r);
   r->state = SL__REQ_WAITING;
   r->n_target = r->n_tokens; /* the last sampled token is not computed yet */
   r->n_computed = 0;
@@ -710,10 +180,11 @@ static void preempt(sl_engine_t *e, sl__req *r) {
  * preempted, until one can; returns false when r itself was. A request
  * alone always gets its blocks: max_tokens was clamped to fit alone. */
 static bool grow_blocks(sl_engine_t *e, sl__req *r) {
-  int need = blocks_for(e, r->n_computed + 1);
+  int need = sl__blocks_for(e, r->n_computed + 1);
   while (r->n_blocks < need) {
     if (sl_kv_available(e->kv) > 0 &&
-        (!e->cfg.max_memory || guard_estimate(e, 1, 1) <= e->cfg.max_memory)) {
+        (!e->cfg.max_memory ||
+         sl__guard_estimate(e, 1, 1) <= e->cfg.max_memory)) {
       int b = sl_kv_block_alloc(e->kv);
       SL_ASSERT(b >= 0); /* sl_kv_available said so */
       r->blocks[r->n_blocks++] = b;
@@ -943,7 +414,7 @@ static bool later_chunk_refused(sl_engine_t *e, sl__req *r, int chunk) {
   e->later_chunks++;
   bool fault = e->hooks.fail_guard_chunk &&
                (int)e->later_chunks == e->hooks.fail_guard_chunk;
-  uint64_t est = guard_estimate(e, 0, chunk);
+  uint64_t est = sl__guard_estimate(e, 0, chunk);
   if (!(e->cfg.max_memory && est > e->cfg.max_memory) && !fault)
     return false;
   r->est_bytes = est;
@@ -1119,7 +590,7 @@ static void update_seq(sl_engine_t *e, sl__req *r, int s, int row,
     r->first_chunk_done = true;
     /* the chunk's full blocks are written: published now, so that a
      * request waiting on this prefix (in_flight_elsewhere) finds them */
-    publish_blocks(e, r);
+    sl__publish_blocks(e, r);
     if (r->n_computed < r->n_target)
       return;
     if (r->params.pooling) { /* an embedding: done */
@@ -1130,7 +601,7 @@ static void update_seq(sl_engine_t *e, sl__req *r, int s, int row,
     }
     r->state = SL__REQ_RUNNING;
   }
-  if (row >= 0 && sample_and_emit(e, r, s, row))
+  if (row >= 0 && sl__sample_and_emit(e, r, s, row))
     sl__active_remove(e, r); /* finished and freed: only the pointer is used */
 }
 
@@ -1162,7 +633,7 @@ static void update_step(sl_engine_t *e, const step_plan *p, sl_status st) {
     update_seq(e, p->reqs[s], s, row, hidden);
   }
   pthread_mutex_lock(&e->mu);
-  publish_picks(e);
+  sl__publish_picks(e);
   e->stats.steps = e->steps;
   e->stats.step_ns += sl_now_ns() - p->t_start;
   pthread_mutex_unlock(&e->mu);
