@@ -10,7 +10,4 @@ int sl_bench_model_main(int argc, char **argv);
 int sl_bench_prefix_main(int argc, char **argv);
 int sl_bench_serve_main(int argc, char **argv);
 
-/* A whole decimal number in lo..hi, nothing after it (bench_util.c). */
-bool sl_bench_parse_int(const char *s, int lo, int hi, int *out);
-
 #endif

@@ -5,52 +5,46 @@
 
 #include "bench.h"
 #include "seed.h"
+#include "sluice/flags.h"
 #include "sluice/util.h"
 
-static void usage(void) {
-  fprintf(stderr, "usage: sluice bench memsync [--backend cpu|cuda] "
-                  "[--trials N] [--chain-ms MS] [--idle-iters N]\n");
-}
+/* What `sluice bench memsync`'s command line says. */
+typedef struct memsync_opts {
+  const char *backend;
+  int trials, idle;
+  double chain_ms;
+} memsync_opts;
+
+#define AT(f) SL_FLAG_AT(memsync_opts, f)
+static const sl_flag memsync_flags[] = {
+    {SL_FLAG_CHOICE, "--backend", "cpu|cuda", AT(backend),
+     .choices = "cpu|cuda", .help = "where the experiment runs"},
+    {SL_FLAG_INT, "--trials", "N", AT(trials), 1, SL_SEED_MAX_TRIALS,
+     .help = "trials of each scenario"},
+    {SL_FLAG_DOUBLE, "--chain-ms", "MS", AT(chain_ms), 0.001, 9999.999,
+     .help = "the length of the queued chain of work"},
+    {SL_FLAG_INT, "--idle-iters", "N", AT(idle), 1, 1 << 30,
+     .help = "clears on an idle stream"},
+};
+#undef AT
+
+static const char memsync_head[] =
+    "usage: sluice bench memsync [options]\n"
+    "  the seed experiment (a cache clear while work is queued) as a\n"
+    "  benchmark; prints JSON.\n";
 
 int sl_bench_memsync_main(int argc, char **argv) {
-  sl_device_kind kind = SL_DEVICE_CPU;
-  int trials = 3, idle = 2000;
-  double chain_ms = 70.0;
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(a, "--backend") == 0 && v) {
-      if (strcmp(v, "cpu") == 0)
-        kind = SL_DEVICE_CPU;
-      else if (strcmp(v, "cuda") == 0)
-        kind = SL_DEVICE_CUDA;
-      else {
-        fprintf(stderr, "sluice bench memsync: unknown backend '%s'\n", v);
-        return 2;
-      }
-      i++;
-    } else if (strcmp(a, "--trials") == 0 && v) {
-      trials = atoi(v);
-      i++;
-    } else if (strcmp(a, "--chain-ms") == 0 && v) {
-      chain_ms = atof(v);
-      i++;
-    } else if (strcmp(a, "--idle-iters") == 0 && v) {
-      idle = atoi(v);
-      i++;
-    } else {
-      usage();
-      return 2;
-    }
-  }
-  if (trials < 1 || trials > SL_SEED_MAX_TRIALS || idle < 1 ||
-      !(chain_ms > 0 && chain_ms < 10000)) {
-    fprintf(stderr,
-            "sluice bench memsync: --trials must be 1..%d, "
-            "--idle-iters >= 1, --chain-ms in (0, 10000)\n",
-            SL_SEED_MAX_TRIALS);
-    return 2;
-  }
+  memsync_opts o = {
+      .backend = "cpu", .trials = 3, .idle = 2000, .chain_ms = 70.0};
+  bool help;
+  int prc = sl_flags_parse("bench memsync", SL_FLAGS(memsync_flags), &o, argc,
+                           argv, memsync_head, NULL, &help);
+  if (prc || help)
+    return prc;
+  sl_device_kind kind =
+      !strcmp(o.backend, "cuda") ? SL_DEVICE_CUDA : SL_DEVICE_CPU;
+  int trials = o.trials, idle = o.idle;
+  double chain_ms = o.chain_ms;
   sl_seed_result r;
   sl_status st = sl_seed_run(kind, trials, chain_ms, idle, &r);
   if (st != SL_OK) {

@@ -13,6 +13,7 @@
 
 #include "bench.h"
 #include "sluice/engine.h"
+#include "sluice/flags.h"
 #include "sluice/kern_cpu.h"
 #include "sluice/kern_cuda.h"
 #include "sluice/memsync.h"
@@ -149,39 +150,47 @@ static double json_num(const char *json, const char *key) {
   return p ? strtod(p + strlen(pat), NULL) : 0.0;
 }
 
+/* What `sluice bench model`'s command line says. */
+typedef struct model_opts {
+  const char *model, *peer;
+  int threads, reps;
+  sl_engine_device dev;
+} model_opts;
+_Static_assert(sizeof(sl_engine_device) == sizeof(int), "an SL_FLAG_ENUM");
+
+#define AT(f) SL_FLAG_AT(model_opts, f)
+static const sl_flag model_flags[] = {
+    {SL_FLAG_STR, "-m, --model", "FILE", AT(model), .help = "the GGUF file",
+     .def = "the default model"},
+    {SL_FLAG_INT, "-t, --threads", "N", AT(threads), 1, 1024,
+     .help = "compute threads", .def = "all CPUs"},
+    {SL_FLAG_INT, "--reps", "N", AT(reps), 1, 50,
+     .help = "repetitions of pp512 and tg128 (the median is reported)"},
+    {SL_FLAG_CHOICE, "--peer", "llama-cpp", AT(peer), .choices = "llama-cpp",
+     .help = "the same model under llama.cpp's llama-bench, as a ratio"},
+    {SL_FLAG_ENUM, "--device", "auto|cpu|cuda", AT(dev),
+     .choices = "auto|cpu|cuda", .help = "where the model runs"},
+};
+#undef AT
+
+static const char model_head[] =
+    "usage: sluice bench model [options]\n"
+    "  prefill (pp512) and decode (tg128) speed of one model; prints JSON.\n";
+
 int sl_bench_model_main(int argc, char **argv) {
   char defbuf[PATH_MAX];
-  const char *model = NULL;
-  int threads = 0, reps = 3;
-  bool peer = false;
-  sl_engine_device devsel = SL_ENGINE_DEVICE_AUTO;
-  for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "-m") && i + 1 < argc)
-      model = argv[++i];
-    else if (!strcmp(argv[i], "--device") && i + 1 < argc &&
-             sl_engine_device_parse(argv[i + 1], &devsel))
-      i++;
-    else if (!strcmp(argv[i], "-t") && i + 1 < argc)
-      threads = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
-      reps = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--peer") && i + 1 < argc &&
-             !strcmp(argv[i + 1], "llama-cpp")) {
-      peer = true;
-      i++;
-    } else {
-      fprintf(stderr, "usage: sluice bench model [-m MODEL] [-t THREADS] "
-                      "[--reps N] [--peer llama-cpp]\n"
-                      "                          [--device auto|cpu|cuda]\n");
-      return 2;
-    }
-  }
+  model_opts o = {.reps = 3};
+  bool help;
+  int prc = sl_flags_parse("bench model", SL_FLAGS(model_flags), &o, argc, argv,
+                           model_head, NULL, &help);
+  if (prc || help)
+    return prc;
+  const char *model = o.model;
+  int threads = o.threads, reps = o.reps;
+  bool peer = o.peer != NULL;
+  sl_engine_device devsel = o.dev;
   if (threads <= 0)
     threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-  if (reps < 1 || reps > 50) {
-    fprintf(stderr, "sluice bench model: --reps must be 1..50\n");
-    return 2;
-  }
   if (!model)
     model = sl_model_default_path(defbuf, sizeof defbuf);
   char err[512];

@@ -26,6 +26,7 @@
 
 #include "bench.h"
 #include "sluice/engine.h"
+#include "sluice/flags.h"
 #include "sluice/memsync.h"
 #include "sluice/model.h"
 #include "sluice/util.h"
@@ -251,71 +252,58 @@ static void cpu_model(char *out, size_t cap) {
     fclose(f);
 }
 
-static void usage(FILE *f) {
-  fprintf(f, "usage: sluice bench prefix --ssd-cache-dir DIR [-m MODEL] "
-             "[-t THREADS]\n"
-             "         [--device cpu|cuda|auto] [--prompt-tokens 4000] [--reps "
-             "3] [--disk-mib 256]\n"
-             "  TTFT of one long prompt: cold, from the prefix cache, from "
-             "the SSD tier\n"
-             "  after a restart; DIR's disk bandwidth. DIR must be a "
-             "writable directory.\n");
-}
+/* What `sluice bench prefix`'s command line says. */
+typedef struct prefix_opts {
+  const char *model, *dir, *device;
+  int threads, n_prompt, reps, disk_mib;
+} prefix_opts;
+
+#define AT(f) SL_FLAG_AT(prefix_opts, f)
+static const sl_flag prefix_flags[] = {
+    {SL_FLAG_STR, "--ssd-cache-dir", "DIR", AT(dir),
+     .help = "the SSD tier's directory (required; must be writable)"},
+    {SL_FLAG_STR, "-m, --model", "FILE", AT(model), .help = "the GGUF file",
+     .def = "the default model"},
+    {SL_FLAG_INT, "-t, --threads", "N", AT(threads), 1, 1024,
+     .help = "compute threads", .def = "all CPUs"},
+    {SL_FLAG_CHOICE, "--device", "cpu|cuda|auto", AT(device),
+     .choices = "cpu|cuda|auto", .help = "where the engines run"},
+    {SL_FLAG_INT, "--prompt-tokens", "N", AT(n_prompt), 32, 65536,
+     .help = "the prompt's length"},
+    {SL_FLAG_INT, "--reps", "N", AT(reps), 1, MAX_REPS,
+     .help = "repetitions of each measure"},
+    {SL_FLAG_INT, "--disk-mib", "N", AT(disk_mib), 1, 1 << 20,
+     .help = "MiB written and read to measure DIR's bandwidth"},
+};
+#undef AT
+
+static const char prefix_head[] =
+    "usage: sluice bench prefix --ssd-cache-dir DIR [options]\n"
+    "  TTFT of one long prompt: cold, from the prefix cache, from the SSD\n"
+    "  tier after a restart; DIR's disk bandwidth. DIR must be a writable\n"
+    "  directory.\n";
 
 int sl_bench_prefix_main(int argc, char **argv) {
   char defbuf[PATH_MAX], sub[PATH_MAX], err[512], cpu[256], date[32];
-  const char *model = NULL, *dir = NULL, *device = "cpu";
-  int threads = 0, n_prompt = 4000, reps = 3, disk_mib = 256;
-  for (int i = 0; i < argc; i += 2) { /* each option but --help takes a value */
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    int *iv = NULL, lo = 1, hi = 0;
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      usage(stdout);
-      return 0;
-    } else if (!strcmp(a, "-m") || !strcmp(a, "--model"))
-      model = v;
-    else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-      iv = &threads, hi = 1024;
-    else if (!strcmp(a, "--ssd-cache-dir"))
-      dir = v;
-    else if (!strcmp(a, "--device"))
-      device = v;
-    else if (!strcmp(a, "--prompt-tokens"))
-      iv = &n_prompt, lo = 32, hi = 65536;
-    else if (!strcmp(a, "--reps"))
-      iv = &reps, hi = MAX_REPS;
-    else if (!strcmp(a, "--disk-mib"))
-      iv = &disk_mib, hi = 1 << 20;
-    else {
-      fprintf(stderr, "sluice bench prefix: unknown option '%s'\n", a);
-      usage(stderr);
-      return 2;
-    }
-    if (!v || (iv && !sl_bench_parse_int(v, lo, hi, iv))) {
-      if (iv)
-        fprintf(stderr,
-                "sluice bench prefix: %s needs a whole number in "
-                "%d..%d\n",
-                a, lo, hi);
-      else
-        fprintf(stderr, "sluice bench prefix: %s needs a value\n", a);
-      usage(stderr);
-      return 2;
-    }
-  }
+  const prefix_opts defaults = {
+      .device = "cpu", .n_prompt = 4000, .reps = 3, .disk_mib = 256};
+  prefix_opts o = defaults;
+  bool help;
+  int prc = sl_flags_parse("bench prefix", SL_FLAGS(prefix_flags), &o, argc,
+                           argv, prefix_head, NULL, &help);
+  if (prc || help)
+    return prc;
+  const char *model = o.model, *dir = o.dir, *device = o.device;
+  int threads = o.threads, n_prompt = o.n_prompt, reps = o.reps,
+      disk_mib = o.disk_mib;
   if (!dir) {
     fprintf(stderr, "sluice bench prefix: --ssd-cache-dir DIR is required\n");
-    usage(stderr);
+    sl_flags_usage(stderr, SL_FLAGS(prefix_flags), &defaults, prefix_head,
+                   NULL);
     return 2;
   }
-  sl_engine_device dev;
-  if (!sl_engine_device_parse(device, &dev)) {
-    fprintf(stderr,
-            "sluice bench prefix: --device '%s': use cpu, cuda or auto\n",
-            device);
-    usage(stderr);
-    return 2;
-  }
+  sl_engine_device dev = SL_ENGINE_DEVICE_CPU;
+  (void)sl_engine_device_parse(device, &dev); /* one of the table's */
   /* the device the engines will run on (a CUDA request without a GPU
    * falls back to the CPU, with one line saying so) */
   const char *dev_name = sl_device_name(sl_engine_resolve_device(dev));

@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "sluice/flags.h"
 #include "sluice/model.h"
 #include "sluice/tokenizer.h"
 #include "sluice/util.h"
@@ -972,30 +973,80 @@ static int find_phase(const phase_stats *ps, int n, int clients) {
   return -1;
 }
 
-static void usage(FILE *f) {
-  fprintf(f, "usage: sluice bench serve [-m MODEL] [-t THREADS] "
-             "[--clients 1,4,16]\n"
-             "                          [--prompt-tokens 128] "
-             "[--max-tokens 64]\n"
-             "                          [--requests-per-client 2] [--port P]\n"
-             "                          [--max-seqs 16] [--timeout 600] "
-             "[--peer llama-cpp]\n"
-             "                          [--peer llama-server=PATH] "
-             "[--device auto|cpu|cuda]\n"
-             "                          [--response-format "
-             "none|json_object|json_schema]\n"
-             "  --response-format: every request constrained (constrained "
-             "decoding) to a\n"
-             "  JSON object, or to a schema of strings; compare with none\n"
-             "  llama-server runs with one slot per client of the largest "
-             "phase\n"
-             "  (-np), its context that many times 2048, all layers on the "
-             "GPU\n"
-             "  --timeout: seconds a socket may wait (llama-cpp-python serves "
-             "one request\n"
-             "  at a time, so at N = 16 the last client waits for the other "
-             "15)\n");
+/* --clients 1,4,16: the phases' client counts. */
+static bool set_clients(void *dst, const char *v) {
+  bench_cfg *c = (bench_cfg *)((char *)dst - offsetof(bench_cfg, clients));
+  int n = parse_clients(v, c->clients, MAX_PHASES);
+  if (n <= 0)
+    return false;
+  c->n_phases = n;
+  return true;
 }
+
+static bool set_response_format(void *dst, const char *v) {
+  if (strcmp(v, "none") && strcmp(v, "json_object") && strcmp(v, "json_schema"))
+    return false;
+  *(const char **)dst = !strcmp(v, "json_object")   ? RF_JSON_OBJECT
+                        : !strcmp(v, "json_schema") ? RF_JSON_SCHEMA
+                                                    : NULL;
+  return true;
+}
+
+static bool set_peer(void *dst, const char *v) {
+  bench_cfg *c = (bench_cfg *)((char *)dst - offsetof(bench_cfg, peer));
+  if (strcmp(v, "llama-cpp") && strncmp(v, "llama-server=", 13))
+    return false;
+  c->peer = true;
+  if (!strncmp(v, "llama-server=", 13))
+    c->peer_server = v + 13;
+  return true;
+}
+
+#define AT(f) SL_FLAG_AT(bench_cfg, f)
+static const sl_flag serve_flags[] = {
+    {SL_FLAG_STR, "-m, --model", "FILE", AT(model), .help = "the GGUF file",
+     .def = "the default model"},
+    {SL_FLAG_INT, "-t, --threads", "N", AT(threads), 1, 1024,
+     .help = "compute threads of each server", .def = "all CPUs"},
+    {SL_FLAG_FN, "--clients", "N,N,...", AT(clients), .fn = set_clients,
+     .help = "one phase per count: that many clients at once", .def = "1,4,16",
+     .range = "1 to 8 counts of 1..256, comma-separated"},
+    {SL_FLAG_INT, "--prompt-tokens", "N", AT(prompt_tokens), 1, 32768,
+     .help = "each prompt's length (about)"},
+    {SL_FLAG_INT, "--max-tokens", "N", AT(max_tokens), 1, 32768,
+     .help = "tokens each request generates"},
+    {SL_FLAG_INT, "--requests-per-client", "N", AT(requests_per_client), 1,
+     10000, .help = "requests each client sends, one after another"},
+    {SL_FLAG_INT, "--port", "P", AT(port), 0, 65535,
+     .help = "the servers' port", .def = "0, a free one per server"},
+    {SL_FLAG_INT, "--max-seqs", "N", AT(max_seqs), 1, 4096,
+     .help = "sluice serve's --max-seqs"},
+    {SL_FLAG_INT, "--timeout", "S", AT(timeout_s), 1, 86400,
+     .help = "seconds a socket may wait (llama-cpp-python serves one request "
+             "at a time, so at N = 16 the last client waits for the other 15)"},
+    {SL_FLAG_FN, "--peer", "llama-cpp|llama-server=PATH", AT(peer),
+     .fn = set_peer,
+     .help = "the same phases against llama.cpp's server (llama-cpp-python, "
+             "or the llama-server binary at PATH)",
+     .def = "none", .range = "llama-cpp or llama-server=PATH"},
+    {SL_FLAG_CHOICE, "--device", "auto|cpu|cuda", AT(device),
+     .choices = "auto|cpu|cuda", .help = "sluice serve's --device",
+     .def = "auto"},
+    {SL_FLAG_FN, "--response-format", "none|json_object|json_schema",
+     AT(json_schema), .fn = set_response_format,
+     .help = "every request constrained (constrained decoding) to a JSON "
+             "object, or to a schema of strings; compare with none",
+     .def = "none", .range = "none, json_object or json_schema"},
+};
+#undef AT
+
+static const char serve_head[] =
+    "usage: sluice bench serve [options]\n"
+    "  TTFT, TPOT and aggregate tokens/s of sluice serve (and a peer) under\n"
+    "  N concurrent streaming clients, one phase per N; prints JSON.\n";
+static const char serve_tail[] =
+    "  llama-server runs with one slot per client of the largest phase\n"
+    "  (-np), its context that many times 2048, all layers on the GPU.\n";
 
 int sl_bench_serve_main(int argc, char **argv) {
   char defbuf[PATH_MAX];
@@ -1006,54 +1057,11 @@ int sl_bench_serve_main(int argc, char **argv) {
                    .requests_per_client = 2,
                    .max_seqs = 16,
                    .timeout_s = IO_TIMEOUT_S};
-  for (int i = 0; i < argc; i += 2) { /* each option takes a value */
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    bool ok = v != NULL;
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      usage(stdout);
-      return 0;
-    } else if (!v)
-      ok = false;
-    else if (!strcmp(a, "-m") || !strcmp(a, "--model"))
-      cfg.model = v;
-    else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-      ok = sl_bench_parse_int(v, 1, 1024, &cfg.threads);
-    else if (!strcmp(a, "--clients"))
-      ok = (cfg.n_phases = parse_clients(v, cfg.clients, MAX_PHASES)) > 0;
-    else if (!strcmp(a, "--prompt-tokens"))
-      ok = sl_bench_parse_int(v, 1, 32768, &cfg.prompt_tokens);
-    else if (!strcmp(a, "--max-tokens"))
-      ok = sl_bench_parse_int(v, 1, 32768, &cfg.max_tokens);
-    else if (!strcmp(a, "--requests-per-client"))
-      ok = sl_bench_parse_int(v, 1, 10000, &cfg.requests_per_client);
-    else if (!strcmp(a, "--port"))
-      ok = sl_bench_parse_int(v, 0, 65535, &cfg.port);
-    else if (!strcmp(a, "--timeout"))
-      ok = sl_bench_parse_int(v, 1, 86400, &cfg.timeout_s);
-    else if (!strcmp(a, "--max-seqs"))
-      ok = sl_bench_parse_int(v, 1, 4096, &cfg.max_seqs);
-    else if (!strcmp(a, "--device"))
-      ok = !strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "cuda"),
-      cfg.device = v;
-    else if (!strcmp(a, "--response-format")) {
-      ok = !strcmp(v, "none") || !strcmp(v, "json_object") ||
-           !strcmp(v, "json_schema");
-      cfg.json_schema = !strcmp(v, "json_object")   ? RF_JSON_OBJECT
-                        : !strcmp(v, "json_schema") ? RF_JSON_SCHEMA
-                                                    : NULL;
-    } else if (!strcmp(a, "--peer")) {
-      ok = !strcmp(v, "llama-cpp") || !strncmp(v, "llama-server=", 13);
-      cfg.peer = ok;
-      if (!strncmp(v, "llama-server=", 13))
-        cfg.peer_server = v + 13;
-    } else
-      ok = false;
-    if (!ok) {
-      fprintf(stderr, "sluice bench serve: bad or unknown option '%s'\n", a);
-      usage(stderr);
-      return 2;
-    }
-  }
+  bool help;
+  int prc = sl_flags_parse("bench serve", SL_FLAGS(serve_flags), &cfg, argc,
+                           argv, serve_head, serve_tail, &help);
+  if (prc || help)
+    return prc;
   if (cfg.threads <= 0)
     cfg.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
   if (!cfg.model)

@@ -41,7 +41,7 @@ LAYERS = ["util", "rt", "kern", "gguf", "jinja", "tokenizer", "grammar", "kv",
 # The public headers: include/sluice/<name>.h -> layer.
 HEADER_LAYER = {
     "status": "util", "util": "util", "heap": "util", "ggml_type": "util",
-    "utf8": "util", "reason": "util",
+    "utf8": "util", "reason": "util", "flags": "util",
     "rt": "rt", "alloc": "rt", "memsync": "rt",
     "kern": "kern", "kern_cpu": "kern", "kern_cuda": "kern",
     "gguf": "gguf",

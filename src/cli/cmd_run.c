@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "sluice/engine.h"
+#include "sluice/flags.h"
 #include "sluice/gguf.h"
 #include "sluice/jinja.h"
 #include "sluice/memsync.h"
@@ -18,16 +19,52 @@
 #include "sluice/tokenizer.h"
 #include "sluice/util.h"
 
-static void run_usage(void) {
-  fprintf(
-      stderr,
-      "usage: sluice run [-m MODEL] [-p PROMPT | --chat] [-n N] [--temp T]\n"
-      "                  [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
-      "                  [--repeat-penalty R] [-c CTX] [-t THREADS]\n"
-      "                  [--device auto|cpu|cuda]\n"
-      "  without -p the prompt is read from stdin; --chat wraps it as one\n"
-      "  user message in the model's chat template; --temp 0 is greedy.\n");
-}
+/* What `sluice run`'s command line says. */
+typedef struct run_opts {
+  const char *model, *prompt;
+  bool chat;
+  long n_predict, ctx, threads;
+  sl_sampler_params sp;
+  sl_engine_device dev;
+} run_opts;
+_Static_assert(sizeof(sl_engine_device) == sizeof(int), "an SL_FLAG_ENUM");
+
+#define AT(f) SL_FLAG_AT(run_opts, f)
+static const sl_flag run_flags[] = {
+    {SL_FLAG_STR, "-m, --model", "FILE", AT(model), .help = "the GGUF file",
+     .def = "the default model"},
+    {SL_FLAG_STR, "-p, --prompt", "TEXT", AT(prompt), .help = "the prompt",
+     .def = "read from stdin"},
+    {SL_FLAG_SWITCH, "--chat", NULL, AT(chat),
+     .help = "wrap the prompt as one user message in the model's chat "
+             "template"},
+    {SL_FLAG_LONG, "-n", "N", AT(n_predict), 0, 1 << 20,
+     .help = "tokens to generate"},
+    {SL_FLAG_FLOAT, "--temp", "T", AT(sp.temperature), 0, 100,
+     .help = "sampling temperature (0: greedy)"},
+    {SL_FLAG_INT, "--top-k", "K", AT(sp.top_k), 0, 1 << 24,
+     .help = "keep the K most likely tokens (0: off)"},
+    {SL_FLAG_FLOAT, "--top-p", "P", AT(sp.top_p), 0, 1,
+     .help = "keep the most likely tokens up to P of the mass (1: off)"},
+    {SL_FLAG_FLOAT, "--min-p", "P", AT(sp.min_p), 0, 1,
+     .help = "drop tokens below P times the best's probability (0: off)"},
+    {SL_FLAG_U64, "--seed", "S", AT(sp.seed), 0, 9.3e18,
+     .help = "the sampler's seed"},
+    {SL_FLAG_FLOAT, "--repeat-penalty", "R", AT(sp.repeat_penalty), 0.01, 100,
+     .help = "llama.cpp's repeat penalty (1: off)"},
+    {SL_FLAG_LONG, "-c", "CTX", AT(ctx), 16, 1 << 20,
+     .help = "the context, in tokens"},
+    {SL_FLAG_LONG, "-t", "THREADS", AT(threads), 1, 1024,
+     .help = "compute threads", .def = "all CPUs"},
+    {SL_FLAG_ENUM, "--device", "auto|cpu|cuda", AT(dev),
+     .choices = "auto|cpu|cuda", .help = "where the model runs"},
+};
+#undef AT
+
+static const char run_head[] =
+    "usage: sluice run [options]\n"
+    "  generates from a prompt with one model, no server: the prompt\n"
+    "  (-p, else stdin), wrapped in the chat template with --chat.\n";
 
 static char *read_all(FILE *f, size_t *len) {
   size_t cap = 4096, n = 0;
@@ -91,164 +128,58 @@ done:
   return out;
 }
 
-int sl_cli_run_main(int argc, char **argv) {
-  char defbuf[PATH_MAX];
-  const char *model = NULL, *prompt = NULL;
-  bool chat = false;
-  long n_predict = 128, ctx = 2048, threads = 0;
-  sl_sampler_params sp = sl_sampler_defaults();
-  sl_engine_device devsel = SL_ENGINE_DEVICE_AUTO;
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    long lv;
-    double dv;
-    if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-      SL_CLI_NEED_VALUE("run");
-      model = v;
-    } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-      SL_CLI_NEED_VALUE("run");
-      prompt = v;
-    } else if (!strcmp(a, "--chat")) {
-      chat = true;
-    } else if (!strcmp(a, "-n")) {
-      SL_CLI_NEED_VALUE("run");
-      if (!sl_parse_long(v, 0, 1 << 20, &n_predict))
-        SL_CLI_BAD_VALUE("run");
-    } else if (!strcmp(a, "-c")) {
-      SL_CLI_NEED_VALUE("run");
-      if (!sl_parse_long(v, 16, 1 << 20, &ctx))
-        SL_CLI_BAD_VALUE("run");
-    } else if (!strcmp(a, "-t")) {
-      SL_CLI_NEED_VALUE("run");
-      if (!sl_parse_long(v, 1, 1024, &threads))
-        SL_CLI_BAD_VALUE("run");
-    } else if (!strcmp(a, "--device")) {
-      SL_CLI_NEED_VALUE("run");
-      if (!sl_engine_device_parse(v, &devsel))
-        SL_CLI_BAD_VALUE("run");
-    } else if (!strcmp(a, "--temp")) {
-      SL_CLI_NEED_VALUE("run");
-      if (!sl_cli_parse_double(v, 0, 100, &dv))
-        SL_CLI_BAD_VALUE("run");
-      sp.temperature = (float)dv;
-    } else if (!strcmp(a, "--top-p")) {
-      SL_CLI_NEED_VALUE("run");
-      if (!sl_cli_parse_double(v, 0, 1, &dv))
-        SL_CLI_BAD_VALUE("run");
-      sp.top_p = (float)dv;
-    } else if (!strcmp(a, "--min-p")) {
-      SL_CLI_NEED_VALUE("run");
-      if (!sl_cli_parse_double(v, 0, 1, &dv))
-        SL_CLI_BAD_VALUE("run");
-      sp.min_p = (float)dv;
-    } else if (!strcmp(a, "--top-k")) {
-      SL_CLI_NEED_VALUE("run");
-      if (!sl_parse_long(v, 0, 1 << 24, &lv))
-        SL_CLI_BAD_VALUE("run");
-      sp.top_k = (int)lv;
-    } else if (!strcmp(a, "--repeat-penalty")) {
-      SL_CLI_NEED_VALUE("run");
-      if (!sl_cli_parse_double(v, 0.01, 100, &dv))
-        SL_CLI_BAD_VALUE("run");
-      sp.repeat_penalty = (float)dv;
-    } else if (!strcmp(a, "--seed")) {
-      SL_CLI_NEED_VALUE("run");
-      if (!sl_parse_long(v, 0, LONG_MAX, &lv))
-        SL_CLI_BAD_VALUE("run");
-      sp.seed = (uint64_t)lv;
-    } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      run_usage();
-      return 0;
-    } else {
-      fprintf(stderr, "sluice run: unknown option '%s'\n", a);
-      run_usage();
-      return 2;
-    }
-  }
-  if (!model)
-    model = sl_model_default_path(defbuf, sizeof defbuf);
-
-  char *owned_prompt = NULL;
-  if (!prompt) {
-    size_t len;
-    owned_prompt = read_all(stdin, &len);
-    if (!owned_prompt) {
-      fprintf(stderr, "sluice run: cannot read the prompt from stdin\n");
-      return 1;
-    }
-    prompt = owned_prompt;
-  }
-
-  int rc = 1;
+/* The prompt as token ids (in the model's chat template with --chat); NULL
+ * with a message printed. */
+static int32_t *prompt_ids(const run_opts *o, const sl_model_t *m,
+                           const sl_tokenizer_t *tok, const char *prompt,
+                           size_t *n_ids) {
   char err[512] = "";
-  sl_status st;
-  sl_model_t *m = sl_model_load(model, &st, err, sizeof err);
-  sl_tokenizer_t *tok = NULL;
-  sl_ctx_t *c = NULL;
-  sl_sampler_t *smp = NULL;
   char *text = NULL;
   int32_t *ids = NULL;
-  float *logits = NULL;
-  if (!m) {
-    fprintf(stderr, "sluice run: cannot load '%s': %s\n", model, err);
-    goto out;
-  }
-  sl_device_t *dev = sl_engine_resolve_device(devsel);
-  if (sl_device_kind_of(dev) == SL_DEVICE_CPU)
-    sl_model_prefault(m, true);
-  if (sl_tokenizer_load(sl_model_gguf(m), &tok, err, sizeof err) != SL_OK) {
-    fprintf(stderr, "sluice run: tokenizer: %s\n", err);
-    goto out;
-  }
   const char *input = prompt;
-  if (chat) {
-    text = render_chat(m, tok, prompt, err, sizeof err);
-    if (!text) {
+  if (o->chat) {
+    if (!(text = render_chat(m, tok, prompt, err, sizeof err))) {
       fprintf(stderr, "sluice run: chat template: %s\n", err);
-      goto out;
+      return NULL;
     }
     input = text;
   }
-  size_t n_ids;
   if (sl_tokenizer_encode(tok, input, strlen(input), sl_tokenizer_add_bos(tok),
-                          true, &ids, &n_ids) != SL_OK) {
+                          true, &ids, n_ids) != SL_OK) {
     fprintf(stderr, "sluice run: cannot tokenize the prompt\n");
-    goto out;
-  }
-  if (n_ids == 0) {
+    ids = NULL;
+  } else if (*n_ids == 0) {
     fprintf(stderr, "sluice run: the prompt is empty\n");
-    goto out;
-  }
-  if ((long)n_ids + n_predict > ctx) {
+    sl_free(ids);
+    ids = NULL;
+  } else if ((long)*n_ids + o->n_predict > o->ctx) {
     fprintf(stderr,
             "sluice run: prompt (%zu tokens) + %ld to generate exceeds the "
             "context of %ld (-c)\n",
-            n_ids, n_predict, ctx);
-    goto out;
+            *n_ids, o->n_predict, o->ctx);
+    sl_free(ids);
+    ids = NULL;
   }
-  sl_stream_t *stream = sl_thread_stream(dev); /* this thread is the engine */
-  if ((st = sl_ctx_create(m, stream, (int)ctx, (int)threads, &c)) != SL_OK) {
-    fprintf(stderr, "sluice run: cannot make a context: %s\n",
-            sl_status_str(st));
-    goto out;
-  }
-  const sl_model_hparams *hp = sl_model_hparams_of(m);
-  logits = sl_malloc((size_t)hp->n_vocab * sizeof *logits);
-  smp = sl_sampler_create(&sp, (int)hp->n_vocab);
-  if (!logits || !smp) {
-    fprintf(stderr, "sluice run: out of memory\n");
-    goto out;
-  }
+  sl_free(text);
+  return ids;
+}
+
+/* Prefills ids, then samples and prints up to -n tokens with their
+ * speeds; 0, or 1 with a message printed. */
+static int generate(const run_opts *o, sl_ctx_t *c, const sl_tokenizer_t *tok,
+                    sl_sampler_t *smp, const int32_t *ids, size_t n_ids,
+                    float *logits) {
+  sl_status st;
   for (size_t i = 0; i < n_ids; i++)
     sl_sampler_accept(smp, ids[i]);
   uint64_t t0 = sl_now_ns();
   if ((st = sl_ctx_eval(c, ids, (int)n_ids, logits, false)) != SL_OK) {
     fprintf(stderr, "sluice run: prefill failed: %s\n", sl_status_str(st));
-    goto out;
+    return 1;
   }
   uint64_t t1 = sl_now_ns();
   long generated = 0;
-  for (; generated < n_predict; generated++) {
+  for (; generated < o->n_predict; generated++) {
     int32_t next = sl_sampler_sample(smp, logits);
     if (sl_tokenizer_is_eog(tok, next))
       break;
@@ -260,11 +191,11 @@ int sl_cli_run_main(int argc, char **argv) {
       fwrite(piece, 1, plen, stdout);
       fflush(stdout);
     }
-    if (generated + 1 == n_predict)
+    if (generated + 1 == o->n_predict)
       break;
     if ((st = sl_ctx_eval(c, &next, 1, logits, false)) != SL_OK) {
       fprintf(stderr, "\nsluice run: decode failed: %s\n", sl_status_str(st));
-      goto out;
+      return 1;
     }
   }
   uint64_t t2 = sl_now_ns();
@@ -275,7 +206,49 @@ int sl_cli_run_main(int argc, char **argv) {
           n_ids, sl_ns_to_ms(t1 - t0), n_ids / (sl_ns_to_ms(t1 - t0) / 1e3),
           generated, sl_ns_to_ms(t2 - t1),
           generated ? generated / (sl_ns_to_ms(t2 - t1) / 1e3) : 0.0);
-  rc = 0;
+  return 0;
+}
+
+/* Loads the model and its tokenizer, makes the context and the sampler,
+ * generates; 0, or 1 with a message printed. */
+static int run_model(const run_opts *o, const char *prompt) {
+  int rc = 1;
+  char err[512] = "";
+  sl_status st;
+  sl_model_t *m = sl_model_load(o->model, &st, err, sizeof err);
+  sl_tokenizer_t *tok = NULL;
+  sl_ctx_t *c = NULL;
+  sl_sampler_t *smp = NULL;
+  int32_t *ids = NULL;
+  float *logits = NULL;
+  size_t n_ids;
+  if (!m) {
+    fprintf(stderr, "sluice run: cannot load '%s': %s\n", o->model, err);
+    goto out;
+  }
+  sl_device_t *dev = sl_engine_resolve_device(o->dev);
+  if (sl_device_kind_of(dev) == SL_DEVICE_CPU)
+    sl_model_prefault(m, true);
+  if (sl_tokenizer_load(sl_model_gguf(m), &tok, err, sizeof err) != SL_OK) {
+    fprintf(stderr, "sluice run: tokenizer: %s\n", err);
+    goto out;
+  }
+  if (!(ids = prompt_ids(o, m, tok, prompt, &n_ids)))
+    goto out;
+  sl_stream_t *stream = sl_thread_stream(dev); /* this thread is the engine */
+  if ((st = sl_ctx_create(m, stream, (int)o->ctx, (int)o->threads, &c)) !=
+      SL_OK) {
+    fprintf(stderr, "sluice run: cannot make a context: %s\n",
+            sl_status_str(st));
+    goto out;
+  }
+  const sl_model_hparams *hp = sl_model_hparams_of(m);
+  logits = sl_malloc((size_t)hp->n_vocab * sizeof *logits);
+  smp = sl_sampler_create(&o->sp, (int)hp->n_vocab);
+  if (!logits || !smp)
+    fprintf(stderr, "sluice run: out of memory\n");
+  else
+    rc = generate(o, c, tok, smp, ids, n_ids, logits);
 out:
   sl_free(logits);
   sl_sampler_free(smp);
@@ -283,33 +256,127 @@ out:
   if (c || rc == 0)
     sl_sync_and_clear_cache(sl_thread_stream(sl_cpu_device()));
   sl_free(ids);
-  sl_free(text);
   sl_tokenizer_free(tok);
   sl_model_free(m);
+  return rc;
+}
+
+int sl_cli_run_main(int argc, char **argv) {
+  char defbuf[PATH_MAX];
+  run_opts o = {.n_predict = 128, .ctx = 2048, .sp = sl_sampler_defaults()};
+  bool help;
+  int rc = sl_flags_parse("run", SL_FLAGS(run_flags), &o, argc, argv, run_head,
+                          NULL, &help);
+  if (rc || help)
+    return rc;
+  if (!o.model)
+    o.model = sl_model_default_path(defbuf, sizeof defbuf);
+  char *owned_prompt = NULL;
+  const char *prompt = o.prompt;
+  if (!prompt) {
+    size_t len;
+    if (!(owned_prompt = read_all(stdin, &len))) {
+      fprintf(stderr, "sluice run: cannot read the prompt from stdin\n");
+      return 1;
+    }
+    prompt = owned_prompt;
+  }
+  rc = run_model(&o, prompt);
   sl_free(owned_prompt);
   sl_clear_thread_streams();
   return rc;
 }
 
+/* What `sluice tokenize`'s command line says. */
+typedef struct tok_opts {
+  const char *model;
+  bool decode, no_bos;
+} tok_opts;
+
+#define AT(f) SL_FLAG_AT(tok_opts, f)
+static const sl_flag tok_flags[] = {
+    {SL_FLAG_STR, "-m, --model", "FILE", AT(model), .help = "the GGUF file",
+     .def = "the default model"},
+    {SL_FLAG_SWITCH, "--decode", NULL, AT(decode),
+     .help = "token ids on stdin -> their text"},
+    {SL_FLAG_SWITCH, "--no-bos", NULL, AT(no_bos),
+     .help = "no BOS token first, even where the model adds one"},
+};
+#undef AT
+
+static const char tok_head[] =
+    "usage: sluice tokenize [options] < input\n"
+    "  text on stdin -> token ids; with --decode, token ids -> text\n";
+
+/* Text in[0..len) -> token ids on stdout; 0, or 1 with a message. */
+static int encode_text(const sl_tokenizer_t *tok, const char *in, size_t len,
+                       bool bos) {
+  int32_t *ids;
+  size_t n;
+  if (sl_tokenizer_encode(tok, in, len, bos, true, &ids, &n) != SL_OK) {
+    fprintf(stderr, "sluice tokenize: encoding failed\n");
+    return 1;
+  }
+  for (size_t i = 0; i < n; i++)
+    printf(i ? " %d" : "%d", ids[i]);
+  printf("\n");
+  sl_free(ids);
+  return 0;
+}
+
+/* Token ids in the text at p -> their text on stdout; 0, or 1 with a
+ * message. */
+static int decode_ids(const sl_tokenizer_t *tok, char *p) {
+  size_t cap = 64, n = 0;
+  int32_t *ids = sl_malloc(cap * sizeof *ids);
+  char *end;
+  while (ids) {
+    while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
+      p++;
+    if (!*p)
+      break;
+    errno = 0;
+    long v = strtol(p, &end, 10);
+    if (end == p || errno || v < 0 ||
+        (size_t)v >= sl_tokenizer_vocab_size(tok)) {
+      fprintf(stderr, "sluice tokenize: bad token id near '%.16s'\n", p);
+      sl_free(ids);
+      return 1;
+    }
+    if (n == cap) {
+      int32_t *ni = sl_realloc(ids, 2 * cap * sizeof *ids);
+      if (!ni)
+        break;
+      ids = ni;
+      cap *= 2;
+    }
+    ids[n++] = (int32_t)v;
+    p = end;
+  }
+  char *text;
+  size_t tl;
+  if (!ids ||
+      sl_tokenizer_decode(tok, ids, n, false, true, &text, &tl) != SL_OK) {
+    fprintf(stderr, "sluice tokenize: decoding failed\n");
+    sl_free(ids);
+    return 1;
+  }
+  fwrite(text, 1, tl, stdout);
+  sl_free(text);
+  sl_free(ids);
+  return 0;
+}
+
 int sl_cli_tokenize_main(int argc, char **argv) {
   char defbuf[PATH_MAX];
-  const char *model = NULL;
-  bool decode = false, no_bos = false;
-  for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "-m") && i + 1 < argc)
-      model = argv[++i];
-    else if (!strcmp(argv[i], "--decode"))
-      decode = true;
-    else if (!strcmp(argv[i], "--no-bos"))
-      no_bos = true;
-    else {
-      fprintf(stderr, "usage: sluice tokenize [-m MODEL] [--decode] "
-                      "[--no-bos] < input\n");
-      return 2;
-    }
-  }
-  if (!model)
-    model = sl_model_default_path(defbuf, sizeof defbuf);
+  tok_opts o = {0};
+  bool help;
+  int rc = sl_flags_parse("tokenize", SL_FLAGS(tok_flags), &o, argc, argv,
+                          tok_head, NULL, &help);
+  if (rc || help)
+    return rc;
+  const char *model =
+      o.model ? o.model : sl_model_default_path(defbuf, sizeof defbuf);
   char err[512] = "";
   sl_status st;
   sl_gguf_t *g = sl_gguf_open(model, &st, err, sizeof err);
@@ -317,67 +384,16 @@ int sl_cli_tokenize_main(int argc, char **argv) {
     fprintf(stderr, "sluice tokenize: cannot open '%s': %s\n", model, err);
     return 1;
   }
-  int rc = 1;
+  rc = 1;
   sl_tokenizer_t *tok = NULL;
   size_t len;
   char *in = read_all(stdin, &len);
-  if (!in || sl_tokenizer_load(g, &tok, err, sizeof err) != SL_OK) {
+  if (!in || sl_tokenizer_load(g, &tok, err, sizeof err) != SL_OK)
     fprintf(stderr, "sluice tokenize: %s\n", in ? err : "cannot read stdin");
-    goto out;
-  }
-  if (!decode) {
-    int32_t *ids;
-    size_t n;
-    if (sl_tokenizer_encode(tok, in, len, !no_bos && sl_tokenizer_add_bos(tok),
-                            true, &ids, &n) != SL_OK) {
-      fprintf(stderr, "sluice tokenize: encoding failed\n");
-      goto out;
-    }
-    for (size_t i = 0; i < n; i++)
-      printf(i ? " %d" : "%d", ids[i]);
-    printf("\n");
-    sl_free(ids);
-  } else {
-    size_t cap = 64, n = 0;
-    int32_t *ids = sl_malloc(cap * sizeof *ids);
-    char *p = in, *end;
-    while (ids) {
-      while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
-        p++;
-      if (!*p)
-        break;
-      errno = 0;
-      long v = strtol(p, &end, 10);
-      if (end == p || errno || v < 0 ||
-          (size_t)v >= sl_tokenizer_vocab_size(tok)) {
-        fprintf(stderr, "sluice tokenize: bad token id near '%.16s'\n", p);
-        sl_free(ids);
-        goto out;
-      }
-      if (n == cap) {
-        int32_t *ni = sl_realloc(ids, 2 * cap * sizeof *ids);
-        if (!ni)
-          break;
-        ids = ni;
-        cap *= 2;
-      }
-      ids[n++] = (int32_t)v;
-      p = end;
-    }
-    char *text;
-    size_t tl;
-    if (!ids ||
-        sl_tokenizer_decode(tok, ids, n, false, true, &text, &tl) != SL_OK) {
-      fprintf(stderr, "sluice tokenize: decoding failed\n");
-      sl_free(ids);
-      goto out;
-    }
-    fwrite(text, 1, tl, stdout);
-    sl_free(text);
-    sl_free(ids);
-  }
-  rc = 0;
-out:
+  else if (!o.decode)
+    rc = encode_text(tok, in, len, !o.no_bos && sl_tokenizer_add_bos(tok));
+  else
+    rc = decode_ids(tok, in);
   sl_tokenizer_free(tok);
   sl_free(in);
   sl_gguf_close(g);

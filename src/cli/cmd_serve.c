@@ -8,12 +8,14 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "sluice/engine.h"
+#include "sluice/flags.h"
 #include "sluice/memsync.h"
 #include "sluice/model.h"
 #include "sluice/pool.h"
@@ -25,187 +27,230 @@
 /* Dispatched from main.c as `sluice serve ...`; returns the exit code. */
 int sl_cli_serve_main(int argc, char **argv);
 
-/* One flag of the usage: its name and value, what it does, its default. */
-static void flag(FILE *f, const char *name, const char *what, const char *def) {
-  fprintf(f, "  %-30s %s (default: %s)\n", name, what, def);
-}
+#define MAX_MODELS 256
 
-static void serve_usage(FILE *f) {
-  sl_engine_config e = sl_engine_config_defaults();
-  sl_server_config s = sl_server_config_defaults();
-  char b[160];
-#define NUM(v) (snprintf(b, sizeof b, "%lld", (long long)(v)), b)
-#define MIB(v)                                                                 \
-  (snprintf(b, sizeof b, "%lluM", (unsigned long long)(v) >> 20), b)
-  fprintf(f, "usage: sluice serve [options]\n"
-             "  serves the OpenAI (/v1/chat/completions, /v1/completions,\n"
-             "  /v1/embeddings, /v1/models) and Anthropic (/v1/messages,\n"
-             "  count_tokens) APIs, /tokenize, /detokenize, /apply-template,\n"
-             "  /health, /metrics, the admin API (/admin/api/...) and its\n"
-             "  dashboard (/admin). BYTES take K, M, G suffixes (powers of\n"
-             "  1024).\n"
-             "models:\n");
-  flag(f, "-m, --model FILE", "a GGUF file to serve; may be repeated",
-       "the default model, when neither -m nor --models is given");
-  flag(f, "--models DIR", "serve every .gguf file in DIR", "none");
-  flag(f, "--model-name NAME", "the first -m model's name",
-       "its file name without .gguf");
-  flag(f, "--alias NAME=FILE", "another name for the model of FILE", "none");
-  flag(f, "--pin NAME", "keep NAME loaded (never evicted nor reclaimed)",
-       "none");
-  flag(f, "--idle-ttl S", "unload a model nobody used for S seconds",
-       "0, never");
-  flag(f, "--max-memory BYTES",
-       "the budget of every loaded model, and the memory guard's limit",
-       "0, none");
-  fprintf(f, "engine:\n");
-  flag(f, "--device auto|cpu|cuda", "where models run", "auto");
-  flag(f, "-c, --ctx N", "tokens per sequence",
-       (snprintf(b, sizeof b,
-                 "the model's training context, at most what the KV cache "
-                 "holds; the cache holds --max-seqs sequences of %d",
-                 e.n_ctx),
-        b));
-  flag(f, "-t, --threads N", "compute threads", "all CPUs");
-  flag(f, "--max-seqs N", "sequences running at once", NUM(e.max_seqs));
-  flag(f, "--max-batched-tokens N", "tokens per step",
-       (snprintf(b, sizeof b, "%d, or --max-seqs when larger",
-                 e.max_batched_tokens),
-        b));
-  flag(f, "--prefill-chunk N", "tokens per prefill chunk",
-       NUM(e.prefill_chunk));
-  flag(f, "--kv-block-tokens N", "tokens per KV block (a power of two)",
-       NUM(e.kv_block_tokens));
-  flag(f, "--clear-every-tokens N",
-       "a decode clear every N generated tokens (0: off)",
-       NUM(e.clear_every_tokens));
-  flag(f, "--queue-timeout-ms MS",
-       "a request never admitted fails (503) after this (0: no limit)",
-       NUM(e.queue_timeout_ms));
-  flag(f, "--pooling mean|last", "how /v1/embeddings pools hidden states",
-       "mean");
-  flag(f, "--tool-call-format F",
-       "hermes, llama3, mistral or generic: how the model writes tool calls",
-       "what its chat template shows");
-  flag(f, "--reasoning-budget N",
-       "thinking tokens a request may use when it sets no budget: -1 no "
-       "cap, 0 thinking off, N > 0 the thinking closed after N",
-       "-1");
-  flag(f, "--reasoning-format F",
-       "none, auto or deepseek: how thinking is split out of answers "
-       "(none: left in the content)",
-       "auto, what its chat template shows");
-  fprintf(f, "KV tiers:\n");
-  flag(f, "--hot-cache-bytes BYTES",
-       "host copies of prefix KV blocks (LRU; on top of --max-memory)",
-       "0, none");
-  flag(f, "--hot-cache-compress lz4|none", "compress hot blocks", "none");
-  flag(f, "--ssd-cache-dir DIR",
-       "prefix KV blocks on disk, kept across restarts (a folder per model "
-       "when several)",
-       "none");
-  flag(f, "--ssd-cache-bytes BYTES", "the SSD tier's budget (LRU)", "10G");
-  flag(f, "--ssd-cache-optional",
-       "a missing or read-only DIR warns instead of failing", "off");
-  fprintf(f, "HTTP:\n");
-  flag(f, "--host H", "address to bind", s.host);
-  flag(f, "--port P", "port", NUM(s.port));
-  flag(f, "--api-key K",
-       "required as Bearer or x-api-key, but on /health "
-       "and the dashboard page",
-       "none");
-  flag(f, "--cors-origin ORIGINS", "'*' or a comma-separated list", "none");
-  flag(f, "--allowed-host NAME",
-       "a Host name the server answers besides loopback and --host "
-       "(repeatable; .example.com: the names under it; '*': any)",
-       "none");
-  flag(f, "--trusted-proxy ADDR",
-       "a proxy (address or ADDR/N range, repeatable) whose connections "
-       "name their client by a PROXY header (v1, v2) or X-Forwarded-For; "
-       "the per-address limit counts that client",
-       "none");
-  flag(f, "--max-tokens-default N",
-       "max_tokens of a chat request without one (0: the room left)",
-       NUM(s.max_tokens_default));
-  flag(f, "--parse-special-in-content",
-       "read special tokens written in chat messages as tokens", "off");
-  flag(f, "--max-body BYTES", "larger request bodies get 413",
-       MIB(s.max_body_bytes));
-  flag(f, "--http-timeout S", "idle connection timeout", NUM(s.http_timeout_s));
-  flag(f, "--max-conns N", "open connections (more are refused)",
-       NUM(s.max_conns));
-  flag(f, "--max-conns-per-ip N", "per client address (0: no limit)",
-       NUM(s.max_conns_per_ip));
-  flag(f, "--http-threads N", "the HTTP thread pool", NUM(s.http_threads));
-  flag(f, "--head-timeout-ms MS", "a request head must arrive within it",
-       NUM(s.head_timeout_ms));
-  flag(f, "--request-timeout-ms MS", "a whole request must arrive within it",
-       NUM(s.request_timeout_ms));
-  flag(f, "--grace-ms MS", "shutdown: in-flight requests get this long",
-       NUM(s.grace_ms));
-  flag(f, "-h, --help", "this text", "-");
-#undef NUM
-#undef MIB
-  fprintf(
-      f,
-      "notes:\n"
-      "  A request names its model (\"default\": the first). A model loads\n"
-      "  on first use, or at start when it is the only one or pinned. A\n"
-      "  load that would pass --max-memory unloads the least recently used\n"
-      "  idle model first (never a pinned one, nor one serving requests),\n"
-      "  and fails that request with a 503 when nothing can go.\n"
-      "  A max_tokens above the room left in the context is clamped to it.\n"
-      "  A request that fits the memory alone waits for room up to\n"
-      "  --queue-timeout-ms, then gets a 503.\n"
-      "  --parse-special-in-content: by default special tokens such as\n"
-      "  <|im_end|> are plain text in chat messages (only the chat\n"
-      "  template's own text has them), so a client cannot forge a turn;\n"
-      "  /v1/completions prompts always have them parsed.\n"
-      "  A template that does not render tools gets them described in a\n"
-      "  system message and answers in the generic JSON form.\n"
-      "  --hot-cache-compress lz4 keeps a block compressed where that saves\n"
-      "  an eighth (lz4 saved 0.1%% of SmolLM2's f16 KV).\n");
-}
+/* What the command line says: the configs, the models and their names. */
+typedef struct serve_opts {
+  sl_server_config s;
+  sl_engine_config e;
+  size_t n_files, n_aliases, n_pins;
+  const char *files[MAX_MODELS], *aliases[MAX_MODELS], *pins[MAX_MODELS];
+  const char *models_dir, *name;
+  long idle_ttl;
+  uint64_t max_body;
+  bool ctx_set, mbt_set;    /* -c, --max-batched-tokens given */
+  char allowed_hosts[4096]; /* --allowed-host values, comma-joined */
+  char trusted[4096];       /* --trusted-proxy values, comma-joined */
+} serve_opts;
 
-/* "4G", "512M", "123456", "1.5G" -> bytes. */
-static bool parse_bytes(const char *s, uint64_t *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || !(v >= 0))
+/* The options a flag's destination belongs to. */
+#define OPTS_OF(dst, field)                                                    \
+  ((serve_opts *)((char *)(dst)-offsetof(serve_opts, field)))
+
+/* A repeatable flag's value, appended to a list of MAX_MODELS. */
+static bool add_to(size_t *n, const char **list, const char *v) {
+  if (*n == MAX_MODELS)
     return false;
-  double mul = 1;
-  switch (*end) {
-  case 'k':
-  case 'K':
-    mul = 1024.0;
-    end++;
-    break;
-  case 'm':
-  case 'M':
-    mul = 1024.0 * 1024;
-    end++;
-    break;
-  case 'g':
-  case 'G':
-    mul = 1024.0 * 1024 * 1024;
-    end++;
-    break;
-  case 't':
-  case 'T':
-    mul = 1024.0 * 1024 * 1024 * 1024;
-    end++;
-    break;
-  default:
-    break;
-  }
-  if (*end == 'i' || *end == 'B')
-    end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
-  if (*end || v * mul > 1.8e19)
-    return false;
-  *out = (uint64_t)(v * mul);
+  list[(*n)++] = v;
   return true;
 }
+static bool add_file(void *dst, const char *v) {
+  serve_opts *o = OPTS_OF(dst, n_files);
+  return add_to(&o->n_files, o->files, v);
+}
+static bool add_alias(void *dst, const char *v) {
+  serve_opts *o = OPTS_OF(dst, n_aliases);
+  return strchr(v, '=') && v[0] != '=' && add_to(&o->n_aliases, o->aliases, v);
+}
+static bool add_pin(void *dst, const char *v) {
+  serve_opts *o = OPTS_OF(dst, n_pins);
+  return add_to(&o->n_pins, o->pins, v);
+}
+
+/* The comma-joined list of 4096 bytes at `list` gets v; `bad`: the
+ * characters no value may hold. */
+static bool join(char *list, const char *v, const char *bad) {
+  size_t have = strlen(list), vl = strlen(v);
+  if (!vl || strpbrk(v, bad) || have + vl + 2 > 4096)
+    return false;
+  snprintf(list + have, 4096 - have, "%s%s", have ? "," : "", v);
+  return true;
+}
+static bool add_host(void *dst, const char *v) {
+  return join(dst, v, " \t/@");
+}
+static bool add_proxy(void *dst, const char *v) {
+  return join(dst, v, " \t,");
+}
+
+static bool set_pooling(void *dst, const char *v) {
+  if (strcmp(v, "mean") && strcmp(v, "last"))
+    return false;
+  *(sl_pooling *)dst = !strcmp(v, "last") ? SL_POOL_LAST : SL_POOL_MEAN;
+  return true;
+}
+static bool set_lz4(void *dst, const char *v) {
+  if (strcmp(v, "lz4") && strcmp(v, "none"))
+    return false;
+  *(bool *)dst = !strcmp(v, "lz4");
+  return true;
+}
+/* --reasoning-budget: -1 no cap (the config's 0), 0 off (its -1), N. */
+static bool set_budget(void *dst, const char *v) {
+  long lv;
+  if (!sl_parse_long(v, -1, 1 << 24, &lv))
+    return false;
+  *(int *)dst = lv < 0 ? 0 : lv == 0 ? -1 : (int)lv;
+  return true;
+}
+
+#define AT(f) SL_FLAG_AT(serve_opts, f)
+static const sl_flag serve_flags[] = {
+    {.kind = SL_FLAG_GROUP, .names = "models:"},
+    {SL_FLAG_FN, "-m, --model", "FILE", AT(n_files), .fn = add_file,
+     .help = "a GGUF file to serve; may be repeated",
+     .def = "the default model, when neither -m nor --models is given",
+     .range = "a file (at most 256)"},
+    {SL_FLAG_STR, "--models", "DIR", AT(models_dir),
+     .help = "serve every .gguf file in DIR"},
+    {SL_FLAG_STR, "--model-name", "NAME", AT(name),
+     .help = "the first -m model's name", .def = "its file name without .gguf"},
+    {SL_FLAG_FN, "--alias", "NAME=FILE", AT(n_aliases), .fn = add_alias,
+     .help = "another name for the model of FILE", .def = "none",
+     .range = "NAME=FILE (at most 256)"},
+    {SL_FLAG_FN, "--pin", "NAME", AT(n_pins), .fn = add_pin,
+     .help = "keep NAME loaded (never evicted nor reclaimed)", .def = "none",
+     .range = "a model's name (at most 256)"},
+    {SL_FLAG_LONG, "--idle-ttl", "S", AT(idle_ttl), 0, 365L * 86400,
+     .help = "unload a model nobody used for S seconds", .def = "0, never"},
+    {SL_FLAG_BYTES, "--max-memory", "BYTES", AT(e.max_memory),
+     .help = "the budget of every loaded model, and the memory guard's limit",
+     .def = "0, none"},
+    {.kind = SL_FLAG_GROUP, .names = "engine:"},
+    {SL_FLAG_ENUM, "--device", "auto|cpu|cuda", AT(e.device),
+     .choices = "auto|cpu|cuda", .help = "where models run"},
+    {SL_FLAG_INT, "-c, --ctx", "N", AT(e.n_ctx), 16, 1 << 20,
+     .help = "tokens per sequence",
+     .def = "the model's training context, at most what the KV cache holds; "
+            "the cache holds --max-seqs sequences of %s",
+     .seen = SL_FLAG_SEEN(serve_opts, ctx_set)},
+    {SL_FLAG_INT, "-t, --threads", "N", AT(e.n_threads), 1, 1024,
+     .help = "compute threads", .def = "all CPUs"},
+    {SL_FLAG_INT, "--max-seqs", "N", AT(e.max_seqs), 1, 4096,
+     .help = "sequences running at once"},
+    {SL_FLAG_INT, "--max-batched-tokens", "N", AT(e.max_batched_tokens), 1,
+     1 << 20, .help = "tokens per step", .def = "%s, or --max-seqs when larger",
+     .seen = SL_FLAG_SEEN(serve_opts, mbt_set)},
+    {SL_FLAG_INT, "--prefill-chunk", "N", AT(e.prefill_chunk), 1, 1 << 20,
+     .help = "tokens per prefill chunk"},
+    {SL_FLAG_INT, "--kv-block-tokens", "N", AT(e.kv_block_tokens), 1, 4096,
+     .help = "tokens per KV block (a power of two)"},
+    {SL_FLAG_INT, "--clear-every-tokens", "N", AT(e.clear_every_tokens), 0,
+     1 << 30, .help = "a decode clear every N generated tokens (0: off)"},
+    {SL_FLAG_INT, "--queue-timeout-ms", "MS", AT(e.queue_timeout_ms), 0,
+     86400000,
+     .help = "a request never admitted fails (503) after this (0: no limit)"},
+    {SL_FLAG_FN, "--pooling", "mean|last", AT(s.pooling), .fn = set_pooling,
+     .help = "how /v1/embeddings pools hidden states", .def = "mean",
+     .range = "mean or last"},
+    {SL_FLAG_CHOICE, "--tool-call-format", "F", AT(s.tool_call_format),
+     .choices = "hermes|llama3|mistral|generic",
+     .help = "hermes, llama3, mistral or generic: how the model writes tool "
+             "calls",
+     .def = "what its chat template shows"},
+    {SL_FLAG_FN, "--reasoning-budget", "N", AT(s.reasoning_budget),
+     .fn = set_budget,
+     .help = "thinking tokens a request may use when it sets no budget: -1 "
+             "no cap, 0 thinking off, N > 0 the thinking closed after N",
+     .def = "-1", .range = "an integer from -1 to 16777216"},
+    {SL_FLAG_CHOICE, "--reasoning-format", "F", AT(s.reasoning_format),
+     .choices = "none|auto|deepseek",
+     .help = "none, auto or deepseek: how thinking is split out of answers "
+             "(none: left in the content)",
+     .def = "auto, what its chat template shows"},
+    {.kind = SL_FLAG_GROUP, .names = "KV tiers:"},
+    {SL_FLAG_BYTES, "--hot-cache-bytes", "BYTES", AT(e.hot_cache_bytes),
+     .help = "host copies of prefix KV blocks (LRU; on top of --max-memory)",
+     .def = "0, none"},
+    {SL_FLAG_FN, "--hot-cache-compress", "lz4|none", AT(e.hot_cache_lz4),
+     .fn = set_lz4, .help = "compress hot blocks", .def = "none",
+     .range = "lz4 or none"},
+    {SL_FLAG_STR, "--ssd-cache-dir", "DIR", AT(e.ssd_cache_dir),
+     .help = "prefix KV blocks on disk, kept across restarts (a folder per "
+             "model when several)"},
+    {SL_FLAG_BYTES, "--ssd-cache-bytes", "BYTES", AT(e.ssd_cache_bytes),
+     1 << 20, .help = "the SSD tier's budget (LRU)"},
+    {SL_FLAG_SWITCH, "--ssd-cache-optional", NULL, AT(e.ssd_cache_optional),
+     .help = "a missing or read-only DIR warns instead of failing"},
+    {.kind = SL_FLAG_GROUP, .names = "HTTP:"},
+    {SL_FLAG_STR, "--host", "H", AT(s.host), .help = "address to bind"},
+    {SL_FLAG_INT, "--port", "P", AT(s.port), 0, 65535, .help = "port"},
+    {SL_FLAG_STR, "--api-key", "K", AT(s.api_key),
+     .help = "required as Bearer or x-api-key, but on /health and the "
+             "dashboard page"},
+    {SL_FLAG_STR, "--cors-origin", "ORIGINS", AT(s.cors_origin),
+     .help = "'*' or a comma-separated list"},
+    {SL_FLAG_FN, "--allowed-host", "NAME", AT(allowed_hosts), .fn = add_host,
+     .help = "a Host name the server answers besides loopback and --host "
+             "(repeatable; .example.com: the names under it; '*': any)",
+     .def = "none", .range = "a host name without spaces, '/' or '@'"},
+    {SL_FLAG_FN, "--trusted-proxy", "ADDR", AT(trusted), .fn = add_proxy,
+     .help = "a proxy (address or ADDR/N range, repeatable) whose "
+             "connections name their client by a PROXY header (v1, v2) or "
+             "X-Forwarded-For; the per-address limit counts that client",
+     .def = "none", .range = "an address or ADDR/N, without spaces or ','"},
+    {SL_FLAG_INT, "--max-tokens-default", "N", AT(s.max_tokens_default), 0,
+     1 << 30,
+     .help = "max_tokens of a chat request without one (0: the room left)"},
+    {SL_FLAG_SWITCH, "--parse-special-in-content", NULL,
+     AT(s.parse_special_in_content),
+     .help = "read special tokens written in chat messages as tokens"},
+    {SL_FLAG_BYTES, "--max-body", "BYTES", AT(max_body), 1024, 1ull << 32,
+     .help = "larger request bodies get 413"},
+    {SL_FLAG_UINT, "--http-timeout", "S", AT(s.http_timeout_s), 1, 86400,
+     .help = "idle connection timeout"},
+    {SL_FLAG_UINT, "--max-conns", "N", AT(s.max_conns), 1, 1 << 20,
+     .help = "open connections (more are refused)"},
+    {SL_FLAG_UINT, "--max-conns-per-ip", "N", AT(s.max_conns_per_ip), 0,
+     1 << 20, .help = "per client address (0: no limit)"},
+    {SL_FLAG_UINT, "--http-threads", "N", AT(s.http_threads), 1, 256,
+     .help = "the HTTP thread pool"},
+    {SL_FLAG_UINT, "--head-timeout-ms", "MS", AT(s.head_timeout_ms), 100,
+     3600000, .help = "a request head must arrive within it"},
+    {SL_FLAG_UINT, "--request-timeout-ms", "MS", AT(s.request_timeout_ms), 100,
+     86400000, .help = "a whole request must arrive within it"},
+    {SL_FLAG_UINT, "--grace-ms", "MS", AT(s.grace_ms), 0, 3600000,
+     .help = "shutdown: in-flight requests get this long"},
+};
+#undef AT
+
+static const char serve_head[] =
+    "usage: sluice serve [options]\n"
+    "  serves the OpenAI (/v1/chat/completions, /v1/completions,\n"
+    "  /v1/embeddings, /v1/models) and Anthropic (/v1/messages,\n"
+    "  count_tokens) APIs, /tokenize, /detokenize, /apply-template,\n"
+    "  /health, /metrics, the admin API (/admin/api/...) and its\n"
+    "  dashboard (/admin). BYTES take K, M, G suffixes (powers of\n"
+    "  1024).\n";
+
+static const char serve_tail[] =
+    "notes:\n"
+    "  A request names its model (\"default\": the first). A model loads\n"
+    "  on first use, or at start when it is the only one or pinned. A\n"
+    "  load that would pass --max-memory unloads the least recently used\n"
+    "  idle model first (never a pinned one, nor one serving requests),\n"
+    "  and fails that request with a 503 when nothing can go.\n"
+    "  A max_tokens above the room left in the context is clamped to it.\n"
+    "  A request that fits the memory alone waits for room up to\n"
+    "  --queue-timeout-ms, then gets a 503.\n"
+    "  --parse-special-in-content: by default special tokens such as\n"
+    "  <|im_end|> are plain text in chat messages (only the chat\n"
+    "  template's own text has them), so a client cannot forge a turn;\n"
+    "  /v1/completions prompts always have them parsed.\n"
+    "  A template that does not render tools gets them described in a\n"
+    "  system message and answers in the generic JSON form.\n"
+    "  --hot-cache-compress lz4 keeps a block compressed where that saves\n"
+    "  an eighth (lz4 saved 0.1% of SmolLM2's f16 KV).\n";
 
 /* The file's name without directories, and without ".gguf" in *stem. */
 static void model_names(const char *path, char *base, size_t bcap, char *stem,
@@ -218,8 +263,6 @@ static void model_names(const char *path, char *base, size_t bcap, char *stem,
   if (n > 5 && strcmp(stem + n - 5, ".gguf") == 0)
     stem[n - 5] = 0;
 }
-
-#define MAX_MODELS 256
 
 /* The pool's load and unload stages: one line each in the log. */
 static void on_stage(void *ud, const char *model, const char *what) {
@@ -260,334 +303,118 @@ static bool scan_models(const char *dir, char **paths, int *n, int cap) {
   return ok;
 }
 
-int sl_cli_serve_main(int argc, char **argv) {
-  char defbuf[PATH_MAX];
-  const char *name = NULL;
-  const char *files[MAX_MODELS], *aliases[MAX_MODELS], *pins[MAX_MODELS];
-  int n_files = 0, n_aliases = 0, n_pins = 0;
-  const char *models_dir = NULL;
-  char *scanned[MAX_MODELS];
-  int n_scanned = 0;
-  long idle_ttl = 0;
-  sl_server_config scfg = sl_server_config_defaults();
-  char allowed_hosts[4096] = ""; /* --allowed-host values, comma-joined */
-  char trusted[4096] = "";       /* --trusted-proxy values, comma-joined */
-  sl_engine_config ecfg = sl_engine_config_defaults();
+/* The options from argv: 0, or the exit code (2: a usage error; 0 with
+ * *help after --help). */
+static int parse_serve(serve_opts *o, int argc, char **argv, bool *help) {
+  memset(o, 0, sizeof *o);
+  o->s = sl_server_config_defaults();
+  o->e = sl_engine_config_defaults();
   /* the KV pool resident from the start, as llama.cpp clears its KV buffer
    * at load (the soak test judges RSS from the first minute on) */
-  ecfg.kv_prefault = true;
-  ecfg.ssd_cache_bytes = 10ull << 30;
-  bool ctx_set = false, mbt_set = false;
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    long lv;
-    uint64_t bv;
-    if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (n_files == MAX_MODELS)
-        SL_CLI_BAD_VALUE("serve");
-      files[n_files++] = v;
-    } else if (!strcmp(a, "--models")) {
-      SL_CLI_NEED_VALUE("serve");
-      models_dir = v;
-    } else if (!strcmp(a, "--alias")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!strchr(v, '=') || v[0] == '=' || n_aliases == MAX_MODELS)
-        SL_CLI_BAD_VALUE("serve");
-      aliases[n_aliases++] = v;
-    } else if (!strcmp(a, "--pin")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (n_pins == MAX_MODELS)
-        SL_CLI_BAD_VALUE("serve");
-      pins[n_pins++] = v;
-    } else if (!strcmp(a, "--idle-ttl")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_parse_long(v, 0, 365L * 86400, &idle_ttl))
-        SL_CLI_BAD_VALUE("serve");
-    } else if (!strcmp(a, "--host")) {
-      SL_CLI_NEED_VALUE("serve");
-      scfg.host = v;
-    } else if (!strcmp(a, "--port")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_parse_long(v, 0, 65535, &lv))
-        SL_CLI_BAD_VALUE("serve");
-      scfg.port = (int)lv;
-    } else if (!strcmp(a, "--api-key")) {
-      SL_CLI_NEED_VALUE("serve");
-      scfg.api_key = v;
-    } else if (!strcmp(a, "--model-name")) {
-      SL_CLI_NEED_VALUE("serve");
-      name = v;
-    } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_parse_long(v, 16, 1 << 20, &lv))
-        SL_CLI_BAD_VALUE("serve");
-      ecfg.n_ctx = (int)lv;
-      ctx_set = true;
-    } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_parse_long(v, 1, 1024, &lv))
-        SL_CLI_BAD_VALUE("serve");
-      ecfg.n_threads = (int)lv;
-    } else if (!strcmp(a, "--max-memory")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!parse_bytes(v, &bv))
-        SL_CLI_BAD_VALUE("serve");
-      ecfg.max_memory = bv;
-    } else if (!strcmp(a, "--clear-every-tokens")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_parse_long(v, 0, 1 << 30, &lv))
-        SL_CLI_BAD_VALUE("serve");
-      ecfg.clear_every_tokens = (int)lv;
-    } else if (!strcmp(a, "--device")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_engine_device_parse(v, &ecfg.device))
-        SL_CLI_BAD_VALUE("serve");
-    } else if (!strcmp(a, "--max-seqs")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_parse_long(v, 1, 4096, &lv))
-        SL_CLI_BAD_VALUE("serve");
-      ecfg.max_seqs = (int)lv;
-    } else if (!strcmp(a, "--max-batched-tokens")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_parse_long(v, 1, 1 << 20, &lv))
-        SL_CLI_BAD_VALUE("serve");
-      ecfg.max_batched_tokens = (int)lv;
-      mbt_set = true;
-    } else if (!strcmp(a, "--prefill-chunk")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_parse_long(v, 1, 1 << 20, &lv))
-        SL_CLI_BAD_VALUE("serve");
-      ecfg.prefill_chunk = (int)lv;
-    } else if (!strcmp(a, "--kv-block-tokens")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_parse_long(v, 1, 4096, &lv))
-        SL_CLI_BAD_VALUE("serve");
-      ecfg.kv_block_tokens = (int)lv;
-    } else if (!strcmp(a, "--http-timeout")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_parse_long(v, 1, 86400, &lv))
-        SL_CLI_BAD_VALUE("serve");
-      scfg.http_timeout_s = (unsigned)lv;
-    } else if (!strcmp(a, "--max-body")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!parse_bytes(v, &bv) || bv < 1024 || bv > (1ull << 32))
-        SL_CLI_BAD_VALUE("serve");
-      scfg.max_body_bytes = (size_t)bv;
-    } else if (!strcmp(a, "--max-conns")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_parse_long(v, 1, 1 << 20, &lv))
-        SL_CLI_BAD_VALUE("serve");
-      scfg.max_conns = (unsigned)lv;
-    } else if (!strcmp(a, "--max-conns-per-ip")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_parse_long(v, 0, 1 << 20, &lv))
-        SL_CLI_BAD_VALUE("serve");
-      scfg.max_conns_per_ip = (unsigned)lv;
-    } else if (!strcmp(a, "--http-threads")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_parse_long(v, 1, 256, &lv))
-        SL_CLI_BAD_VALUE("serve");
-      scfg.http_threads = (unsigned)lv;
-    } else if (!strcmp(a, "--head-timeout-ms")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_parse_long(v, 100, 3600000, &lv))
-        SL_CLI_BAD_VALUE("serve");
-      scfg.head_timeout_ms = (unsigned)lv;
-    } else if (!strcmp(a, "--request-timeout-ms")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_parse_long(v, 100, 86400000, &lv))
-        SL_CLI_BAD_VALUE("serve");
-      scfg.request_timeout_ms = (unsigned)lv;
-    } else if (!strcmp(a, "--grace-ms")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_parse_long(v, 0, 3600000, &lv))
-        SL_CLI_BAD_VALUE("serve");
-      scfg.grace_ms = (unsigned)lv;
-    } else if (!strcmp(a, "--max-tokens-default")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_parse_long(v, 0, 1 << 30, &lv))
-        SL_CLI_BAD_VALUE("serve");
-      scfg.max_tokens_default = (int)lv;
-    } else if (!strcmp(a, "--pooling")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (strcmp(v, "mean") && strcmp(v, "last"))
-        SL_CLI_BAD_VALUE("serve");
-      scfg.pooling = !strcmp(v, "last") ? SL_POOL_LAST : SL_POOL_MEAN;
-    } else if (!strcmp(a, "--tool-call-format")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (strcmp(v, "hermes") && strcmp(v, "llama3") && strcmp(v, "mistral") &&
-          strcmp(v, "generic"))
-        SL_CLI_BAD_VALUE("serve");
-      scfg.tool_call_format = v;
-    } else if (!strcmp(a, "--reasoning-budget")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_parse_long(v, -1, 1 << 24, &lv))
-        SL_CLI_BAD_VALUE("serve");
-      scfg.reasoning_budget = lv < 0 ? 0 : lv == 0 ? -1 : (int)lv;
-    } else if (!strcmp(a, "--reasoning-format")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (strcmp(v, "none") && strcmp(v, "auto") && strcmp(v, "deepseek"))
-        SL_CLI_BAD_VALUE("serve");
-      scfg.reasoning_format = v;
-    } else if (!strcmp(a, "--cors-origin")) {
-      SL_CLI_NEED_VALUE("serve");
-      scfg.cors_origin = v;
-    } else if (!strcmp(a, "--allowed-host")) {
-      SL_CLI_NEED_VALUE("serve");
-      size_t have = strlen(allowed_hosts), vl = strlen(v);
-      if (!vl || strpbrk(v, " \t/@") || have + vl + 2 > sizeof allowed_hosts)
-        SL_CLI_BAD_VALUE("serve");
-      snprintf(allowed_hosts + have, sizeof allowed_hosts - have, "%s%s",
-               have ? "," : "", v);
-      scfg.allowed_hosts = allowed_hosts;
-    } else if (!strcmp(a, "--trusted-proxy")) {
-      SL_CLI_NEED_VALUE("serve");
-      size_t have = strlen(trusted), vl = strlen(v);
-      if (!vl || strpbrk(v, " \t,") || have + vl + 2 > sizeof trusted)
-        SL_CLI_BAD_VALUE("serve");
-      snprintf(trusted + have, sizeof trusted - have, "%s%s", have ? "," : "",
-               v);
-      scfg.trusted_proxies = trusted;
-    } else if (!strcmp(a, "--parse-special-in-content")) {
-      scfg.parse_special_in_content = true;
-    } else if (!strcmp(a, "--ssd-cache-dir")) {
-      SL_CLI_NEED_VALUE("serve");
-      ecfg.ssd_cache_dir = v;
-    } else if (!strcmp(a, "--ssd-cache-bytes")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!parse_bytes(v, &bv) || bv < (1u << 20))
-        SL_CLI_BAD_VALUE("serve");
-      ecfg.ssd_cache_bytes = bv;
-    } else if (!strcmp(a, "--ssd-cache-optional")) {
-      ecfg.ssd_cache_optional = true;
-    } else if (!strcmp(a, "--hot-cache-bytes")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!parse_bytes(v, &bv))
-        SL_CLI_BAD_VALUE("serve");
-      ecfg.hot_cache_bytes = bv;
-    } else if (!strcmp(a, "--hot-cache-compress")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (strcmp(v, "lz4") && strcmp(v, "none"))
-        SL_CLI_BAD_VALUE("serve");
-      ecfg.hot_cache_lz4 = !strcmp(v, "lz4");
-    } else if (!strcmp(a, "--queue-timeout-ms")) {
-      SL_CLI_NEED_VALUE("serve");
-      if (!sl_parse_long(v, 0, 86400000, &lv))
-        SL_CLI_BAD_VALUE("serve");
-      ecfg.queue_timeout_ms = (int)lv;
-    } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      serve_usage(stdout);
-      return 0;
-    } else {
-      fprintf(stderr, "sluice serve: unknown option '%s'\n", a);
-      serve_usage(stderr);
-      return 2;
-    }
-  }
-  if (models_dir &&
-      !scan_models(models_dir, scanned, &n_scanned, MAX_MODELS - n_files))
-    return 2;
-  if (!n_files && !n_scanned)
-    files[n_files++] = sl_model_default_path(defbuf, sizeof defbuf);
+  o->e.kv_prefault = true;
+  o->e.ssd_cache_bytes = 10ull << 30;
+  o->max_body = o->s.max_body_bytes;
+  int rc = sl_flags_parse("serve", SL_FLAGS(serve_flags), o, argc, argv,
+                          serve_head, serve_tail, help);
+  if (rc || *help)
+    return rc;
+  o->s.max_body_bytes = (size_t)o->max_body;
+  if (o->allowed_hosts[0])
+    o->s.allowed_hosts = o->allowed_hosts;
+  if (o->trusted[0])
+    o->s.trusted_proxies = o->trusted;
   /* every running sequence decodes one token a step */
-  if (ecfg.max_batched_tokens < ecfg.max_seqs) {
-    if (mbt_set) {
+  if (o->e.max_batched_tokens < o->e.max_seqs) {
+    if (o->mbt_set) {
       fprintf(stderr,
               "sluice serve: --max-batched-tokens %d is less than --max-seqs "
               "%d: a step must have room for one token of every running "
               "sequence; raise --max-batched-tokens to at least %d\n",
-              ecfg.max_batched_tokens, ecfg.max_seqs, ecfg.max_seqs);
+              o->e.max_batched_tokens, o->e.max_seqs, o->e.max_seqs);
       return 2;
     }
-    ecfg.max_batched_tokens = ecfg.max_seqs;
+    o->e.max_batched_tokens = o->e.max_seqs;
   }
+  return 0;
+}
 
-  /* before any thread exists: only sigwait() below receives these */
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-  signal(SIGPIPE, SIG_IGN); /* a vanished client is an error return */
+/* The index of the served model that `file` names (its path, file name,
+ * stem or name), or -1. */
+static int model_of_file(sl_pool_t *pool, const char *file) {
+  for (int j = 0; j < sl_pool_count(pool); j++) {
+    sl_pool_info in;
+    sl_pool_info_at(pool, j, &in);
+    char base[256], stem[256];
+    model_names(in.path, base, sizeof base, stem, sizeof stem);
+    if (!strcmp(file, in.path) || !strcmp(file, base) || !strcmp(file, stem) ||
+        !strcmp(file, in.name))
+      return j;
+  }
+  return -1;
+}
 
-  int rc = 1;
+/* Adds the models of paths[0..n) to the pool with their names, then the
+ * aliases and pins of o; false with a message printed. */
+static bool add_models(sl_pool_t *pool, const serve_opts *o,
+                       const char *const *paths, int n) {
   char err[512] = "";
-  sl_status st;
-  sl_pool_t *pool = NULL;
-  sl_server_t *srv = NULL;
-  sl_pool_config pc = sl_pool_config_defaults();
-  pc.engine = ecfg;
-  pc.max_memory = ecfg.max_memory;
-  pc.idle_ttl_s = (unsigned)idle_ttl;
-  pc.prefault = true; /* a CPU model's weights, at load */
-  pc.progress = true;
-  pc.on_stage = on_stage;
-  pc.n_ctx_fixed = ctx_set;
-  if ((st = sl_pool_create(&pc, &pool)) != SL_OK) {
-    fprintf(stderr, "sluice serve: %s\n", sl_status_str(st));
-    goto out;
-  }
   /* names: the file's stem (--model-name for the first -m), and its base
    * name as an alias */
-  for (int i = 0; i < n_files + n_scanned; i++) {
-    const char *path = i < n_files ? files[i] : scanned[i - n_files];
+  for (int i = 0; i < n; i++) {
     char base[256], stem[256];
-    model_names(path, base, sizeof base, stem, sizeof stem);
-    const char *nm = i == 0 && name ? name : stem;
-    if ((st = sl_pool_add(pool, nm, path, err, sizeof err)) != SL_OK) {
+    model_names(paths[i], base, sizeof base, stem, sizeof stem);
+    const char *nm = i == 0 && o->name ? o->name : stem;
+    if (sl_pool_add(pool, nm, paths[i], err, sizeof err) != SL_OK) {
       fprintf(stderr, "sluice serve: %s\n", err);
-      goto out;
+      return false;
     }
     if (strcmp(base, nm) && sl_pool_find(pool, base) < 0)
       (void)sl_pool_add_alias(pool, base, nm, err, sizeof err);
   }
-  for (int i = 0; i < n_aliases; i++) {
+  for (size_t i = 0; i < o->n_aliases; i++) {
+    const char *a = o->aliases[i], *eq = strchr(a, '=');
     char an[256];
-    const char *eq = strchr(aliases[i], '=');
-    snprintf(an, sizeof an, "%.*s", (int)(eq - aliases[i]), aliases[i]);
-    const char *file = eq + 1;
-    int k = -1;
-    for (int j = 0; k < 0 && j < sl_pool_count(pool); j++) {
-      sl_pool_info in;
-      sl_pool_info_at(pool, j, &in);
-      char base[256], stem[256];
-      model_names(in.path, base, sizeof base, stem, sizeof stem);
-      if (!strcmp(file, in.path) || !strcmp(file, base) ||
-          !strcmp(file, stem) || !strcmp(file, in.name))
-        k = j;
-    }
+    snprintf(an, sizeof an, "%.*s", (int)(eq - a), a);
+    int k = model_of_file(pool, eq + 1);
     sl_pool_info in;
     if (k < 0 || !sl_pool_info_at(pool, k, &in)) {
-      fprintf(stderr, "sluice serve: --alias %s: no served model is '%s'\n",
-              aliases[i], file);
-      goto out;
+      fprintf(stderr, "sluice serve: --alias %s: no served model is '%s'\n", a,
+              eq + 1);
+      return false;
     }
     if (sl_pool_add_alias(pool, an, in.name, err, sizeof err) != SL_OK) {
-      fprintf(stderr, "sluice serve: --alias %s: %s\n", aliases[i], err);
-      goto out;
+      fprintf(stderr, "sluice serve: --alias %s: %s\n", a, err);
+      return false;
     }
   }
-  for (int i = 0; i < n_pins; i++)
-    if (sl_pool_set_pinned(pool, pins[i], true) != SL_OK) {
-      fprintf(stderr, "sluice serve: --pin %s: no such model\n", pins[i]);
-      goto out;
+  for (size_t i = 0; i < o->n_pins; i++)
+    if (sl_pool_set_pinned(pool, o->pins[i], true) != SL_OK) {
+      fprintf(stderr, "sluice serve: --pin %s: no such model\n", o->pins[i]);
+      return false;
     }
-  /* load what must be loaded: the only model, and the pinned ones */
+  return true;
+}
+
+/* Loads what must be loaded: the only model, and the pinned ones. */
+static bool load_at_start(sl_pool_t *pool) {
+  char err[512] = "";
   for (int i = 0; i < sl_pool_count(pool); i++) {
     sl_pool_info in;
     sl_pool_info_at(pool, i, &in);
     if (sl_pool_count(pool) > 1 && !in.pinned)
       continue;
-    if ((st = sl_pool_load(pool, in.name, err, sizeof err)) != SL_OK) {
+    if (sl_pool_load(pool, in.name, err, sizeof err) != SL_OK) {
       fprintf(stderr, "sluice serve: cannot load '%s': %s\n", in.path, err);
-      goto out;
+      return false;
     }
   }
-  if ((st = sl_server_start(pool, &scfg, &srv, err, sizeof err)) != SL_OK) {
-    fprintf(stderr, "sluice serve: %s\n", err);
-    goto out;
-  }
+  return true;
+}
+
+/* The line that says the server is up: the first model, where it runs,
+ * the address. */
+static void say_serving(sl_pool_t *pool, const serve_opts *o,
+                        sl_server_t *srv) {
   sl_pool_info first;
   sl_pool_info_at(pool, 0, &first);
   const char *dev_name = "cpu";
@@ -597,10 +424,10 @@ int sl_cli_serve_main(int argc, char **argv) {
     snprintf(devbuf, sizeof devbuf, "%s", sl_engine_device_name(fl.engine));
     dev_name = devbuf;
     sl_pool_release(pool, &fl);
-  } else if (ecfg.device != SL_ENGINE_DEVICE_CPU && sl_cuda_available()) {
+  } else if (o->e.device != SL_ENGINE_DEVICE_CPU && sl_cuda_available()) {
     dev_name = "cuda (on load)";
   }
-  const char *host = scfg.host ? scfg.host : "127.0.0.1";
+  const char *host = o->s.host ? o->s.host : "127.0.0.1";
   bool v6 = strchr(host, ':') != NULL;
   if (sl_pool_count(pool) > 1)
     fprintf(stderr, "sluice: %d models, the first %s\n", sl_pool_count(pool),
@@ -608,7 +435,71 @@ int sl_cli_serve_main(int argc, char **argv) {
   fprintf(stderr, "sluice: serving %s on %s at http://%s%s%s:%d\n", first.name,
           dev_name, v6 ? "[" : "", host, v6 ? "]" : "", sl_server_port(srv));
   fflush(stderr);
+}
 
+/* Makes the pool of the models o names; NULL with a message printed. */
+static sl_pool_t *open_pool(const serve_opts *o, const char *const *paths,
+                            int n) {
+  sl_pool_t *pool = NULL;
+  sl_pool_config pc = sl_pool_config_defaults();
+  pc.engine = o->e;
+  pc.max_memory = o->e.max_memory;
+  pc.idle_ttl_s = (unsigned)o->idle_ttl;
+  pc.prefault = true; /* a CPU model's weights, at load */
+  pc.progress = true;
+  pc.on_stage = on_stage;
+  pc.n_ctx_fixed = o->ctx_set;
+  sl_status st = sl_pool_create(&pc, &pool);
+  if (st != SL_OK) {
+    fprintf(stderr, "sluice serve: %s\n", sl_status_str(st));
+    return NULL;
+  }
+  if (!add_models(pool, o, paths, n) || !load_at_start(pool)) {
+    sl_pool_free(pool);
+    return NULL;
+  }
+  return pool;
+}
+
+int sl_cli_serve_main(int argc, char **argv) {
+  static serve_opts o; /* ~12 KB of lists: not on the stack */
+  bool help;
+  int rc = parse_serve(&o, argc, argv, &help);
+  if (rc || help)
+    return rc;
+  char defbuf[PATH_MAX];
+  const char *paths[2 * MAX_MODELS];
+  char *scanned[MAX_MODELS];
+  int n_scanned = 0, n = 0;
+  for (size_t i = 0; i < o.n_files; i++)
+    paths[n++] = o.files[i];
+  if (o.models_dir && !scan_models(o.models_dir, scanned, &n_scanned,
+                                   MAX_MODELS - (int)o.n_files))
+    return 2;
+  for (int i = 0; i < n_scanned; i++)
+    paths[n++] = scanned[i];
+  if (!n)
+    paths[n++] = sl_model_default_path(defbuf, sizeof defbuf);
+
+  /* before any thread exists: only sigwait() below receives these */
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  signal(SIGPIPE, SIG_IGN); /* a vanished client is an error return */
+
+  rc = 1;
+  char err[512] = "";
+  sl_server_t *srv = NULL;
+  sl_pool_t *pool = open_pool(&o, paths, n);
+  if (!pool)
+    goto out;
+  if (sl_server_start(pool, &o.s, &srv, err, sizeof err) != SL_OK) {
+    fprintf(stderr, "sluice serve: %s\n", err);
+    goto out;
+  }
+  say_serving(pool, &o, srv);
   int sig = 0;
   while (sigwait(&sigs, &sig) != 0)
     ;
