@@ -3,6 +3,7 @@
  * that nothing was in flight when the clear ran; the memory guard and the
  * runtime error ladders in both the admission and the chunked-prefill paths;
  * batching does not change greedy output; aborts free blocks. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -573,6 +574,31 @@ static void test_bad_submissions(void) {
   sl_engine_free(e);
 }
 
+/* The one clamp of max_tokens to the context (sl_engine_max_new, which
+ * sl_engine_submit applies; issue 44): the room left, never below 0; an
+ * answer asked for far past it ends at the context's last slot. */
+static void test_max_tokens_clamp(void) {
+  sl_engine_t *e = make_engine(0, NULL); /* n_ctx 1024 */
+  CHECK_EQ_INT(sl_engine_max_new(e, 1000, 1 << 30), 24);
+  CHECK_EQ_INT(sl_engine_max_new(e, 1000, 5), 5);
+  CHECK_EQ_INT(sl_engine_max_new(e, 1024, 5), 0);
+  CHECK_EQ_INT(sl_engine_max_new(e, 1, INT_MAX), 1023);
+  if (sl_engine_max_new(e, 1000, 1 << 30) == 24) { /* (else: runs long) */
+    int32_t *ids = sl_calloc(1016, sizeof *ids);
+    for (int i = 0; ids && i < 1016; i++)
+      ids[i] = 100 + i % 50;
+    result r;
+    result_init(&r);
+    sl_gen_params p = greedy(1 << 20); /* (ignore_eos) */
+    CHECK_OK(sl_engine_submit(e, ids, 1016, &p, on_event, &r, NULL));
+    result_wait(&r);
+    CHECK_EQ_INT(r.n, 8);
+    CHECK(r.finish == SL_FINISH_LENGTH);
+    sl_free(ids);
+  }
+  sl_engine_free(e);
+}
+
 /* On the CPU every token is picked on the host: the argmax of a plain greedy
  * request, the sampler for the others (the stats say so); a CPU batch
  * context does not sample on the device and refuses a sampled sequence. */
@@ -701,6 +727,7 @@ int main(void) {
   RUN(test_memory_guard_real_limit);
   RUN(test_batching_invariance_and_prefix_cache);
   RUN(test_abort_frees_blocks);
+  RUN(test_max_tokens_clamp);
   RUN(test_abort_beyond_1024);
   RUN(test_real_oom_ladder);
   RUN(test_clear_error_reaches_request);

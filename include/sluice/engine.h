@@ -214,6 +214,13 @@ sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
                            const sl_gen_params *params, sl_engine_cb cb,
                            void *user, uint64_t *id);
 
+/* The one clamp of max_tokens to the context: what a request of n_prompt
+ * tokens asking for max_tokens may generate in this engine (the room left,
+ * n_ctx - n_prompt, at most; never below 0). sl_engine_submit applies it; a
+ * caller that plans around the answer's length (a thinking budget) asks it
+ * rather than clamping on its own. */
+int sl_engine_max_new(const sl_engine_t *e, int n_prompt, int max_tokens);
+
 /* Asks the engine to end request `id` within one step; its blocks are freed.
  * The request still gets SL_EV_DONE (SL_FINISH_ABORT). Unknown ids are
  * ignored. Every abort is kept, however many are queued; SL_ERR_NOMEM only

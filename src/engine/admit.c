@@ -14,6 +14,15 @@
 #include "sluice/memsync.h"
 #include "sluice/util.h"
 
+void sl__list_push(sl__req **head, sl__req **tail, sl__req *r) {
+  r->next = NULL;
+  if (*tail)
+    (*tail)->next = r;
+  else
+    *head = r;
+  *tail = r;
+}
+
 static uint64_t block_bytes(const sl_engine_t *e) {
   const sl_kv_config *k = sl_kv_config_of(e->kv);
   return sl_kv_block_bytes(k->n_layer, k->kv_dim, k->block_tokens);

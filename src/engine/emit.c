@@ -15,6 +15,20 @@
 #include "sluice/memsync.h"
 #include "sluice/util.h"
 
+void sl__req_free(sl__req *r) {
+  if (!r)
+    return;
+  sl_free(r->tokens);
+  sl_free(r->blocks);
+  sl_free(r->pend);
+  for (int i = 0; i < r->params.n_stop; i++)
+    sl_free((char *)r->params.stop[i]);
+  sl_sampler_free(r->sampler);
+  sl_grammar_matcher_free(r->matcher);
+  sl_free(r->emb);
+  sl_free(r);
+}
+
 void sl__release_blocks(sl_engine_t *e, sl__req *r) {
   for (int i = 0; i < r->n_blocks; i++)
     sl_kv_block_unref(e->kv, r->blocks[i]);

@@ -127,6 +127,13 @@ static bool sched_sanity(const sl_engine_t *e) {
 /* ---- inbox (any thread)
  * ------------------------------------------------------ */
 
+int sl_engine_max_new(const sl_engine_t *e, int n_prompt, int max_tokens) {
+  int room = e->cfg.n_ctx - n_prompt;
+  if (room < 0)
+    room = 0;
+  return max_tokens < room ? max_tokens : room;
+}
+
 sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
                            const sl_gen_params *params, sl_engine_cb cb,
                            void *user, uint64_t *id) {
@@ -200,9 +207,7 @@ sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
   }
   sl_status sst = sl__stops_init(&r->stops, r->params.stop, r->params.n_stop);
   SL_ASSERT(sst == SL_OK); /* the count and the lengths were checked above */
-  int max_new = cap - n;
-  if (r->params.max_tokens > max_new)
-    r->params.max_tokens = max_new;
+  r->params.max_tokens = sl_engine_max_new(e, n, r->params.max_tokens);
   if (embed)
     r->params.max_tokens = 0; /* nothing is generated */
   r->cb = cb;

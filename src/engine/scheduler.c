@@ -1,8 +1,9 @@
 /* The scheduler, on the executor thread: one batch per step (a decode
  * token for every running sequence, prefill chunks in the rest of the
  * budget), aborts, preemption, the runtime-error ladders, and every clear
- * site (I3, I4: all on the engine stream). Admission is admit.c's; picking
- * and reporting tokens, and a request's end, emit.c's. A step is
+ * site (I3, I4: all on the engine stream, through clear.c's primitive).
+ * Admission is admit.c's; picking and reporting tokens, and a request's
+ * end, emit.c's. A step is
  * planned (plan_step), run (run_step) and its results applied
  * (update_step), as vLLM's scheduler does. */
 #include <math.h>
@@ -18,99 +19,6 @@
 #include "sluice/util.h"
 
 #define AFTER_FINISH_STEPS 4 /* K: the decode clear after a finish */
-
-void sl__req_free(sl__req *r) {
-  if (!r)
-    return;
-  sl_free(r->tokens);
-  sl_free(r->blocks);
-  sl_free(r->pend);
-  for (int i = 0; i < r->params.n_stop; i++)
-    sl_free((char *)r->params.stop[i]);
-  sl_sampler_free(r->sampler);
-  sl_grammar_matcher_free(r->matcher);
-  sl_free(r->emb);
-  sl_free(r);
-}
-
-const char *sl__clear_site_name(sl__clear_site s) {
-  static const char *names[] = {
-#define SL__SITE_NAME(id, name) name,
-      SL__CLEAR_SITES(SL__SITE_NAME)
-#undef SL__SITE_NAME
-  };
-  return s < SL__SITE_COUNT ? names[s] : "?";
-}
-
-/* The one clear primitive, with the engine's stream (I3, I4), and the
- * evidence that nothing was in flight on it. */
-static void clear_at(sl_engine_t *e, sl__clear_site site) {
-  sl_stream_evidence before = sl_stream_clear_evidence(e->stream);
-  bool busy = sl_stream_query(e->stream).tasks > 0;
-  uint64_t t0 = sl_now_ns();
-  sl_status st = sl_sync_and_clear_cache(e->stream);
-  double drain_ms = sl_ns_to_ms(sl_now_ns() - t0);
-  if (drain_ms >= 1.0)
-    SL_LOGD("clear at %s: %.2f ms%s", sl__clear_site_name(site), drain_ms,
-            busy ? " (the stream was busy)" : "");
-  if (st != SL_OK) {
-    /* a task of ours failed: take the error off the stream (the clear left
-     * it there) and fail the requests whose work it was, after this step */
-    (void)sl_stream_sync(e->stream);
-    SL_LOGW("engine: the clear at %s reported %s", sl__clear_site_name(site),
-            sl_status_str(st));
-    if (e->n_active > 0 && e->clear_error == SL_OK)
-      e->clear_error = st; /* else no request's: taken and logged */
-  }
-  /* the evidence, on our own stream only: work of ours that the clear
-   * found still pending (none after a correct drain) */
-  sl_stream_evidence after = sl_stream_clear_evidence(e->stream);
-  sl_stream_pending q = sl_stream_query(e->stream);
-  bool found = after.own.clears != before.own.clears;
-  pthread_mutex_lock(&e->mu);
-  e->stats.clears++;
-  e->stats.clear_ns += (uint64_t)(drain_ms * 1e6);
-  if (!busy)
-    e->stats.clear_idle_ns += (uint64_t)(drain_ms * 1e6);
-  sl__site_stats *s = &e->sites[site];
-  s->count++;
-  if (busy) {
-    s->reached_busy++;
-    if (drain_ms > s->busy_drain_ms_max)
-      s->busy_drain_ms_max = drain_ms;
-  }
-  if (q.tasks > s->engine_pending_max)
-    s->engine_pending_max = q.tasks;
-  if (found && after.own.tasks_last > s->engine_pending_max)
-    s->engine_pending_max = after.own.tasks_last;
-  if (found && after.own.bytes_last > s->inflight_bytes_max)
-    s->inflight_bytes_max = after.own.bytes_last;
-  if (after.own.ms_max > s->inflight_ms_max)
-    s->inflight_ms_max = after.own.ms_max;
-  sl__site_stats now = *s;
-  pthread_mutex_unlock(&e->mu);
-  if (e->hooks.after_clear)
-    e->hooks.after_clear(e->hooks.ud, e->stream, site, &now);
-}
-
-void sl__list_push(sl__req **head, sl__req **tail, sl__req *r) {
-  r->next = NULL;
-  if (*tail)
-    (*tail)->next = r;
-  else
-    *head = r;
-  *tail = r;
-}
-
-static void run_hook(sl_engine_t *e, sl__clear_site site) {
-  if (e->hooks.before_clear)
-    e->hooks.before_clear(e->hooks.ud, e->stream, site);
-}
-
-void sl__clear_at_site(sl_engine_t *e, sl__clear_site site) {
-  run_hook(e, site);
-  clear_at(e, site);
-}
 
 /* Removes active[i] (finished or requeued), keeping the order. */
 void sl__active_remove(sl_engine_t *e, sl__req *r) {

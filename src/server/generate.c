@@ -8,6 +8,7 @@
  * reference (dropped in http.c's request-completed callback), the engine
  * one per request from submit until SL_EV_DONE, and a streaming response
  * one until MHD frees it. */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -133,19 +134,21 @@ fail:
  * and continues (job.c's budget_continue); the tokens of the closing tag
  * are made here. Without a split (--reasoning-format none) or with a
  * grammar (which would restart in the continuation) there is no cap. */
-static sl_status think_budget(sl_srv_job *j, const sl_tokenizer_t *tok) {
+static sl_status think_budget(sl_srv_job *j, const sl_pool_lease *ml) {
   sl_srv_request *r = &j->req;
+  /* the answer's length as the engine will clamp it */
+  int max_new = sl_engine_max_new(ml->engine, j->n_ids, r->gen.max_tokens);
   if (r->think_budget <= 0 || r->rfmt == SL_RFMT_NONE || r->grammar ||
-      r->think_budget >= r->gen.max_tokens || r->n_choices > 1)
+      r->think_budget >= max_new || r->n_choices > 1)
     return SL_OK;
   const char *close = sl__srv_think_close(r->rfmt);
   size_t n = 0;
-  sl_status st = sl_tokenizer_encode(tok, close, strlen(close), false, true,
+  sl_status st = sl_tokenizer_encode(ml->tok, close, strlen(close), false, true,
                                      &j->close_ids, &n);
   if (st != SL_OK)
     return st == SL_ERR_NOMEM ? st : SL_OK; /* (no tokens: no cap) */
   j->n_close = (int)n;
-  j->budget_total = r->gen.max_tokens;
+  j->budget_total = max_new;
   r->gen.max_tokens = r->think_budget;
   return SL_OK;
 }
@@ -189,20 +192,17 @@ enum MHD_Result sl__srv_generate(sl_server_t *s, struct MHD_Connection *c,
                         j->req.gen.logit_bias[i].id, nv);
       goto fail_respond;
     }
-  /* no max_tokens: --max-tokens-default (0: the room left); above the
-   * room left in the context: clamped to it */
-  int room = ml->n_ctx - j->n_ids;
+  /* no max_tokens: --max-tokens-default (0: as many as fit); the engine
+   * clamps it to the room left in the context (sl_engine_max_new) */
   if (!j->req.max_tokens_set && api == SL_SRV_CHAT)
     j->req.gen.max_tokens =
-        s->cfg.max_tokens_default > 0 ? s->cfg.max_tokens_default : room;
-  if (j->req.gen.max_tokens > room)
-    j->req.gen.max_tokens = room;
+        s->cfg.max_tokens_default > 0 ? s->cfg.max_tokens_default : INT_MAX;
   /* a constrained answer (a grammar, a forced tool call) leaves no room
    * for thinking: what it writes is content even after an opened block */
   j->req.think_open =
       !j->req.grammar &&
       sl__srv_think_opened(j->req.rfmt, ml->tok, j->ids, j->n_ids);
-  if (think_budget(j, ml->tok) != SL_OK) {
+  if (think_budget(j, ml) != SL_OK) {
     sl__srv_error_set(&err, 500, NULL, NULL, "out of memory");
     goto fail_respond;
   }

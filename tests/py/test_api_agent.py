@@ -69,6 +69,32 @@ def test_max_tokens_above_context_is_clamped(server):
     assert c.choices[0].finish_reason == "stop"
 
 
+def test_max_tokens_fills_the_room_left(sluice_server):
+    """The engine owns the clamp (sl_engine_max_new): an answer asked for
+    far past the context, whose end-of-text tokens are banned, runs to the
+    context's last slot exactly, and says "length"."""
+    srv = sluice_server(["-c", "96"])
+    ban = {"0": -100, "1": -100, "2": -100}
+    for body in ({"prompt": "Count: 1, 2, 3,", "max_tokens": 10 ** 6},
+                 {"prompt": "Count: 1, 2, 3, 4,"}):  # (the default, 16)
+        st, _, c = raw(srv, "POST", "/v1/completions",
+                       dict(body, model=MODEL_NAME, temperature=0,
+                            logit_bias=ban))
+        assert st == 200, c
+        u = c["usage"]
+        want = 96 - u["prompt_tokens"] if "max_tokens" in body else 16
+        assert u["completion_tokens"] == want, u
+        assert c["choices"][0]["finish_reason"] == "length"
+    # a chat request without max_tokens (--max-tokens-default 0 would be
+    # the room left): the default of 4096, clamped to the room
+    st, _, c = raw(srv, "POST", "/v1/chat/completions",
+                   {"model": MODEL_NAME, "temperature": 0, "logit_bias": ban,
+                    "messages": [{"role": "user", "content": "Count."}]})
+    assert st == 200, c
+    u = c["usage"]
+    assert u["prompt_tokens"] + u["completion_tokens"] == 96, u
+
+
 def test_max_tokens_default(sluice_server):
     srv = sluice_server(["-c", "2048", "--max-tokens-default", "5"])
     # a sampled answer that would run long: capped at 5 tokens
