@@ -665,6 +665,26 @@ static void check_limits(sl_tokenizer_t *t) {
     sl_free(ids);
   }
   free(buf);
+  /* one huge word (600 KB of spaces, of one letter; under the byte bound
+   * at a limit of 8,192): refused by the word's own bound, before BPE
+   * merges it (which took 0.46 s for the spaces): the allocations of the
+   * split only, none of the merge's (its symbols, the ids it pushes) */
+  enum { W = 600000 };
+  char *word = malloc(W);
+  for (int kind = 0; word && kind < 2; kind++) {
+    memset(word, kind ? 'a' : ' ', W);
+    int32_t *ids = NULL;
+    size_t ni = 0;
+    uint64_t a0 = sl_malloc_count();
+    CHECK_EQ_INT(
+        sl_tokenizer_encode_limited(t, word, W, false, NULL, 8192, &ids, &ni),
+        SL_ERR_RANGE);
+    uint64_t used = sl_malloc_count() - a0;
+    CHECK_MSG(used <= 8, "kind %d: %llu allocations", kind,
+              (unsigned long long)used);
+    CHECK(!ids && !ni);
+  }
+  free(word);
   /* 1 MiB that cannot be read: refused before any byte is */
   size_t big = 1 << 20;
   char *none = mmap(NULL, big, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -132,10 +132,52 @@ static size_t div_up(size_t a, size_t b) {
   return a / b + (a % b != 0);
 }
 
+/* The longest token that a word made only of the bytes in `set` (256 bits)
+ * can tokenize into: a BPE token of a word is a piece of it, so its bytes
+ * are in the word's set. No such word of B bytes makes fewer than
+ * ceil(B / this) tokens. One pass over the vocabulary's pieces. */
+static size_t longest_within(const sl_tokenizer_t *t, const uint64_t set[4]) {
+  size_t m = 1;
+  for (size_t id = 0; id < t->n_vocab; id++) {
+    size_t n = t->piece_len[id];
+    if (n <= m ||
+        (t->attr[id] & (SL__TA_CONTROL | SL__TA_USER_DEFINED | SL__TA_UNKNOWN)))
+      continue;
+    const uint8_t *p = (const uint8_t *)t->piece_arena + t->piece_off[id];
+    size_t k = 0;
+    while (k < n && (set[p[k] >> 6] >> (p[k] & 63) & 1))
+      k++;
+    if (k == n)
+      m = n;
+  }
+  return m;
+}
+
+/* The per-word bound of encode_bpe_text, with the last byte set's answer
+ * kept (a long text of one kind of word asks once). */
+typedef struct word_bound {
+  uint64_t set[4];
+  size_t longest; /* 0: none kept */
+} word_bound;
+
+/* The fewest tokens a word of `bytes` bytes over `set` can make. */
+static size_t word_fewest(const sl_tokenizer_t *t, word_bound *wb,
+                          const uint64_t set[4], size_t bytes) {
+  if (!wb->longest || memcmp(wb->set, set, sizeof wb->set)) {
+    memcpy(wb->set, set, sizeof wb->set);
+    wb->longest = longest_within(t, set);
+  }
+  return div_up(bytes, wb->longest);
+}
+
 /* `limit`: SL_ERR_RANGE as soon as out would hold more ids than that
  * (SIZE_MAX: no limit); before each word, the ids so far and the fewest
  * the fragment's remaining code points can make (each token covers at most
- * max_token_bytes bytes, so at most that many code points) decide. */
+ * max_token_bytes bytes, so at most that many code points) decide. A word
+ * longer in bytes than the ids still allowed (at most max_token_bytes such
+ * words pass the first bound) is bounded on its own: its bytes over the
+ * longest token made only of its bytes (600 KB of spaces or of one letter
+ * is refused before BPE merges it, issue 43). */
 static sl_status encode_bpe_text(const sl_tokenizer_t *t, const char *s,
                                  size_t len, size_t limit, sl__ivec *out) {
   uint32_t *cpts = NULL;
@@ -165,20 +207,32 @@ static sl_status encode_bpe_text(const sl_tokenizer_t *t, const char *s,
   }
   size_t c0 = 0;
   const size_t mtb = t->max_token_bytes;
+  word_bound wb = {{0}, 0};
   for (size_t i = 0; i < lens.n && st == SL_OK; i++) {
     if (limit != SIZE_MAX &&
         (out->n > limit || (mtb && out->n + div_up(nc - c0, mtb) > limit))) {
       st = SL_ERR_RANGE;
       break;
     }
-    size_t wl = 0;
+    size_t wl = 0, bytes = 0;
+    uint64_t set[4] = {0};
     for (size_t k = c0; k < c0 + (size_t)lens.v[i]; k++) {
       char u[4];
       size_t ul = sl_utf8_encode(cpts[k], u);
-      for (size_t j = 0; j < ul; j++)
-        wl += sl__byte_to_unicode((uint8_t)u[j], word + wl);
+      bytes += ul;
+      for (size_t j = 0; j < ul; j++) {
+        uint8_t b = (uint8_t)u[j];
+        set[b >> 6] |= 1ull << (b & 63);
+        wl += sl__byte_to_unicode(b, word + wl);
+      }
     }
     c0 += (size_t)lens.v[i];
+    if (limit != SIZE_MAX && mtb && bytes > limit - out->n &&
+        out->n + word_fewest(t, &wb, set, bytes) + div_up(nc - c0, mtb) >
+            limit) {
+      st = SL_ERR_RANGE;
+      break;
+    }
     st = sl__bpe_word(t, word, wl, out);
   }
 done:
