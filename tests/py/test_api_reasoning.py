@@ -441,3 +441,95 @@ def test_earlier_thinking_reaches_the_template(srv):
             {"type": "text", "text": "Hello!"}]},
         {"role": "user", "content": "again"}])
     assert m.content, m
+
+
+# ---- a real token stream, forced through a grammar -------------------------
+#
+# The model's own output, token by token as its tokenizer cuts it, forced to
+# a known text by a grammar: "<think>" and "</think>" are not tokens of this
+# vocabulary, so each tag arrives split across several tokens (and so across
+# stream pieces). The template is Qwen3's own (the model opens the block).
+
+FORCED_THINK = "I should add 2 and 2."
+FORCED_TEXT = "The answer is 4; I wrote <think> here, as text."
+FORCED = "<think>\n" + FORCED_THINK + "\n</think>\n\n" + FORCED_TEXT
+
+
+def gbnf_literal(s):
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace(
+        "\n", "\\n") + '"'
+
+
+@pytest.fixture(scope="module")
+def plain_srv(sluice_server, tmp_path_factory):
+    tmpl = (TEMPLATES / "qwen3.jinja").read_text(encoding="utf-8")
+    s = sluice_server(["-c", "2048"], model=make_model(tmp_path_factory, tmpl))
+    return s
+
+
+def test_forced_tokens_split_the_same_everywhere(plain_srv):
+    s = plain_srv
+    # the tags really are split across tokens here
+    st, tk = raw(s, "/tokenize", {"content": "<think>", "with_pieces": True})
+    assert st == 200 and len(tk["tokens"]) > 1, tk
+    q = [{"role": "user", "content": "What is 2+2?"}]
+    g = {"grammar": "root ::= " + gbnf_literal(FORCED)}
+    r = oai(s).chat.completions.create(model=MODEL_NAME, messages=q,
+                                       max_tokens=80, temperature=0,
+                                       extra_body=g)
+    msg = r.choices[0].message
+    assert reasoning_of(msg) == FORCED_THINK, msg
+    assert msg.content == FORCED_TEXT  # a later "<think>" is content
+    assert r.choices[0].finish_reason == "stop"
+    assert 0 < r.usage.completion_tokens_details.reasoning_tokens < \
+        r.usage.completion_tokens
+    # streamed, as the SDK accumulates the deltas: the same split
+    think, text, pieces = "", "", 0
+    for ch in oai(s).chat.completions.create(
+            model=MODEL_NAME, messages=q, max_tokens=80, temperature=0,
+            stream=True, extra_body=g):
+        if not ch.choices:
+            continue
+        d = ch.choices[0].delta
+        think += (d.model_extra or {}).get("reasoning_content") or ""
+        text += d.content or ""
+        pieces += 1
+    assert (think, text) == (FORCED_THINK, FORCED_TEXT)
+    assert pieces > 10  # token by token
+    # (the Anthropic route takes no grammar: its split of the model's own
+    # tokens is the tests above)
+
+
+# ---- DeepSeek-R1's template, in a GGUF file ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def r1_srv(sluice_server, tmp_path_factory):
+    tmpl = (TEMPLATES / "deepseek-r1.jinja").read_text(encoding="utf-8")
+    s = sluice_server(["-c", "2048"], model=make_model(tmp_path_factory, tmpl))
+    s.tmpl = tmpl
+    return s
+
+
+def test_deepseek_r1_template_in_gguf(r1_srv):
+    """The R1 distills' template, read from the file: rendered as jinja2
+    renders it (with and without enable_thinking, which it ignores; an
+    earlier turn's thinking dropped), its family found from its text, so
+    an answer starts inside the block the generation prompt opened."""
+    s = r1_srv
+    turns = [{"role": "user", "content": "Hi."},
+             {"role": "assistant",
+              "content": "<think>\nA greeting.\n</think>\n\nHello!"},
+             {"role": "user", "content": "Write a long story about a dragon."}]
+    for kw in ({}, {"chat_template_kwargs": {"enable_thinking": False}}):
+        st, p = raw(s, "/apply-template", dict(kw, messages=turns))
+        assert st == 200, p
+        assert p["prompt"] == hf_render(s.tmpl, turns,
+                                        **kw.get("chat_template_kwargs", {}))
+        assert p["prompt"].endswith("<｜Assistant｜><think>\n")
+        assert "A greeting" not in p["prompt"]
+    r = oai(s).chat.completions.create(model=MODEL_NAME, messages=turns,
+                                       max_tokens=16, temperature=0)
+    ch = r.choices[0]
+    assert ch.finish_reason == "length"
+    assert len(reasoning_of(ch.message) or "") > 10 and not ch.message.content

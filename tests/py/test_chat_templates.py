@@ -195,7 +195,7 @@ CONVERSATIONS = {
     "two_users": [U1, U2],
 }
 
-TOOL_TEMPLATES = {"qwen2.5", "qwen3", "llama3.1", "mistral-v0.3"}
+TOOL_TEMPLATES = {"qwen2.5", "qwen3", "llama3.1", "mistral-v0.3", "deepseek-r1"}
 
 
 def fixture_names():
@@ -205,7 +205,7 @@ def fixture_names():
 def test_fixtures_present():
     names = set(fixture_names())
     for want in ["smollm2", "llama3", "llama3.1", "qwen2.5", "qwen3",
-                 "mistral-v0.3", "gemma2", "gemma3"]:
+                 "mistral-v0.3", "gemma2", "gemma3", "deepseek-r1"]:
         assert want in names
 
 
@@ -232,6 +232,24 @@ def test_qwen3_enable_thinking(thinking):
     ok, out = check(template, [U1], True, extra={"enable_thinking": thinking})
     assert ok
     assert ("<think>" in out) == (not thinking)
+
+
+@pytest.mark.parametrize("thinking", [None, True, False])
+def test_deepseek_r1_thinking(thinking):
+    """DeepSeek-R1's template (the distills' chat template): its generation
+    prompt opens the think block whatever enable_thinking says, and an
+    earlier assistant turn keeps only what follows its </think>; sluice
+    renders it as jinja2 does."""
+    template = (FIXTURES / "deepseek-r1.jinja").read_text(encoding="utf-8")
+    extra = {} if thinking is None else {"enable_thinking": thinking}
+    msgs = [{"role": "system", "content": "Be brief."}, U1,
+            {"role": "assistant",
+             "content": "<think>\nThe user greets me.\n</think>\n\nHello!"},
+            {"role": "user", "content": "And now?"}]
+    ok, out = check(template, msgs, True, extra=extra)
+    assert ok
+    assert out.endswith("<｜Assistant｜><think>\n")
+    assert "The user greets me" not in out and "<｜Assistant｜>\n\nHello!" in out
 
 
 def test_llama31_builtin_tools():
