@@ -96,6 +96,9 @@ if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
   # reasoning output (issue 45): <think> split out on both APIs, streamed
   # and not, Anthropic's thinking budget, through the SDKs
   sl_server_pytest(test_api_reasoning test_api_reasoning.py 900)
+  # LangChain's ChatOpenAI and ChatAnthropic: answers, streams, tool calls,
+  # a thinking model (issue 45)
+  sl_server_pytest(test_api_langchain test_api_langchain.py 600)
   # /v1/embeddings against llama.cpp
   sl_server_pytest(test_api_embed test_api_embed.py 900)
   # the soak test, 60 s (tests/soak/soak.py; 10 minutes by hand): errors

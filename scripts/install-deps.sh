@@ -31,5 +31,5 @@ if [ "${SLUICE_SKIP_PIP:-0}" != 1 ]; then
     python3 -m pip install -q --disable-pip-version-check \
     -r "$here/requirements-dev.txt" 2>&1 | grep -v "Running pip as the 'root'" || true
   # fail loudly if pip failed (the llama.cpp comparisons skip without llama_cpp)
-  python3 -c "import pytest, numpy, gguf, jinja2, openai, anthropic, jsonschema, agents, llama_cpp"
+  python3 -c "import pytest, numpy, gguf, jinja2, openai, anthropic, jsonschema, agents, llama_cpp, langchain_openai, langchain_anthropic"
 fi
