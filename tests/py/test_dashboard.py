@@ -9,7 +9,8 @@ network limited to this server.
 - Pressing a model's unload button unloads it.
 - A screenshot of each panel is saved in $SLUICE_SCREENSHOT_DIR (default
   /tmp/sluice-dashboard): models.png, memory.png, kv.png, clears.png,
-  recent.png, chat.png.
+  recent.png, chat.png, chat-thinking.png.
+- A reasoning model's thinking shows folded above the answer (issue 45).
 
 Skips, saying why, only where Chromium cannot start."""
 import json
@@ -164,6 +165,73 @@ def test_chat_page_streams_an_answer(browser, srv):
                            ".textContent")
     assert got == want, (got, want)
     shot(b, "chat", "chat.png")
+
+
+@pytest.fixture(scope="module")
+def think_srv(sluice_server, tmp_path_factory):
+    """The default model with a Qwen3-style thinking template, its thinking
+    closed after 8 tokens (--reasoning-budget) so that an answer follows."""
+    import subprocess
+    import sys
+    from test_api_reasoning import thinking_template
+    out = tmp_path_factory.mktemp("dash_think") / "thinker.gguf"
+    subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata",
+                    model_path(), str(out), "--chat-template",
+                    thinking_template(), "--force"], check=True,
+                   capture_output=True)
+    return sluice_server(["-m", str(out), "--model-name", "thinker", "-c",
+                          "1024", "--reasoning-budget", "8"], bare=True)
+
+
+def test_chat_page_folds_the_thinking(browser, think_srv):
+    """A reasoning model's thinking (delta.reasoning_content) shows folded
+    above the answer: the page's two texts are the API's reasoning_content
+    and content for the same request, and a click unfolds the thinking."""
+    b, s = browser, think_srv
+    q = "Write a long story about a dragon."
+    ref = post(s, "/v1/chat/completions", {
+        "model": "thinker", "max_tokens": 40, "temperature": 0,
+        "messages": [{"role": "user", "content": q}]})["choices"][0]
+    assert ref["message"]["reasoning_content"] and ref["message"]["content"]
+    b.get(s.base + "/admin#chat")
+    wait_for(lambda: b.execute_script(
+        "return document.getElementById('chat-model').options.length") >= 1,
+        what="the model list")
+    b.execute_script(
+        "document.getElementById('chat-model').value = 'thinker';"
+        "document.getElementById('chat-max').value = '40';"
+        "document.getElementById('chat-input').value = arguments[0];", q)
+    b.find_element("id", "chat-send").click()
+    wait_for(lambda: b.find_element("id", "chat-state").text == "done" or
+             b.find_element("id", "chat-state").text.startswith("error"),
+             what="the answer's end")
+    assert b.find_element("id", "chat-state").text == "done"
+    js = "return document.getElementById(arguments[0])"
+    assert b.execute_script(js + ".textContent", "thinking-text") == \
+        ref["message"]["reasoning_content"]
+    assert b.execute_script(js + ".textContent", "answer") == \
+        ref["message"]["content"]
+    th = b.find_element("id", "thinking")
+    assert th.is_displayed() and not b.execute_script(js + ".open",
+                                                      "thinking")
+    assert int(b.find_element("id", "thinking-n").text) >= 2  # streamed
+    assert not b.find_element("id", "thinking-text").is_displayed()  # folded
+    b.find_element("css selector", "#thinking summary").click()
+    wait_for(lambda: b.find_element("id", "thinking-text").is_displayed(),
+             what="the thinking unfolded")
+    shot(b, "chat", "chat-thinking.png")
+    # the next answer starts a new fold: reset, closed again
+    ref2 = post(s, "/v1/chat/completions", {
+        "model": "thinker", "max_tokens": 3, "temperature": 0,
+        "messages": [{"role": "user", "content": "Hi"}]})["choices"][0]
+    b.execute_script("document.getElementById('chat-input').value = 'Hi';"
+                     "document.getElementById('chat-max').value = '3';")
+    b.find_element("id", "chat-send").click()
+    wait_for(lambda: b.execute_script(js + ".textContent", "thinking-text") ==
+             ref2["message"]["reasoning_content"] and
+             b.find_element("id", "chat-state").text == "done",
+             what="the second answer")
+    assert not b.execute_script(js + ".open", "thinking")
 
 
 def test_pressing_unload_unloads_the_model(browser, srv):
