@@ -533,3 +533,24 @@ def test_deepseek_r1_template_in_gguf(r1_srv):
     ch = r.choices[0]
     assert ch.finish_reason == "length"
     assert len(reasoning_of(ch.message) or "") > 10 and not ch.message.content
+
+
+def test_unknown_template_kwargs_are_template_variables(
+        sluice_server, tmp_path_factory):
+    """chat_template_kwargs keys the server does not know reach the
+    template as variables, as llama.cpp passes them (any JSON value)."""
+    tmpl = ("{{ greeting }}|{{ opts.level }}|{% for m in messages %}"
+            "{{ m['content'] }}{% endfor %}")
+    s = sluice_server(["-c", "512"], model=make_model(tmp_path_factory, tmpl))
+    msgs = [{"role": "user", "content": "Hi"}]
+    kw = {"greeting": "hey", "opts": {"level": 3}}
+    st, p = raw(s, "/apply-template",
+                {"messages": msgs, "chat_template_kwargs": kw})
+    assert st == 200, p
+    assert p["prompt"] == hf_render(tmpl, msgs, **kw) == "hey|3|Hi"
+    # without them the template reads an undefined attribute: an error in
+    # jinja2 too, a 400 here
+    st, p = raw(s, "/apply-template", {"messages": msgs})
+    assert st == 400, p
+    with pytest.raises(Exception):
+        hf_render(tmpl, msgs)
