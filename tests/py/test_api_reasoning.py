@@ -179,6 +179,29 @@ def test_openai_stream_splits_like_non_stream(srv, max_tokens):
     assert rc
 
 
+def test_stream_splits_like_non_stream_over_seeds(sluice_server, think_model):
+    """Sampled answers (10 seeds), their thinking closed after 6 tokens so
+    that each has both parts: streamed and not, the same two texts, byte
+    for byte."""
+    s = sluice_server(["-c", "2048", "--reasoning-budget", "6"],
+                      model=think_model[0])
+    both = 0
+    for seed in range(10):
+        kw = dict(model=MODEL_NAME, messages=STORY, max_tokens=24,
+                  temperature=1.0, seed=seed)
+        whole = oai(s).chat.completions.create(**kw).choices[0]
+        rc, content = "", ""
+        for ch in oai(s).chat.completions.create(stream=True, **kw):
+            if ch.choices:
+                d = ch.choices[0].delta
+                rc += (d.model_extra or {}).get("reasoning_content") or ""
+                content += d.content or ""
+        assert (rc, content) == (reasoning_of(whole.message) or "",
+                                 whole.message.content or ""), seed
+        both += bool(rc) and bool(content)
+    assert both >= 5, both
+
+
 def test_openai_stream_logprobs_follow_the_split(srv):
     kw = dict(model=MODEL_NAME, messages=STORY, max_tokens=8, temperature=0,
               logprobs=True)
