@@ -96,6 +96,8 @@ if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
   # reasoning output (issue 45): <think> split out on both APIs, streamed
   # and not, Anthropic's thinking budget, through the SDKs
   sl_server_pytest(test_api_reasoning test_api_reasoning.py 900)
+  # ... on real templates (DeepSeek-R1's) and forced real token streams
+  sl_server_pytest(test_api_reasoning_real test_api_reasoning_real.py 600)
   # LangChain's ChatOpenAI and ChatAnthropic: answers, streams, tool calls,
   # a thinking model (issue 45)
   sl_server_pytest(test_api_langchain test_api_langchain.py 600)
