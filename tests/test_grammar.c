@@ -335,13 +335,16 @@ static void test_mask(void) {
   sl_grammar_matcher_free(m);
   /* an ambiguous grammar (each x empty, or a character and four more x's:
    * the live parses multiply with every byte) stops at the mask's work
-   * budget, a fraction of a second, instead of running for hours (a
+   * budget or a byte's expansion budget, a fraction of a second, instead
+   * of running for hours (a
    * request with this grammar held an engine past 10 minutes for 50
    * tokens); the sequence is then ended as the client's error */
   static const char *const ambiguous[] = {
       "root ::= x x x x x x x x\nx ::= \"\" | . \"\" x x x x",
-      "root ::= x x x x x x x x x x x x\nx ::= \"\" | . x x x x x x"};
-  for (size_t k = 0; k < 2; k++) {
+      "root ::= x x x x x x x x x x x x\nx ::= \"\" | . x x x x x x",
+      /* each byte under the expansion budget, the mask past its own */
+      "root ::= x x x x\nx ::= \"\" | . x x"};
+  for (size_t k = 0; k < 3; k++) {
     sl_grammar_t *ga = compile(ambiguous[k]);
     sl_grammar_matcher_t *ma = sl_grammar_matcher_create(ga);
     CHECK(ma != NULL);
@@ -371,11 +374,66 @@ static void test_mask(void) {
   sl_model_free(model);
 }
 
+/* A repetition of many alternatives keeps each live parse: with 500
+ * values ("item0" .. "item499") the parses after "item4" number ~600, and
+ * a cap of 512 dropped some in silence ("item499" was refused at its last
+ * byte); 2,000 values too. Past the cap a grammar is an overrun, never a
+ * parse dropped (a mask then says so). */
+static void test_many_alternatives(void) {
+  for (int nalt = 500; nalt <= 2000; nalt += 1500) {
+    size_t cap = 32 + (size_t)nalt * 16, o = 0;
+    char *src = malloc(cap);
+    if (!src)
+      return;
+    o += (size_t)snprintf(src + o, cap - o, "root ::= ( ");
+    for (int i = 0; i < nalt; i++)
+      o +=
+          (size_t)snprintf(src + o, cap - o, "%s\"item%d\"", i ? " | " : "", i);
+    snprintf(src + o, cap - o, " )+");
+    sl_grammar_t *g = compile(src);
+    free(src);
+    CHECK(g != NULL);
+    if (!g)
+      return;
+    char last[32], three[64];
+    snprintf(last, sizeof last, "item%d", nalt - 1);
+    snprintf(three, sizeof three, "item1item22item%d", nalt - 1);
+    for (int bytewise = 0; bytewise < 2; bytewise++) {
+      CHECK_MSG(matches(g, last, bytewise), "%d: %s", nalt, last);
+      CHECK_MSG(matches(g, three, bytewise), "%d: %s", nalt, three);
+      CHECK(matches(g, "item4item40item400", bytewise));
+      CHECK(!matches(g, "item", bytewise) && !matches(g, "itemx", bytewise));
+    }
+    char past[32];
+    snprintf(past, sizeof past, "item%d", nalt);
+    CHECK(!matches(g, past, false));
+    sl_grammar_unref(g);
+  }
+  /* 5,000 values: past the cap at the start, so no matcher (the server
+   * answers that with a 400, "too ambiguous to follow"), rather than one
+   * that silently knows only the first 4,096 */
+  size_t cap = 32 + 5000 * 16, o = 0;
+  char *src = malloc(cap);
+  if (!src)
+    return;
+  o += (size_t)snprintf(src + o, cap - o, "root ::= ");
+  for (int i = 0; i < 5000; i++)
+    o += (size_t)snprintf(src + o, cap - o, "%s\"x%d\"", i ? " | " : "", i);
+  sl_grammar_t *g = compile(src);
+  free(src);
+  CHECK(g != NULL);
+  sl_grammar_matcher_t *m = g ? sl_grammar_matcher_create(g) : NULL;
+  CHECK(m == NULL);
+  sl_grammar_matcher_free(m);
+  sl_grammar_unref(g);
+}
+
 int main(void) {
   RUN(test_errors);
   RUN(test_source_utf8);
   RUN(test_sentences);
   RUN(test_json);
   RUN(test_mask);
+  RUN(test_many_alternatives);
   return sl_test_finish();
 }

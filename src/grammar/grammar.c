@@ -24,49 +24,128 @@
 typedef struct gstack {
   const gel **p;
   int n;
+  uint32_t h; /* its hash (stack_hash) */
+  int32_t at; /* its slot in the set's table */
 } gstack;
 
+/* The live parses: each stack once, found by its hash: in a large set, in
+ * an open addressing table (slot[i]: index + 1 into s, 0: empty; nslot a
+ * power of two, at least twice the stacks), so that adding one costs O(1)
+ * however many there are (a 500-value enum keeps ~600 alive). */
 typedef struct stackset {
   gstack *s;
   int n, cap;
   bool oom;
+  bool over; /* (with oom) an expansion ran out of EXPAND_BUDGET */
+  int32_t *slot;
+  int nslot;
 } stackset;
 
 static void ss_clear(stackset *ss) {
-  for (int i = 0; i < ss->n; i++)
+  for (int i = 0; i < ss->n; i++) {
     free(ss->s[i].p);
+    if (ss->nslot)
+      ss->slot[ss->s[i].at] = 0;
+  }
   ss->n = 0;
-  ss->oom = false;
+  ss->oom = ss->over = false;
 }
 
 static void ss_free(stackset *ss) {
   ss_clear(ss);
   free(ss->s);
+  free(ss->slot);
   memset(ss, 0, sizeof *ss);
 }
 
-/* Adds a copy of p[0..n) unless the set holds it already. */
 static _Thread_local uint64_t tl_work; /* sl_grammar_work_done */
 
 uint64_t sl_grammar_work_done(void) {
   return tl_work;
 }
 
-static void ss_add(stackset *ss, const gel **p, int n) {
-  for (int i = 0; i < ss->n; i++)
-    if (ss->s[i].n == n && !memcmp(ss->s[i].p, p, sizeof *p * (size_t)n))
-      return;
-  if (ss->n >= MAX_STACKS)
-    return; /* too ambiguous: later parses are dropped */
+static uint32_t stack_hash(const gel **p, int n) {
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < n; i++) {
+    h ^= (uint64_t)(uintptr_t)p[i];
+    h *= 1099511628211ull;
+  }
+  return (uint32_t)(h ^ (h >> 32));
+}
+
+/* The slot where p[0..n) (hash h) is, or the empty one where it would go;
+ * *found says which. The table is not full (nslot > 2 * n). */
+static int32_t ss_probe(const stackset *ss, const gel **p, int n, uint32_t h,
+                        bool *found) {
+  uint32_t mask = (uint32_t)ss->nslot - 1;
+  for (uint32_t i = h & mask;; i = (i + 1) & mask) {
+    int32_t k = ss->slot[i];
+    if (!k) {
+      *found = false;
+      return (int32_t)i;
+    }
+    const gstack *s = &ss->s[k - 1];
+    if (s->h == h && s->n == n && !memcmp(s->p, p, sizeof *p * (size_t)n)) {
+      *found = true;
+      return (int32_t)i;
+    }
+  }
+}
+
+/* Sets smaller than this find a stack by a linear scan (most sets hold a
+ * few: a JSON schema's); the table is made when a set first grows to it. */
+#define SS_TABLE_FROM 32
+
+/* Room for one more stack (the array, and a table at least twice as large
+ * once the set is that large); false when out of memory. */
+static bool ss_room(stackset *ss) {
   if (ss->n == ss->cap) {
     int cap = ss->cap ? ss->cap * 2 : 8;
     gstack *s = realloc(ss->s, sizeof *s * (size_t)cap);
-    if (!s) {
-      ss->oom = true;
-      return;
-    }
+    if (!s)
+      return false;
     ss->s = s;
     ss->cap = cap;
+  }
+  if (ss->n + 1 < SS_TABLE_FROM || ss->nslot > 2 * (ss->n + 1))
+    return true;
+  int nslot = ss->nslot ? ss->nslot * 2 : 4 * SS_TABLE_FROM;
+  int32_t *slot = calloc((size_t)nslot, sizeof *slot);
+  if (!slot)
+    return false;
+  free(ss->slot);
+  ss->slot = slot;
+  ss->nslot = nslot;
+  for (int i = 0; i < ss->n; i++) { /* rehash */
+    bool found;
+    gstack *s = &ss->s[i];
+    s->at = ss_probe(ss, s->p, s->n, s->h, &found);
+    ss->slot[s->at] = i + 1;
+  }
+  return true;
+}
+
+/* Adds a copy of p[0..n) unless the set holds it already. */
+static void ss_add(stackset *ss, const gel **p, int n) {
+  uint32_t h = stack_hash(p, n);
+  bool found = false;
+  if (ss->nslot) {
+    ss_probe(ss, p, n, h, &found);
+  } else {
+    for (int i = 0; i < ss->n && !found; i++)
+      found = ss->s[i].h == h && ss->s[i].n == n &&
+              !memcmp(ss->s[i].p, p, sizeof *p * (size_t)n);
+  }
+  if (found)
+    return;
+  if (ss->n >= MAX_STACKS) { /* too ambiguous to follow: never a parse
+                                 dropped in silence (an overrun) */
+    ss->oom = ss->over = true;
+    return;
+  }
+  if (!ss_room(ss)) {
+    ss->oom = true;
+    return;
   }
   const gel **c = malloc(sizeof *c * (size_t)(n ? n : 1));
   if (!c) {
@@ -75,7 +154,12 @@ static void ss_add(stackset *ss, const gel **p, int n) {
   }
   if (n)
     memcpy(c, p, sizeof *p * (size_t)n);
-  ss->s[ss->n++] = (gstack){c, n};
+  int32_t at = -1;
+  if (ss->nslot) {
+    at = ss_probe(ss, c, n, h, &found);
+    ss->slot[at] = ss->n + 1;
+  }
+  ss->s[ss->n++] = (gstack){c, n, h, at};
   tl_work++;
 }
 
@@ -86,7 +170,7 @@ static void expand(const sl_grammar_t *g, stackset *out, const gel **p, int n,
                    long *budget) {
   tl_work++;
   if (--*budget < 0) { /* an explosive grammar: the parses stop here */
-    out->oom = true;
+    out->oom = out->over = true;
     return;
   }
   if (n == 0) {
@@ -458,6 +542,8 @@ static void walk(mask_walk *w, int32_t at, const stackset *ss,
       break;
     }
     if (!step_byte(w->g, &cur, &tmp, &p, w->v->n[c].byte, &w->work)) {
+      if (cur.over || tmp.over)
+        w->work = 0; /* too ambiguous to follow: an overrun */
       if (cur.oom || tmp.oom)
         w->oom = true;
       continue;

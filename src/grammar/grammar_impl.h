@@ -40,7 +40,7 @@ static inline const gel *next_alt(const gel *p) {
 
 #define MAX_STACK    1024      /* elements of one stack (nesting) */
 #define MAX_ELEMENTS (1 << 20) /* of a compiled grammar, all rules */
-#define MAX_STACKS   512       /* live parses at once */
+#define MAX_STACKS   4096      /* live parses at once */
 /* steps of expansion per code point: past it the grammar is too ambiguous
  * to follow (a matcher fails rather than stall its engine) */
 #define EXPAND_BUDGET 50000
