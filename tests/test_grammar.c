@@ -343,7 +343,7 @@ static void test_mask(void) {
       "root ::= x x x x x x x x\nx ::= \"\" | . \"\" x x x x",
       "root ::= x x x x x x x x x x x x\nx ::= \"\" | . x x x x x x",
       /* each byte under the expansion budget, the mask past its own */
-      "root ::= x x x x\nx ::= \"\" | . x x"};
+      "root ::= x x\nx ::= \"\" | . x x"};
   for (size_t k = 0; k < 3; k++) {
     sl_grammar_t *ga = compile(ambiguous[k]);
     sl_grammar_matcher_t *ma = sl_grammar_matcher_create(ga);
