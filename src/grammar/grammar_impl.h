@@ -42,8 +42,12 @@ static inline const gel *next_alt(const gel *p) {
 #define MAX_ELEMENTS (1 << 20) /* of a compiled grammar, all rules */
 #define MAX_STACKS   4096      /* live parses at once */
 /* steps of expansion per code point: past it the grammar is too ambiguous
- * to follow (a matcher fails rather than stall its engine) */
-#define EXPAND_BUDGET 50000
+ * to follow (a matcher fails rather than stall its engine). Four times the
+ * live parses: a repetition of MAX_STACKS alternatives restarts within it
+ * (~2 per alternative); a JSON schema takes under 50 a byte. (50,000
+ * before the parses were a hash set: inputs of a few hundred bytes then
+ * took seconds under the fuzzer.) */
+#define EXPAND_BUDGET (4 * MAX_STACKS)
 /* the work of one mask: each trie node visited costs 1 + the parses it
  * copies, each expansion of its byte 1. The largest mask of a JSON schema
  * seen here took ~1.3e5 (inside a string, 48,773 tokens allowed, ~20 ms);
