@@ -99,15 +99,15 @@ static void range_text(const sl_flag *f, char *b, size_t cap) {
   case SL_FLAG_UINT:
   case SL_FLAG_LONG:
   case SL_FLAG_U64:
-    num_text(f->lo, lo, sizeof lo);
-    num_text(f->hi, hi, sizeof hi);
-    snprintf(b, cap, "an integer from %s to %s", lo, hi);
-    break;
   case SL_FLAG_FLOAT:
   case SL_FLAG_DOUBLE:
     num_text(f->lo, lo, sizeof lo);
     num_text(f->hi, hi, sizeof hi);
-    snprintf(b, cap, "a number from %s to %s", lo, hi);
+    snprintf(b, cap, "%s from %s to %s",
+             f->kind == SL_FLAG_FLOAT || f->kind == SL_FLAG_DOUBLE
+                 ? "a number"
+                 : "an integer",
+             lo, hi);
     break;
   case SL_FLAG_BYTES:
     bytes_text((uint64_t)f->lo, lo, sizeof lo);
