@@ -7,6 +7,7 @@
  *     return sl_test_finish();
  *   }
  *
+ * SL_TEST_ONLY="test_foo test_bar" runs only the cases it names.
  * Exit code 77 marks the whole binary as skipped (ctest SKIP_RETURN_CODE).
  * Death tests: sl_test_spawn_child("boom", &status, err, sizeof err) re-runs
  * this binary as `<self> --child boom` and returns its wait status and its
@@ -95,8 +96,29 @@ static const char *sl_test_current = "";
     CHECK_MSG(sl__st == 0, "status %d", sl__st);                               \
   } while (0)
 
+/* Whether case `name` runs: every case unless SL_TEST_ONLY names some (a
+ * list of case names, separated by spaces or commas); tools/mutants.py sets
+ * it from a mutant's `case:` line, so that a kill needs only the case that
+ * makes it. */
+static inline bool sl_test_selected(const char *name) {
+  const char *only = getenv("SL_TEST_ONLY");
+  if (!only || !*only)
+    return true;
+  size_t n = strlen(name);
+  for (const char *p = only; *p;) {
+    p += strspn(p, " ,");
+    size_t w = strcspn(p, " ,");
+    if (w == n && memcmp(p, name, n) == 0)
+      return true;
+    p += w;
+  }
+  return false;
+}
+
 #define RUN(fn)                                                                \
   do {                                                                         \
+    if (!sl_test_selected(#fn))                                                \
+      break;                                                                   \
     sl_test_current = #fn;                                                     \
     int sl__before = sl_test_failures;                                         \
     fprintf(stderr, "-- %s\n", #fn);                                           \

@@ -10,6 +10,9 @@ Each mutant lives in tools/mutants/NN-name.txt:
     # test: ctest regex of the test(s) that must fail
     # target: the build targets it needs (optional; default: the test_\w+
     #         names in `test`, for a test named after its binary)
+    # case: the case(s) of that test that fail (optional; default: all run):
+    #       names of C harness cases (SL_TEST_ONLY) or pytest functions
+    #       (-k); only they run, so a kill costs one case, not the file
     @@@ old
     exact text, which must occur exactly once in the file
     @@@ new
@@ -61,6 +64,19 @@ def targets_of(m):
     if "target" in m:
         return m["target"].split()
     return re.findall(r"test_\w+", m["test"])
+
+
+def case_env(case):
+    """The environment of a mutant's test run: a hung death-test child is
+    killed after 20 s; a pytest file stops at its first failure (a kill
+    needs one); with `case` (names separated by spaces), only those cases
+    run: C harness cases by SL_TEST_ONLY, pytest functions by -k."""
+    env = dict(os.environ, SL_TEST_CHILD_TIMEOUT_S="20", PYTEST_ADDOPTS="-x")
+    cases = case.split()
+    if cases:
+        env["SL_TEST_ONLY"] = " ".join(cases)
+        env["PYTEST_ADDOPTS"] = "-x -k '" + " or ".join(cases) + "'"
+    return env
 
 
 def run(cmd, cwd, timeout=None, env=None):
@@ -142,14 +158,27 @@ def main():
         r = run(["ctest", "--test-dir", bld, "-N", "-R", m["test"]], work)
         if "Total Tests: 0" in r.stdout:
             sys.exit(f"mutants: {m['test']} (of {m['name']}) names no test")
-    regexes = sorted({m["test"] for m in muts})
-    if not a.skip_baseline:
+    regexes = sorted({m["test"] for m in muts if "case" not in m})
+    if not a.skip_baseline and regexes:
         r = run(["ctest", "--test-dir", bld, "-R",
                  "|".join(f"({x})" for x in regexes), "--output-on-failure",
                  "-j", str(a.jobs), "--timeout", str(a.timeout)], work)
         if r.returncode:
             sys.exit("mutants: a named test fails without any mutant\n" +
                      r.stdout[-4000:])
+    # a mutant that names its case(s) is killed by them alone: they must
+    # pass alone, unmutated (a case that needs an earlier one's state would
+    # fail here, not "kill")
+    for test, case in sorted({(m["test"], m["case"]) for m in muts
+                              if "case" in m}):
+        if a.skip_baseline:
+            break
+        r = run(["ctest", "--test-dir", bld, "-R", test,
+                 "--output-on-failure", "--timeout", str(a.timeout)], work,
+                env=case_env(case))
+        if r.returncode:
+            sys.exit(f"mutants: {test} case {case} fails alone without any "
+                     "mutant\n" + r.stdout[-4000:])
     trees += [tree(i) for i in range(1, workers)]
     print(f"mutants: baseline built"
           f"{'' if a.skip_baseline else ' and green'} in "
@@ -191,17 +220,19 @@ def main():
                 verdict, detail = "BROKEN", "(does not build)"
             else:
                 try:
-                    # a hung death-test child is killed after 20 s
-                    # pytest files stop at their first failure: a kill
-                    # needs one
-                    env = dict(os.environ, SL_TEST_CHILD_TIMEOUT_S="20",
-                               PYTEST_ADDOPTS="-x")
-                    r = run(["ctest", "--test-dir", bld, "-R", m["test"], "--output-on-failure",
-                             "--timeout", str(a.timeout)], work,
-                            timeout=a.timeout * 4, env=env)
+                    r = run(["ctest", "--test-dir", bld, "-R", m["test"],
+                             "--output-on-failure", "--timeout",
+                             str(a.timeout)], work, timeout=a.timeout * 4,
+                            env=case_env(m.get("case", "")))
                     failed = re.findall(r"\d+ - (\S+) \(", r.stdout)
+                    # the failing cases: C harness lines, pytest's summary
+                    which = sorted(set(
+                        re.findall(r"^ +(test_\w+) FAILED$", r.stdout, re.M) +
+                        re.findall(r"^FAILED \S+::(\w+)", r.stdout, re.M)))
                     if r.returncode:
                         verdict, detail = "KILLED", "by " + ", ".join(failed)
+                        if which:
+                            detail += " (" + ", ".join(which) + ")"
                     else:
                         verdict, detail = "SURVIVED", ""
                 except subprocess.TimeoutExpired:
