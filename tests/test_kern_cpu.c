@@ -7,8 +7,14 @@
  * cmake/kern_cpu.cmake). A level this CPU cannot run exits 77 (skipped); an
  * unknown name fails, and so does a run where the kernels did not pick the
  * level asked for. Without SLUICE_ISA every level the CPU has is tested. */
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "isa_levels.h"
@@ -787,6 +793,100 @@ static void test_pool(void) {
   sl_kern_pool_destroy(NULL);
 }
 
+/* A worker the OS does not run holds no share of a job: here every worker
+ * is held in a signal handler (as a descheduled thread would be, by other
+ * processes on the cores or by another engine's pool), and the caller runs
+ * every share of the next job itself and returns. With a share fixed to
+ * each thread the caller waited for the held worker (beside another
+ * process: every job waited for a time slice, 5-12 times slower). */
+static int g_hold[2] = {-1, -1}; /* a held worker reads from it */
+static int g_held[2] = {-1, -1}; /* and says it is held here */
+
+static void hold_handler(int sig) {
+  (void)sig;
+  char c = 1;
+  if (write(g_held[1], &c, 1) != 1)
+    return;
+  while (read(g_hold[0], &c, 1) < 0 && errno == EINTR)
+    ;
+}
+
+typedef struct share_log {
+  sl_kern_pool_t *pool;
+  pid_t ran_on[4];
+  _Atomic bool returned;
+} share_log;
+
+static void log_task(void *ctx, int ith, int nth) {
+  (void)nth;
+  ((share_log *)ctx)->ran_on[ith] = (pid_t)syscall(SYS_gettid);
+}
+
+static void *run_job(void *p) {
+  share_log *l = p;
+  sl_kern_pool_run(l->pool, log_task, l);
+  atomic_store(&l->returned, true);
+  return NULL;
+}
+
+static void test_pool_descheduled_worker(void) {
+  if (SL_TEST_TSAN) { /* TSan holds a signal until its next intercepted
+                         call: a spinning worker may never take it */
+    fprintf(stderr, "  (skipped under TSan)\n");
+    return;
+  }
+  enum { NTH = 3 };
+  sl_kern_pool_t *pool = sl_kern_pool_create(NTH);
+  CHECK(pool != NULL);
+  share_log l = {.pool = pool};
+  sl_kern_pool_run(pool, log_task, &l); /* the workers are up */
+  CHECK(pipe(g_hold) == 0 && pipe(g_held) == 0);
+  struct sigaction sa = {.sa_handler = hold_handler}, old;
+  sigemptyset(&sa.sa_mask);
+  CHECK(sigaction(SIGUSR1, &sa, &old) == 0);
+  /* hold every other thread of this process: the pool's workers */
+  int held = 0;
+  pid_t self = (pid_t)syscall(SYS_gettid);
+  DIR *d = opendir("/proc/self/task");
+  CHECK(d != NULL);
+  for (struct dirent *de; d && (de = readdir(d));) {
+    pid_t tid = (pid_t)atoi(de->d_name);
+    if (tid > 0 && tid != self &&
+        syscall(SYS_tgkill, getpid(), tid, SIGUSR1) == 0)
+      held++;
+  }
+  if (d)
+    closedir(d);
+  CHECK(held >= NTH - 1);
+  for (int i = 0; i < held; i++) {
+    char c;
+    CHECK(read(g_held[0], &c, 1) == 1);
+  }
+  pthread_t caller;
+  CHECK(pthread_create(&caller, NULL, run_job, &l) == 0);
+  for (int ms = 0; ms < 5000 && !atomic_load(&l.returned); ms++)
+    usleep(1000);
+  CHECK_MSG(atomic_load(&l.returned),
+            "the job waited 5 s for workers that were not running");
+  char go[8] = {0};
+  CHECK(write(g_hold[1], go, (size_t)held) == held); /* let them go */
+  pthread_join(caller, NULL);
+  for (int i = 0; i < NTH; i++) /* every share ran on the caller */
+    CHECK(l.ran_on[i] == l.ran_on[0]);
+  CHECK(sigaction(SIGUSR1, &old, NULL) == 0);
+  for (int i = 0; i < 2; i++) {
+    close(g_hold[i]);
+    close(g_held[i]);
+  }
+  /* the pool goes on serving jobs with its workers back */
+  _Atomic long c[9] = {0};
+  for (int r = 0; r < 1000; r++)
+    sl_kern_pool_run(pool, count_task, (void *)c);
+  for (int i = 0; i < NTH; i++)
+    CHECK_EQ_INT(c[i], 1000);
+  sl_kern_pool_destroy(pool);
+}
+
 /* ---- small ops vs f64
  * --------------------------------------------------------- */
 
@@ -1158,6 +1258,7 @@ int main(void) {
   RUN(test_matmul_grouped);
   RUN(test_vnni);
   RUN(test_pool);
+  RUN(test_pool_descheduled_worker);
   RUN(test_small_ops);
   RUN(test_f32_to_f16);
   RUN(test_attn_f16);

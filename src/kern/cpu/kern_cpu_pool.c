@@ -1,13 +1,24 @@
 /* sluice — kern/cpu: the kernel thread pool.
  *
- * n-1 persistent workers wait for a job generation counter to move. They
- * spin (with pause) for a while after each job, so that back-to-back jobs
- * (decode runs ~200 matmuls per token) start in well under a microsecond,
- * then sleep on a condition variable. The caller runs share 0 of each job and
- * spins, then yields, until the workers are done. */
+ * n-1 persistent workers wait for a job generation to move. They spin (with
+ * pause) for a while after each job, so that back-to-back jobs (decode runs
+ * ~200 matmuls per token) start in well under a microsecond, then sleep on a
+ * condition variable.
+ *
+ * A job is n_threads shares, fn(ctx, 0..n-1, n): the same partition
+ * whatever runs it, so a result never depends on which thread computed a
+ * share. The shares are claimed, not assigned: the caller and each worker
+ * take the next unclaimed share until none is left, and the caller then
+ * waits only for the shares still running. A worker that the OS has not
+ * scheduled (other processes on the cores, or another engine's pool) holds
+ * no share, so its part does not wait for its time slice: the caller runs
+ * it. With a fixed share per thread, two 2-thread processes on 2 cores ran
+ * 5 to 12 times slower than alone (every job waited for a descheduled
+ * worker: test_engine_guard 6 s alone, 77 s beside another test). */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <unistd.h>
 
 #include "kern_cpu_impl.h"
@@ -29,8 +40,11 @@ struct sl_kern_pool {
 
   void (*fn)(void *ctx, int ith, int nth);
   void *ctx;
-  _Atomic unsigned gen; /* bumped to publish a job */
-  _Atomic int pending;  /* workers still running the current job */
+  /* (job generation << 32) | the next share to claim: a new generation
+   * publishes a job (fn, ctx); a claim is a compare-and-swap that keeps
+   * the generation, so a worker late from an earlier job claims nothing */
+  _Atomic uint64_t ticket;
+  _Atomic int done;     /* shares of the current job finished */
   _Atomic int sleepers; /* workers blocked in cond_wait */
   _Atomic bool stop;
   pthread_mutex_t mu;
@@ -45,6 +59,30 @@ struct worker_arg {
   int ith;
 };
 
+static unsigned gen_of(uint64_t ticket) {
+  return (unsigned)(ticket >> 32);
+}
+
+/* Claims and runs shares of job `g` until none is left (or the job is no
+ * longer g's: it ended, and another began). */
+static void run_shares(sl_kern_pool_t *pool, unsigned g) {
+  const int n = pool->n_threads;
+  uint64_t t = atomic_load_explicit(&pool->ticket, memory_order_acquire);
+  for (;;) {
+    if (gen_of(t) != g || (int)(uint32_t)t >= n)
+      return;
+    if (!atomic_compare_exchange_weak_explicit(&pool->ticket, &t, t + 1,
+                                               memory_order_acq_rel,
+                                               memory_order_acquire))
+      continue; /* t reloaded */
+    /* the claim holds job g open (its caller waits for this share), so
+     * fn and ctx are still g's */
+    pool->fn(pool->ctx, (int)(uint32_t)t, n);
+    atomic_fetch_add_explicit(&pool->done, 1, memory_order_release);
+    t = atomic_load_explicit(&pool->ticket, memory_order_acquire);
+  }
+}
+
 static void *worker_main(void *p) {
   struct worker_arg *a = p;
   sl_kern_pool_t *pool = a->pool;
@@ -52,8 +90,8 @@ static void *worker_main(void *p) {
   for (;;) {
     unsigned g;
     int spins = 0;
-    while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) ==
-               seen &&
+    while ((g = gen_of(atomic_load_explicit(&pool->ticket,
+                                            memory_order_acquire))) == seen &&
            !atomic_load_explicit(&pool->stop, memory_order_relaxed)) {
       if (++spins < SPIN_WORKER) {
         SL__PAUSE();
@@ -61,7 +99,8 @@ static void *worker_main(void *p) {
       }
       pthread_mutex_lock(&pool->mu);
       atomic_fetch_add(&pool->sleepers, 1);
-      while (atomic_load(&pool->gen) == seen && !atomic_load(&pool->stop))
+      while (gen_of(atomic_load(&pool->ticket)) == seen &&
+             !atomic_load(&pool->stop))
         pthread_cond_wait(&pool->cv, &pool->mu);
       atomic_fetch_sub(&pool->sleepers, 1);
       pthread_mutex_unlock(&pool->mu);
@@ -70,8 +109,7 @@ static void *worker_main(void *p) {
     if (atomic_load(&pool->stop))
       return NULL;
     seen = g;
-    pool->fn(pool->ctx, a->ith, pool->n_threads);
-    atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_release);
+    run_shares(pool, g);
   }
 }
 
@@ -151,17 +189,21 @@ void sl_kern_pool_run(sl_kern_pool_t *pool,
   }
   pool->fn = fn;
   pool->ctx = ctx;
-  atomic_store_explicit(&pool->pending, pool->n_threads - 1,
-                        memory_order_relaxed);
-  atomic_fetch_add(&pool->gen, 1); /* seq_cst: publishes fn, ctx, pending */
+  /* every share of the last job finished before it returned: no worker
+   * adds to `done` until it claims one of this job's */
+  atomic_store_explicit(&pool->done, 0, memory_order_relaxed);
+  unsigned g = gen_of(atomic_load(&pool->ticket)) + 1;
+  /* seq_cst: publishes fn, ctx and done, and orders the sleepers check */
+  atomic_store(&pool->ticket, (uint64_t)g << 32);
   if (atomic_load(&pool->sleepers) > 0) {
     pthread_mutex_lock(&pool->mu);
     pthread_cond_broadcast(&pool->cv);
     pthread_mutex_unlock(&pool->mu);
   }
-  fn(ctx, 0, pool->n_threads);
+  run_shares(pool, g);
   int spins = 0;
-  while (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0) {
+  while (atomic_load_explicit(&pool->done, memory_order_acquire) <
+         pool->n_threads) {
     if (++spins < SPIN_CALLER)
       SL__PAUSE();
     else
