@@ -28,8 +28,9 @@ class Ref:
     """llama, qwen2, qwen3 and qwen3moe (and Mixtral-class llama files:
     expert_count > 0): float64 throughout."""
 
-    def __init__(self, path):
-        self.r = gguf.GGUFReader(path)
+    def __init__(self, path, reader=None):
+        # reader: the caller's gguf.GGUFReader of path, when it has one
+        self.r = reader if reader is not None else gguf.GGUFReader(path)
         self.T = {t.name: t for t in self.r.tensors}
         self._w = {}
         self.arch = self.field("general.architecture")

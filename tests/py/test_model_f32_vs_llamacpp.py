@@ -39,7 +39,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from test_model_vs_llamacpp import _model_path  # noqa: E402
+from test_model_vs_llamacpp import _model_path, gguf_reader  # noqa: E402
 
 # With F32 weights nothing is re-quantized: what separates either engine from
 # float64 is F16 K/V (both round K and V to F16 the same way), float32
@@ -73,7 +73,7 @@ def _convert(gguf, src, dst):
     """Writes an F32 copy of src to dst: metadata verbatim, every tensor
     dequantized. Atomic: a temporary file in dst's folder, checked, then
     renamed."""
-    r = gguf.GGUFReader(str(src))
+    r = gguf_reader(src)
     arch = r.fields["general.architecture"].contents()
     fd, tmp = tempfile.mkstemp(prefix=dst.name + ".", suffix=".tmp",
                                dir=str(dst.parent))
@@ -118,7 +118,7 @@ def _convert(gguf, src, dst):
 def _check_copy(gguf, a, dst):
     """The copy holds the metadata and tensor shapes of the source (reader
     a), all tensors in F32."""
-    b = gguf.GGUFReader(str(dst))
+    b = gguf_reader(dst)
     ka = {k for k in a.fields if not k.startswith("GGUF.")}
     kb = {k for k in b.fields if not k.startswith("GGUF.")}
     assert ka == kb, f"metadata keys differ: {sorted(ka ^ kb)}"
@@ -168,9 +168,9 @@ def test_f32_copy():
     test_model_vs_llamacpp score both files against one float64 pass."""
     gguf = pytest.importorskip("gguf")
     dst = f32_model()
-    a = gguf.GGUFReader(str(_model_path()))
+    a = gguf_reader(_model_path())
     _check_copy(gguf, a, dst)
-    b = {t.name: t for t in gguf.GGUFReader(str(dst)).tensors}
+    b = {t.name: t for t in gguf_reader(dst).tensors}
     for ta in a.tensors:
         want = np.asarray(ta.data, dtype=np.float32) \
             if ta.tensor_type == gguf.GGMLQuantizationType.F32 else \

@@ -49,7 +49,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from test_model_f32_vs_llamacpp import f32_model  # noqa: E402
 from test_model_vs_llamacpp import (VARIANT_SEQS, _level,  # noqa: E402
-                                    check_no_worse, isa_levels,
+                                    check_no_worse, gguf_reader, isa_levels,
                                     teacher_forced, top1_margin)
 
 # The margins of the Q4_1 test (test_model_vs_llamacpp), for the same
@@ -113,14 +113,12 @@ MUST_HOLD = {"IQ4_XS": {"IQ4_NL": 150}}
 
 
 def _count(model, type_name):
-    import gguf
-    r = gguf.GGUFReader(str(model))
+    r = gguf_reader(model)
     return sum(t.tensor_type.name == type_name for t in r.tensors)
 
 
 def _types(model):
-    import gguf
-    r = gguf.GGUFReader(str(model))
+    r = gguf_reader(model)
     n = {}
     for t in r.tensors:
         n[t.tensor_type.name] = n.get(t.tensor_type.name, 0) + 1

@@ -41,8 +41,8 @@ sys.path.insert(0, str(HERE))
 from test_model_f32_vs_llamacpp import f32_model  # noqa: E402
 from test_model_vs_llamacpp import (KL_MEAN_MARGIN, REL_MEAN_MARGIN,  # noqa: E402
                                     REL_P99_MARGIN, TOP1_MARGIN,
-                                    VARIANT_SEQS, _level, isa_levels,
-                                    teacher_forced, top1_margin)
+                                    VARIANT_SEQS, _level, gguf_reader,
+                                    isa_levels, teacher_forced, top1_margin)
 
 # type name -> llama_ftype (llama.h: LLAMA_FTYPE_MOSTLY_*)
 FTYPES = {"Q5_0": 8, "Q5_1": 9}
@@ -62,7 +62,6 @@ sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(),
 def _quantize(src, dst, qtype):
     """llama.cpp quantizes src (F32) to dst, atomically; the copy is checked
     to hold mostly tensors of qtype."""
-    import gguf
     fd, tmp = tempfile.mkstemp(prefix=dst.name + ".", suffix=".tmp",
                                dir=str(dst.parent))
     os.close(fd)
@@ -73,7 +72,7 @@ def _quantize(src, dst, qtype):
         assert r.returncode == 0, \
             f"llama_model_quantize failed: {r.stderr.decode()[-2000:]}"
         n = sum(t.tensor_type.name == qtype
-                for t in gguf.GGUFReader(tmp).tensors)
+                for t in gguf_reader(tmp).tensors)
         assert n >= MIN_TENSORS, f"{qtype} copy has only {n} {qtype} tensors"
         os.chmod(tmp, 0o644)
         os.replace(tmp, dst)

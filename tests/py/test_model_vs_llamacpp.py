@@ -147,6 +147,24 @@ def env():
     return llm, str(model), tool
 
 
+_readers = {}
+
+
+def gguf_reader(path):
+    """The gguf package's reader of `path`, one per file and process: a read
+    parses every metadata array element by element in Python (3 to 5 s for
+    this vocabulary), and a comparison reads one file several times (its
+    tensor types, then the reference). Keyed by the file's identity, so a
+    file renamed into place (a quantized copy) is not read twice and a
+    rewritten one is read again."""
+    import gguf
+    st = os.stat(path)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _readers:
+        _readers[key] = gguf.GGUFReader(str(path))
+    return _readers[key]
+
+
 def reference(model):
     """tools/ref_forward.py's float64 forward pass on `model`."""
     pytest.importorskip("gguf")
@@ -155,7 +173,7 @@ def reference(model):
         from ref_forward import Ref
     finally:
         sys.path.pop(0)
-    return Ref(str(model))
+    return Ref(str(model), gguf_reader(model))
 
 
 def _sequences(llm):
@@ -195,18 +213,28 @@ def _sluice(tool, model, mode, lines, extra=(), isa="default"):
     return r.stdout
 
 
+def _rowdot(a, b):
+    """Each row's dot product of a and b (no temporary array)."""
+    return np.einsum("ij,ij->i", a, b)
+
+
 class RefStats:
     """What scoring against one block of float64 logits needs, computed
     once: the argmax, the row norms, the softmax p and sum(p log p) (KL(p||q)
-    = sum(p log p) - sum(p log q))."""
+    = sum(p log p) - sum(p log q)). The blocks are 256 x 49,152 (100 MB in
+    float64), and scoring reads them more often than the forward passes
+    make them: each sum is a row dot product, with one temporary array."""
 
     def __init__(self, ref):
         self.ref = ref
         self.best = ref.argmax(1)
-        self.norm = np.linalg.norm(ref, axis=1)
-        lr = ref - _logsumexp(ref)
-        self.p = np.exp(lr)
-        self.plogp = (self.p * lr).sum(1)
+        self.norm = np.sqrt(_rowdot(ref, ref))
+        lse = _logsumexp(ref)
+        self.p = np.subtract(ref, lse)
+        np.exp(self.p, out=self.p)
+        self.psum = self.p.sum(1)
+        # sum p log p = sum p (ref - lse) = p.ref - lse sum p
+        self.plogp = _rowdot(self.p, ref) - lse[:, 0] * self.psum
 
 
 class Scores:
@@ -222,9 +250,11 @@ class Scores:
         x = np.asarray(x, dtype=np.float64)
         assert np.isfinite(x).all()
         self.top1.extend(x.argmax(1) == r.best)
-        self.rel.extend(np.linalg.norm(x - r.ref, axis=1) / r.norm)
-        lx = x - _logsumexp(x)
-        self.kl.extend(r.plogp - (r.p * lx).sum(1))
+        d = np.subtract(x, r.ref)
+        self.rel.extend(np.sqrt(_rowdot(d, d)) / r.norm)
+        # sum p log q = sum p (x - lse(x)) = p.x - lse(x) sum p
+        self.kl.extend(r.plogp -
+                       (_rowdot(r.p, x) - _logsumexp(x)[:, 0] * r.psum))
         rows = np.arange(len(r.best))
         self.top_err.extend(np.abs(x[rows, r.best] - r.ref[rows, r.best]))
 
@@ -244,8 +274,11 @@ class Scores:
 
 
 def _logsumexp(a):
+    """Each row's log(sum(exp(a))), as a column (one temporary array)."""
     m = a.max(1, keepdims=True)
-    return m + np.log(np.exp(a - m).sum(1, keepdims=True))
+    t = np.subtract(a, m)
+    np.exp(t, out=t)
+    return m + np.log(t.sum(1, keepdims=True))
 
 
 def _fmt(s):
