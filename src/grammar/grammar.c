@@ -22,7 +22,7 @@
 /* ---- stacks -------------------------------------------------------------- */
 
 typedef struct gstack {
-  const gel **p;
+  size_t off; /* its positions: the set's pos[off .. off + n) */
   int n;
   uint32_t h; /* its hash (stack_hash) */
   int32_t at; /* its slot in the set's table */
@@ -31,29 +31,37 @@ typedef struct gstack {
 /* The live parses: each stack once, found by its hash: in a large set, in
  * an open addressing table (slot[i]: index + 1 into s, 0: empty; nslot a
  * power of two, at least twice the stacks), so that adding one costs O(1)
- * however many there are (a 500-value enum keeps ~600 alive). */
+ * however many there are (a 500-value enum keeps ~600 alive). The stacks'
+ * positions lie end to end in one array, kept across clears: a set is
+ * cleared and refilled at every byte, and copied at every node of a mask's
+ * walk of the vocabulary, with no allocation once it has grown. */
 typedef struct stackset {
   gstack *s;
   int n, cap;
+  const gel **pos;
+  size_t npos, poscap;
   bool oom;
   bool over; /* (with oom) an expansion ran out of EXPAND_BUDGET */
   int32_t *slot;
   int nslot;
 } stackset;
 
+static const gel **ss_p(const stackset *ss, const gstack *s) {
+  return ss->pos + s->off;
+}
+
 static void ss_clear(stackset *ss) {
-  for (int i = 0; i < ss->n; i++) {
-    free(ss->s[i].p);
-    if (ss->nslot)
+  if (ss->nslot)
+    for (int i = 0; i < ss->n; i++)
       ss->slot[ss->s[i].at] = 0;
-  }
   ss->n = 0;
+  ss->npos = 0;
   ss->oom = ss->over = false;
 }
 
 static void ss_free(stackset *ss) {
-  ss_clear(ss);
   free(ss->s);
+  free(ss->pos);
   free(ss->slot);
   memset(ss, 0, sizeof *ss);
 }
@@ -85,7 +93,8 @@ static int32_t ss_probe(const stackset *ss, const gel **p, int n, uint32_t h,
       return (int32_t)i;
     }
     const gstack *s = &ss->s[k - 1];
-    if (s->h == h && s->n == n && !memcmp(s->p, p, sizeof *p * (size_t)n)) {
+    if (s->h == h && s->n == n &&
+        !memcmp(ss_p(ss, s), p, sizeof *p * (size_t)n)) {
       *found = true;
       return (int32_t)i;
     }
@@ -119,13 +128,29 @@ static bool ss_room(stackset *ss) {
   for (int i = 0; i < ss->n; i++) { /* rehash */
     bool found;
     gstack *s = &ss->s[i];
-    s->at = ss_probe(ss, s->p, s->n, s->h, &found);
+    s->at = ss_probe(ss, ss_p(ss, s), s->n, s->h, &found);
     ss->slot[s->at] = i + 1;
   }
   return true;
 }
 
-/* Adds a copy of p[0..n) unless the set holds it already. */
+/* Room for n more positions; false when out of memory. */
+static bool ss_pos_room(stackset *ss, size_t n) {
+  if (ss->npos + n <= ss->poscap)
+    return true;
+  size_t cap = ss->poscap ? ss->poscap : 64;
+  while (cap < ss->npos + n)
+    cap *= 2;
+  const gel **pos = realloc(ss->pos, sizeof *pos * cap);
+  if (!pos)
+    return false;
+  ss->pos = pos;
+  ss->poscap = cap;
+  return true;
+}
+
+/* Adds a copy of p[0..n) unless the set holds it already. p does not point
+ * into the set's own positions (their array may move). */
 static void ss_add(stackset *ss, const gel **p, int n) {
   uint32_t h = stack_hash(p, n);
   bool found = false;
@@ -134,7 +159,7 @@ static void ss_add(stackset *ss, const gel **p, int n) {
   } else {
     for (int i = 0; i < ss->n && !found; i++)
       found = ss->s[i].h == h && ss->s[i].n == n &&
-              !memcmp(ss->s[i].p, p, sizeof *p * (size_t)n);
+              !memcmp(ss_p(ss, &ss->s[i]), p, sizeof *p * (size_t)n);
   }
   if (found)
     return;
@@ -143,29 +168,28 @@ static void ss_add(stackset *ss, const gel **p, int n) {
     ss->oom = ss->over = true;
     return;
   }
-  if (!ss_room(ss)) {
+  if (!ss_room(ss) || !ss_pos_room(ss, (size_t)n)) {
     ss->oom = true;
     return;
   }
-  const gel **c = malloc(sizeof *c * (size_t)(n ? n : 1));
-  if (!c) {
-    ss->oom = true;
-    return;
-  }
+  size_t off = ss->npos;
   if (n)
-    memcpy(c, p, sizeof *p * (size_t)n);
+    memcpy(ss->pos + off, p, sizeof *p * (size_t)n);
+  ss->npos += (size_t)n;
   int32_t at = -1;
   if (ss->nslot) {
-    at = ss_probe(ss, c, n, h, &found);
+    at = ss_probe(ss, p, n, h, &found);
     ss->slot[at] = ss->n + 1;
   }
-  ss->s[ss->n++] = (gstack){c, n, h, at};
+  ss->s[ss->n++] = (gstack){off, n, h, at};
   tl_work++;
 }
 
 /* Adds to out every stack that p[0..n) becomes once its top is a character
  * element (or it is empty): references are replaced by each alternative of
- * their rule. buf has room for MAX_STACK + 1 positions past p[n]. */
+ * their rule. In place: p has room for MAX_STACK + 1 positions, and a call
+ * may change p[n - 1] and what lies past it, never p[0..n - 1) (a rule's
+ * alternatives are tried one after another on the same array). */
 static void expand(const sl_grammar_t *g, stackset *out, const gel **p, int n,
                    long *budget) {
   tl_work++;
@@ -184,24 +208,22 @@ static void expand(const sl_grammar_t *g, stackset *out, const gel **p, int n,
   }
   if (n >= MAX_STACK)
     return; /* nested too deep: this parse ends */
-  const gel **q = malloc(sizeof *q * (size_t)(n + 1));
-  if (!q) {
-    out->oom = true;
-    return;
-  }
-  memcpy(q, p, sizeof *q * (size_t)(n - 1));
   int base = n - 1;
   if (top[1].type != E_END && top[1].type != E_ALT)
-    q[base++] = top + 1; /* where this rule goes on after the reference */
+    p[base++] = top + 1; /* where this rule goes on after the reference */
   for (const gel *a = g->rules[top->value]; a; a = next_alt(a)) {
     if (a->type == E_END || a->type == E_ALT) {
-      expand(g, out, q, base, budget); /* an empty alternative */
+      /* an empty alternative: the stack below goes on, and its call may
+       * change p[base - 1], which the next alternatives need */
+      const gel *keep = base > 0 ? p[base - 1] : NULL;
+      expand(g, out, p, base, budget);
+      if (base > 0)
+        p[base - 1] = keep;
     } else {
-      q[base] = a;
-      expand(g, out, q, base + 1, budget);
+      p[base] = a;
+      expand(g, out, p, base + 1, budget);
     }
   }
-  free(q);
 }
 
 /* Whether the class at p admits some code point in [lo, hi]; *next: the
@@ -245,9 +267,10 @@ static void advance(const sl_grammar_t *g, const stackset *in, uint32_t cp,
     if (!s->n)
       continue; /* a finished parse takes nothing more */
     const gel *next;
-    if (!class_admits(s->p[s->n - 1], cp, cp, &next))
+    const gel **sp = ss_p(in, s);
+    if (!class_admits(sp[s->n - 1], cp, cp, &next))
       continue;
-    memcpy(buf, s->p, sizeof *buf * (size_t)(s->n - 1));
+    memcpy(buf, sp, sizeof *buf * (size_t)(s->n - 1));
     int n = s->n - 1;
     if (next->type != E_END && next->type != E_ALT)
       buf[n++] = next;
@@ -262,17 +285,53 @@ static void advance(const sl_grammar_t *g, const stackset *in, uint32_t cp,
 static bool admits_range(const stackset *ss, uint32_t lo, uint32_t hi) {
   for (int i = 0; i < ss->n; i++) {
     const gel *next;
-    if (ss->s[i].n && class_admits(ss->s[i].p[ss->s[i].n - 1], lo, hi, &next))
+    if (ss->s[i].n &&
+        class_admits(ss_p(ss, &ss->s[i])[ss->s[i].n - 1], lo, hi, &next))
       return true;
   }
   return false;
 }
 
+/* dst becomes a copy of src (its arrays and table copied whole, no stack
+ * looked up again); false when out of memory. */
 static bool ss_copy(stackset *dst, const stackset *src) {
   ss_clear(dst);
-  for (int i = 0; i < src->n; i++)
-    ss_add(dst, src->s[i].p, src->s[i].n);
-  return !dst->oom;
+  if (src->n > dst->cap) {
+    gstack *s = realloc(dst->s, sizeof *s * (size_t)src->cap);
+    if (!s) {
+      dst->oom = true;
+      return false;
+    }
+    dst->s = s;
+    dst->cap = src->cap;
+  }
+  if (!ss_pos_room(dst, src->npos)) {
+    dst->oom = true;
+    return false;
+  }
+  if (dst->nslot != src->nslot) { /* the same table, or none */
+    free(dst->slot);
+    dst->slot = NULL;
+    dst->nslot = 0;
+    if (src->nslot) {
+      dst->slot = malloc(sizeof *dst->slot * (size_t)src->nslot);
+      if (!dst->slot) {
+        dst->oom = true;
+        return false;
+      }
+      dst->nslot = src->nslot;
+    }
+  }
+  if (src->nslot)
+    memcpy(dst->slot, src->slot, sizeof *dst->slot * (size_t)src->nslot);
+  if (src->n)
+    memcpy(dst->s, src->s, sizeof *dst->s * (size_t)src->n);
+  if (src->npos)
+    memcpy(dst->pos, src->pos, sizeof *dst->pos * src->npos);
+  dst->n = src->n;
+  dst->npos = src->npos;
+  tl_work += (uint64_t)src->n; /* as many as adding them one by one */
+  return true;
 }
 
 /* ---- the matcher ----------------------------------------------------------
@@ -354,11 +413,11 @@ sl_grammar_matcher_t *sl_grammar_matcher_create(sl_grammar_t *g) {
   m->g = g;
   gel start = {E_REF, (uint32_t)g->root};
   gel seq[2] = {start, {E_END, 0}};
-  const gel *p = seq;
+  const gel *buf[MAX_STACK + 1] = {seq};
   /* the root reference alone: expand drops it, keeping its alternatives
    * (seq[1] is E_END, so nothing goes on after it) */
   long budget = EXPAND_BUDGET;
-  expand(g, &m->cur, &p, 1, &budget);
+  expand(g, &m->cur, buf, 1, &budget);
   if (m->cur.oom) {
     sl_grammar_matcher_free(m);
     return NULL;
@@ -568,7 +627,8 @@ static bool ss_equal(const stackset *a, const stackset *b) {
     return false;
   for (int i = 0; i < a->n; i++)
     if (a->s[i].n != b->s[i].n ||
-        memcmp(a->s[i].p, b->s[i].p, sizeof *a->s[i].p * (size_t)a->s[i].n))
+        memcmp(ss_p(a, &a->s[i]), ss_p(b, &b->s[i]),
+               sizeof(const gel *) * (size_t)a->s[i].n))
       return false;
   return true;
 }
