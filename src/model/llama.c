@@ -90,15 +90,95 @@ static bool row_bytes(loader *L, const sl_gguf_tensor *t, const char *name,
   return fail(L, SL_ERR_UNSUPPORTED, "%s%.0lld", what, 0);
 }
 
-/* Binds a matrix of `rows` × `cols`. */
+/* Where a dimension the loader expects comes from: the metadata key (or
+ * keys) that a tensor contradicts when its shape differs. */
+typedef enum dim_src {
+  DIM_EMBD,    /* embedding_length */
+  DIM_Q,       /* attention.head_count x the head size */
+  DIM_KV,      /* attention.head_count_kv x the head size */
+  DIM_FF,      /* feed_forward_length */
+  DIM_FF_EXP,  /* expert_feed_forward_length */
+  DIM_EXPERTS, /* expert_count */
+  DIM_VOCAB,   /* token_embd.weight's rows */
+  DIM_HEAD,    /* the head size */
+} dim_src;
+
+static void dim_key(const loader *L, dim_src src, char *buf, size_t cap) {
+  const char *a = sl_arch_name(L->m->hp.arch);
+  char kl[96], hs[200];
+  snprintf(kl, sizeof kl, "%s.attention.key_length", a);
+  if (sl_gguf_find(L->m->g, kl) >= 0)
+    snprintf(hs, sizeof hs, "%s", kl);
+  else
+    snprintf(hs, sizeof hs, "(%s.embedding_length / %s.attention.head_count)",
+             a, a);
+  switch (src) {
+  case DIM_EMBD:
+    snprintf(buf, cap, "%s.embedding_length", a);
+    return;
+  case DIM_Q:
+    snprintf(buf, cap, "%s.attention.head_count x %s", a, hs);
+    return;
+  case DIM_KV:
+    snprintf(buf, cap, "%s.attention.head_count_kv x %s", a, hs);
+    return;
+  case DIM_FF:
+    snprintf(buf, cap, "%s.feed_forward_length", a);
+    return;
+  case DIM_FF_EXP:
+    snprintf(buf, cap, "%s.expert_feed_forward_length", a);
+    return;
+  case DIM_EXPERTS:
+    snprintf(buf, cap, "%s.expert_count", a);
+    return;
+  case DIM_VOCAB:
+    snprintf(buf, cap, "the vocabulary (token_embd.weight's rows)");
+    return;
+  case DIM_HEAD:
+    snprintf(buf, cap, "%s", hs);
+    return;
+  }
+  snprintf(buf, cap, "?");
+}
+
+/* A tensor whose shape contradicts the metadata: the error names the
+ * tensor, what it holds, and the key whose value it contradicts. */
+static bool shape_error(loader *L, const char *name, int layer,
+                        const sl_gguf_tensor *t, int dims, int64_t rows,
+                        dim_src rsrc, int64_t cols, dim_src csrc) {
+  char full[96], key[320], msg[640];
+  if (layer >= 0)
+    snprintf(full, sizeof full, "blk.%d.%s", layer, name);
+  else
+    snprintf(full, sizeof full, "%s", name);
+  if ((int)t->n_dims != dims) {
+    snprintf(msg, sizeof msg, "tensor '%s' has %d dimensions, not %d", full,
+             (int)t->n_dims, dims);
+  } else if ((int64_t)t->ne[0] != cols) {
+    dim_key(L, csrc, key, sizeof key);
+    snprintf(msg, sizeof msg,
+             "tensor '%s' has %lld %s, but %s says %lld: the metadata "
+             "contradicts the tensor",
+             full, (long long)t->ne[0], dims == 1 ? "elements" : "columns", key,
+             (long long)cols);
+  } else {
+    dim_key(L, rsrc, key, sizeof key);
+    snprintf(msg, sizeof msg,
+             "tensor '%s' has %lld rows, but %s says %lld: the metadata "
+             "contradicts the tensor",
+             full, (long long)t->ne[1], key, (long long)rows);
+  }
+  return fail(L, SL_ERR_FORMAT, "%s%.0lld", msg, 0);
+}
+
+/* Binds a matrix of `rows` × `cols` (their sizes from rsrc and csrc). */
 static bool matrix(loader *L, sl_kern_weight *w, const char *name, int layer,
-                   int64_t rows, int64_t cols) {
+                   int64_t rows, dim_src rsrc, int64_t cols, dim_src csrc) {
   const sl_gguf_tensor *t = tensor(L, name, layer, false);
   if (!t)
     return false;
   if (t->n_dims != 2 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows)
-    return fail(L, SL_ERR_FORMAT,
-                "tensor '%s' has the wrong shape (layer %lld)", name, layer);
+    return shape_error(L, name, layer, t, 2, rows, rsrc, cols, csrc);
   size_t rb;
   if (!row_bytes(L, t, name, cols, &rb))
     return false;
@@ -113,7 +193,7 @@ static bool matrix(loader *L, sl_kern_weight *w, const char *name, int layer,
 /* Binds the n_expert matrices of `rows` × `cols` of a 3-D expert tensor
  * (GGUF ne = cols, rows, n_expert): views of its consecutive slices. */
 static bool experts(loader *L, sl_kern_weight *ws, const char *name, int layer,
-                    int64_t rows, int64_t cols) {
+                    int64_t rows, dim_src rsrc, int64_t cols, dim_src csrc) {
   const sl_model_hparams *hp = &L->m->hp;
   const sl_gguf_tensor *t = tensor(L, name, layer, false);
   if (!t) {
@@ -129,12 +209,8 @@ static bool experts(loader *L, sl_kern_weight *ws, const char *name, int layer,
     }
     return false;
   }
-  if (t->n_dims != 3 || (int64_t)t->ne[0] != cols ||
-      (int64_t)t->ne[1] != rows) {
-    char msg[200];
-    snprintf(msg, sizeof msg, "tensor '%s' has the wrong shape", name);
-    return fail(L, SL_ERR_FORMAT, "%s (layer %lld)", msg, layer);
-  }
+  if (t->n_dims != 3 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows)
+    return shape_error(L, name, layer, t, 3, rows, rsrc, cols, csrc);
   if ((int64_t)t->ne[2] != hp->n_expert) {
     char msg[240];
     snprintf(msg, sizeof msg,
@@ -155,15 +231,20 @@ static bool experts(loader *L, sl_kern_weight *ws, const char *name, int layer,
   return true;
 }
 
-/* Binds an f32 vector of n elements; NULL when optional and absent. */
+/* Binds an f32 vector of n elements (its size from src); NULL when
+ * optional and absent. */
 static const float *vector(loader *L, const char *name, int layer, int64_t n,
-                           bool optional) {
+                           dim_src src, bool optional) {
   const sl_gguf_tensor *t = tensor(L, name, layer, optional);
   if (!t)
     return NULL;
-  if (t->type != SL_GGML_F32 || t->n_dims != 1 || (int64_t)t->ne[0] != n) {
+  if (t->type != SL_GGML_F32) {
     fail(L, SL_ERR_UNSUPPORTED,
          "tensor '%s' must be an f32 vector (layer %lld)", name, layer);
+    return NULL;
+  }
+  if (t->n_dims != 1 || (int64_t)t->ne[0] != n) {
+    shape_error(L, name, layer, t, 1, 1, src, n, src);
     return NULL;
   }
   L->m->weight_bytes += t->nbytes;
@@ -365,13 +446,14 @@ static bool load_tensors(loader *L) {
   if (!m->tok_embd)
     return false;
   if (m->tok_embd->n_dims != 2 || (int64_t)m->tok_embd->ne[0] != d)
-    return fail(L, SL_ERR_FORMAT,
-                "token_embd.weight has the wrong shape%s%.0lld", "", 0);
+    return shape_error(L, "token_embd.weight", -1, m->tok_embd, 2,
+                       (int64_t)m->tok_embd->ne[1], DIM_VOCAB, d, DIM_EMBD);
   hp->n_vocab = (int64_t)m->tok_embd->ne[1];
   m->weight_bytes += m->tok_embd->nbytes;
-  m->output_norm = vector(L, "output_norm.weight", -1, d, false);
+  m->output_norm = vector(L, "output_norm.weight", -1, d, DIM_EMBD, false);
   if (tensor(L, "output.weight", -1, true)) {
-    if (!matrix(L, &m->output, "output.weight", -1, hp->n_vocab, d))
+    if (!matrix(L, &m->output, "output.weight", -1, hp->n_vocab, DIM_VOCAB, d,
+                DIM_EMBD))
       return false;
   } else {
     hp->tied_embeddings = true;
@@ -389,33 +471,42 @@ static bool load_tensors(loader *L) {
   }
   for (int i = 0; i < hp->n_layer && L->st == SL_OK; i++) {
     sl__layer_w *w = &m->layers[i];
-    w->attn_norm = vector(L, "attn_norm.weight", i, d, false);
-    w->ffn_norm = vector(L, "ffn_norm.weight", i, d, false);
-    matrix(L, &w->wq, "attn_q.weight", i, hp->n_head * hd, d);
-    matrix(L, &w->wk, "attn_k.weight", i, hp->n_head_kv * hd, d);
-    matrix(L, &w->wv, "attn_v.weight", i, hp->n_head_kv * hd, d);
-    matrix(L, &w->wo, "attn_output.weight", i, d, hp->n_head * hd);
+    w->attn_norm = vector(L, "attn_norm.weight", i, d, DIM_EMBD, false);
+    w->ffn_norm = vector(L, "ffn_norm.weight", i, d, DIM_EMBD, false);
+    matrix(L, &w->wq, "attn_q.weight", i, hp->n_head * hd, DIM_Q, d, DIM_EMBD);
+    matrix(L, &w->wk, "attn_k.weight", i, hp->n_head_kv * hd, DIM_KV, d,
+           DIM_EMBD);
+    matrix(L, &w->wv, "attn_v.weight", i, hp->n_head_kv * hd, DIM_KV, d,
+           DIM_EMBD);
+    matrix(L, &w->wo, "attn_output.weight", i, d, DIM_EMBD, hp->n_head * hd,
+           DIM_Q);
     if (hp->n_expert > 0) {
       size_t E = (size_t)hp->n_expert;
       sl_kern_weight *ex = m->experts + (size_t)i * 3 * E;
       w->gate_exps = ex, w->up_exps = ex + E, w->down_exps = ex + 2 * E;
-      matrix(L, &w->router, "ffn_gate_inp.weight", i, hp->n_expert, d);
-      experts(L, w->gate_exps, "ffn_gate_exps.weight", i, hp->n_ff_exp, d);
-      experts(L, w->up_exps, "ffn_up_exps.weight", i, hp->n_ff_exp, d);
-      experts(L, w->down_exps, "ffn_down_exps.weight", i, d, hp->n_ff_exp);
+      matrix(L, &w->router, "ffn_gate_inp.weight", i, hp->n_expert, DIM_EXPERTS,
+             d, DIM_EMBD);
+      experts(L, w->gate_exps, "ffn_gate_exps.weight", i, hp->n_ff_exp,
+              DIM_FF_EXP, d, DIM_EMBD);
+      experts(L, w->up_exps, "ffn_up_exps.weight", i, hp->n_ff_exp, DIM_FF_EXP,
+              d, DIM_EMBD);
+      experts(L, w->down_exps, "ffn_down_exps.weight", i, d, DIM_EMBD,
+              hp->n_ff_exp, DIM_FF_EXP);
     } else {
-      matrix(L, &w->w_gate, "ffn_gate.weight", i, hp->n_ff, d);
-      matrix(L, &w->w_up, "ffn_up.weight", i, hp->n_ff, d);
-      matrix(L, &w->w_down, "ffn_down.weight", i, d, hp->n_ff);
+      matrix(L, &w->w_gate, "ffn_gate.weight", i, hp->n_ff, DIM_FF, d,
+             DIM_EMBD);
+      matrix(L, &w->w_up, "ffn_up.weight", i, hp->n_ff, DIM_FF, d, DIM_EMBD);
+      matrix(L, &w->w_down, "ffn_down.weight", i, d, DIM_EMBD, hp->n_ff,
+             DIM_FF);
     }
     if (hp->arch == SL_ARCH_QWEN2) {
-      w->bq = vector(L, "attn_q.bias", i, hp->n_head * hd, false);
-      w->bk = vector(L, "attn_k.bias", i, hp->n_head_kv * hd, false);
-      w->bv = vector(L, "attn_v.bias", i, hp->n_head_kv * hd, false);
+      w->bq = vector(L, "attn_q.bias", i, hp->n_head * hd, DIM_Q, false);
+      w->bk = vector(L, "attn_k.bias", i, hp->n_head_kv * hd, DIM_KV, false);
+      w->bv = vector(L, "attn_v.bias", i, hp->n_head_kv * hd, DIM_KV, false);
     }
     if (hp->arch == SL_ARCH_QWEN3 || hp->arch == SL_ARCH_QWEN3MOE) {
-      w->q_norm = vector(L, "attn_q_norm.weight", i, hd, false);
-      w->k_norm = vector(L, "attn_k_norm.weight", i, hd, false);
+      w->q_norm = vector(L, "attn_q_norm.weight", i, hd, DIM_HEAD, false);
+      w->k_norm = vector(L, "attn_k_norm.weight", i, hd, DIM_HEAD, false);
     }
   }
   return L->st == SL_OK;

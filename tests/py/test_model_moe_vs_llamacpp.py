@@ -270,6 +270,24 @@ BAD = [
     ("kv heads do not divide heads", "qwen3moe", [],
      {"attention.head_count_kv": (3, "add_uint32")}, 4,
      "qwen3moe.attention.head_count_kv"),
+    # metadata that contradicts a tensor's shape: the key is named (and the
+    # tensor, and both sizes), not just "the wrong shape"
+    ("width contradicts token_embd", "qwen3moe", [],
+     {"embedding_length": (48, "add_uint32")}, 4,
+     "'token_embd.weight' has 32 columns, but qwen3moe.embedding_length "
+     "says 48"),
+    ("kv heads contradict attn_k", "llama", [],
+     {"attention.head_count_kv": (1, "add_uint32")}, 4,
+     "'blk.0.attn_k.weight' has 32 rows, but llama.attention.head_count_kv x "
+     "(llama.embedding_length / llama.attention.head_count) says 16"),
+    ("head size contradicts attn_q", "qwen3moe", [],
+     {"attention.key_length": (8, "add_uint32")}, 4,
+     "'blk.0.attn_q.weight' has 32 rows, but qwen3moe.attention.head_count x "
+     "qwen3moe.attention.key_length says 16"),
+    ("expert width contradicts the experts", "qwen3moe", [],
+     {"expert_feed_forward_length": (48, "add_uint32")}, 4,
+     "'blk.0.ffn_gate_exps.weight' has 32 rows, but "
+     "qwen3moe.expert_feed_forward_length says 48"),
 ]
 
 
