@@ -134,9 +134,11 @@ static bool ss_room(stackset *ss) {
   return true;
 }
 
-/* Room for n more positions; false when out of memory. */
+/* Room for n more positions; false when out of memory. The array exists
+ * once a stack is added, even an empty one (a stack's positions are then
+ * never a null pointer plus an offset). */
 static bool ss_pos_room(stackset *ss, size_t n) {
-  if (ss->npos + n <= ss->poscap)
+  if (ss->pos && ss->npos + n <= ss->poscap)
     return true;
   size_t cap = ss->poscap ? ss->poscap : 64;
   while (cap < ss->npos + n)
