@@ -30,7 +30,7 @@
 /* top-3: with two experts the order of their sum could not show (a + b is
  * b + a) */
 enum { D = 64, NL = 2, NH = 4, NKV = 2, HD = 16, NE = 8, NK = 3, FF = 256 };
-enum { NV = 96 };
+enum { NV = 96, BT_DESC = 16 };
 
 /* ---- a GGUF v3 writer, just enough for this file ---- */
 
@@ -189,11 +189,9 @@ static sl_model_t *load(void) {
 /* ---- routing ---- */
 
 static void test_route_order_and_weights(void) {
-  sl_model_hparams hp = {0};
-  hp.n_expert = 6;
-  hp.n_expert_used = 3;
-  hp.expert_norm = true;
-  hp.expert_scale = 1.0f;
+  sl__ffn_desc hp = {.kind = SL__FFN_MOE, .n_expert = 6, .n_used = 3};
+  hp.norm_weights = true;
+  hp.weight_scale = 1.0f;
   /* three-way tie at 3 (experts 1, 2, 4) above 2 (5) */
   float lg[6] = {1, 3, 3, 0, 3, 2};
   int32_t sel[3];
@@ -204,13 +202,13 @@ static void test_route_order_and_weights(void) {
     CHECK_MSG(fabsf(wt[j] - 1.0f / 3) < 1e-6f, "wt %g", wt[j]);
   /* a tie across the cut: 5 at 0, 2 and 3, two taken: the lowest first,
    * the result in expert order */
-  hp.n_expert_used = 2;
+  hp.n_used = 2;
   float lg2[6] = {5, 1, 5, 5, 0, 4};
   sl__moe_route(&hp, lg2, sel, wt);
   CHECK(sel[0] == 0 && sel[1] == 2);
   /* unnormalised and scaled: softmax probabilities times the scale */
-  hp.expert_norm = false;
-  hp.expert_scale = 2.5f;
+  hp.norm_weights = false;
+  hp.weight_scale = 2.5f;
   float lg3[6] = {0, 2, 1, -1, 4, 0}, p[6];
   memcpy(p, lg3, sizeof p);
   sl_kern_softmax(p, 6);
@@ -219,10 +217,138 @@ static void test_route_order_and_weights(void) {
   CHECK(fabsf(wt[0] - 2.5f * p[1]) < 1e-6f &&
         fabsf(wt[1] - 2.5f * p[4]) < 1e-6f);
   /* NaN router logits: no crash, k distinct experts in range */
-  hp.n_expert_used = 3;
+  hp.n_used = 3;
   float lg4[6] = {NAN, NAN, NAN, NAN, NAN, NAN};
   sl__moe_route(&hp, lg4, sel, wt);
   CHECK(sel[0] >= 0 && sel[0] < sel[1] && sel[1] < sel[2] && sel[2] < 6);
+}
+
+/* ---- each layer described as data ---- */
+
+/* Sets the one feature `bit` in layer 1's description (or the model's). */
+static void set_feature(sl_model_t *m, uint32_t bit) {
+  sl__layer_desc *ld = &m->ld[1];
+  switch (bit) {
+  case SL__F_QKV_BIAS:
+    ld->attn.qkv_bias = true;
+    break;
+  case SL__F_QK_NORM:
+    ld->attn.qk_norm = true;
+    break;
+  case SL__F_MOE:
+    ld->ffn.kind = SL__FFN_MOE;
+    break;
+  case SL__F_SHARED_EXPERTS:
+    ld->ffn.n_shared = 1;
+    break;
+  case SL__F_GATING_SIGMOID:
+    ld->ffn.gating = SL__GATING_SIGMOID;
+    break;
+  case SL__F_WINDOW:
+    ld->attn.window = 128;
+    break;
+  case SL__F_SINKS:
+    ld->attn.sinks = true;
+    break;
+  case SL__F_ATTN_SOFTCAP:
+    ld->attn.softcap = 50.0f;
+    break;
+  case SL__F_O_BIAS:
+    ld->attn.o_bias = true;
+    break;
+  case SL__F_POST_NORMS:
+    ld->post_ffn_norm = true;
+    break;
+  case SL__F_LAYER_NORM:
+    ld->norm.kind = SL__NORM_LAYER;
+    break;
+  case SL__F_NORM_OFFSET:
+    ld->norm.offset = 1.0f;
+    break;
+  case SL__F_GELU:
+    ld->ffn.act = SL__ACT_GELU;
+    break;
+  case SL__F_UNGATED_FFN:
+    ld->ffn.gated = false;
+    break;
+  case SL__F_EMBD_SCALE:
+    m->md.embd_scale = 8.0f;
+    break;
+  case SL__F_OUT_SOFTCAP:
+    m->md.out_softcap = 30.0f;
+    break;
+  }
+}
+
+/* The description the loader built from the metadata, the features it
+ * uses, and a context refused on a pass that lacks a feature a layer uses:
+ * every feature the CPU pass lacks, one at a time, names the architecture,
+ * the layer, the feature and the device; and CUDA refuses the experts. */
+static void test_layer_desc(void) {
+  sl_model_t *m = load();
+  if (!m)
+    return;
+  for (int l = 0; l < NL; l++) {
+    const sl__layer_desc *ld = &m->ld[l];
+    CHECK(ld->norm.kind == SL__NORM_RMS && ld->norm.eps == 1e-6f &&
+          ld->norm.offset == 0);
+    CHECK(ld->attn.n_head == NH && ld->attn.n_head_kv == NKV &&
+          ld->attn.head_dim == HD && ld->attn.window == 0 &&
+          ld->attn.softcap == 0 && !ld->attn.sinks);
+    CHECK(ld->attn.scale == 1.0f / sqrtf((float)HD));
+    CHECK(ld->attn.rope.mode == SL_KERN_ROPE_NEOX &&
+          ld->attn.rope.n_dims == HD && ld->attn.rope.base == 10000.0f);
+    CHECK(ld->attn.qk_norm && !ld->attn.qkv_bias);
+    CHECK(ld->ffn.kind == SL__FFN_MOE && ld->ffn.n_expert == NE &&
+          ld->ffn.n_used == NK && ld->ffn.n_ff == FF && ld->ffn.gated &&
+          ld->ffn.norm_weights && ld->ffn.weight_scale == 1.0f &&
+          ld->ffn.gating == SL__GATING_SOFTMAX);
+    CHECK_EQ_INT(sl__layer_features(ld), SL__F_QK_NORM | SL__F_MOE);
+  }
+  CHECK_EQ_INT(sl__model_desc_features(&m->md), 0);
+  CHECK(strcmp(m->md.arch, "qwen3moe") == 0);
+  char err[256];
+  CHECK_OK(sl__model_check(m, SL__CPU_FEATURES, "CPU", err, sizeof err));
+  CHECK(sl__model_check(m, SL__CUDA_FEATURES, "CUDA", err, sizeof err) ==
+        SL_ERR_UNSUPPORTED);
+  CHECK_MSG(strcmp(err, "qwen3moe: layer 0 uses routed experts "
+                        "(mixture-of-experts), which the CUDA forward pass "
+                        "does not implement yet") == 0,
+            "%s", err);
+  const sl_model_hparams *hp = sl_model_hparams_of(m);
+  sl_stream_t *s = sl_thread_stream(sl_cpu_device());
+  sl_kv_view kv = {NULL, NL, 4, BT_DESC, (int)(hp->n_head_kv * HD)};
+  CHECK_OK(sl_buf_alloc(s, sl_kv_view_bytes(&kv), &kv.buf));
+  sl__model_desc md0 = m->md;
+  sl__layer_desc ld0 = m->ld[1];
+  int refused = 0;
+  for (int f = 0; f < SL__F_COUNT; f++) {
+    uint32_t bit = 1u << f;
+    if (bit & SL__CPU_FEATURES)
+      continue;
+    set_feature(m, bit);
+    sl_batch_ctx_t *bc = NULL;
+    err[0] = 0;
+    sl_status st = sl_batch_ctx_create2(m, &kv, s, 1, &bc, err, sizeof err);
+    CHECK_MSG(st == SL_ERR_UNSUPPORTED && bc == NULL, "feature %s: status %d",
+              sl__feature_name(bit), (int)st);
+    bool model_part = bit == SL__F_EMBD_SCALE || bit == SL__F_OUT_SOFTCAP;
+    CHECK_MSG(strstr(err, "qwen3moe") && strstr(err, sl__feature_name(bit)) &&
+                  strstr(err, "CPU forward pass") &&
+                  (model_part || strstr(err, "layer 1 uses")),
+              "feature %s: '%s'", sl__feature_name(bit), err);
+    sl_batch_ctx_free(bc);
+    refused++;
+    m->md = md0;
+    m->ld[1] = ld0;
+  }
+  CHECK_EQ_INT(refused, SL__F_COUNT - 3);
+  sl_batch_ctx_t *bc = NULL; /* restored: made */
+  CHECK_OK(sl_batch_ctx_create2(m, &kv, s, 1, &bc, err, sizeof err));
+  sl_batch_ctx_free(bc);
+  sl_buf_release(kv.buf);
+  sl_sync_and_clear_cache(s);
+  sl_model_free(m);
 }
 
 /* ---- the grouped products ---- */
@@ -244,7 +370,6 @@ static const char *expert_rows(const sl_model_t *m, int l, const char *name,
 /* out (d) in float64 from the file's dequantized expert slices: the sum
  * over the token's experts of w * down(silu(gate x) * up x). */
 static void ref_ffn(const sl_model_t *m, int l, const float *x, double *out) {
-  const sl_model_hparams *hp = sl_model_hparams_of(m);
   float lg[NE], wt[NK], row[FF];
   int32_t sel[NK];
   sl_ggml_type ty;
@@ -257,7 +382,7 @@ static void ref_ffn(const sl_model_t *m, int l, const float *x, double *out) {
       s += (double)row[i] * x[i];
     lg[e] = (float)s;
   }
-  sl__moe_route(hp, lg, sel, wt);
+  sl__moe_route(&m->ld[l].ffn, lg, sel, wt);
   for (int i = 0; i < D; i++)
     out[i] = 0;
   for (int j = 0; j < NK; j++) {
@@ -299,16 +424,17 @@ static void test_grouped_products(sl_kern_isa isa) {
   CHECK_EQ_INT(hp->n_expert_used, NK);
   CHECK_EQ_INT(hp->n_ff_exp, FF);
   enum { N = 12 };
-  size_t sf = sl__moe_scratch_floats(hp, N);
+  const sl__ffn_desc *fd = &m->ld[0].ffn;
+  size_t sf = sl__moe_scratch_floats(fd, D, N);
   float *scratch = sl_malloc(sizeof(float) * sf),
-        *one = sl_malloc(sizeof(float) * sl__moe_scratch_floats(hp, 1));
+        *one = sl_malloc(sizeof(float) * sl__moe_scratch_floats(fd, D, 1));
   static float x[N * D], out[N * D], alone[D];
   for (int i = 0; i < N * D; i++)
     x[i] = frand();
   double sum_rel = 0;
   for (int l = 0; l < NL; l++) {
     const sl__layer_w *w = &m->layers[l];
-    CHECK_OK(sl__moe_ffn(pool, hp, w, x, out, N, scratch));
+    CHECK_OK(sl__moe_ffn(pool, &m->ld[l].ffn, D, w, x, out, N, scratch));
     for (int t = 0; t < N; t++) {
       double ref[D], num = 0, den = 0;
       ref_ffn(m, l, x + t * D, ref);
@@ -326,7 +452,8 @@ static void test_grouped_products(sl_kern_isa isa) {
       sum_rel += rel;
       CHECK_MSG(rel < 0.08, "%s layer %d token %d: rel %g",
                 sl_kern_isa_name(isa), l, t, rel);
-      CHECK_OK(sl__moe_ffn(pool, hp, w, x + t * D, alone, 1, one));
+      CHECK_OK(
+          sl__moe_ffn(pool, &m->ld[l].ffn, D, w, x + t * D, alone, 1, one));
       CHECK_MSG(memcmp(alone, out + t * D, sizeof alone) == 0,
                 "%s layer %d token %d: alone differs from among %d",
                 sl_kern_isa_name(isa), l, t, N);
@@ -429,6 +556,7 @@ int main(void) {
   snprintf(g_path, sizeof g_path, "/tmp/sl_test_moe_%d.gguf", (int)getpid());
   write_model(g_path);
   RUN(test_route_order_and_weights);
+  RUN(test_layer_desc);
   for (int k = 0; k < nisa; k++) {
     CHECK_OK(sl_kern_cpu_set_isa(isas[k]));
     fprintf(stderr, "   isa %s\n", sl_kern_isa_name(isas[k]));

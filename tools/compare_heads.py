@@ -6,7 +6,8 @@ embeddings compared exactly (ids, times and fingerprints left out).
 For refactors that must not change behaviour (issue 44): build the previous
 head somewhere (git archive HEAD~1 | tar -x -C /tmp/old; cmake ...) and run
 
-    tools/compare_heads.py /tmp/old/build/sluice build/sluice -m MODEL.gguf
+    tools/compare_heads.py /tmp/old/build/sluice build/sluice -m MODEL.gguf \
+        [--serve-arg=--device --serve-arg=cuda]
 
 It prints one line per configuration and exits 1 on the first difference
 (printing both answers). Uses only the standard library.
@@ -139,7 +140,7 @@ def requests():
 
 
 def concurrent(port):
-    """Six greedy answers at once (one batch), by prompt."""
+    """Six greedy answers at once (one batch), by prompt, without usage."""
     res = [None] * 6
 
     def one(i):
@@ -153,7 +154,29 @@ def concurrent(port):
         t.start()
     for t in ts:
         t.join()
+    # which prompt's blocks are cached when another arrives depends on
+    # timing: usage.prompt_tokens_details.cached_tokens varies run to run
+    for r in res:
+        if isinstance(r[1], dict):
+            r[1].pop("usage", None)
     return res
+
+
+def first_diff(x, y, path=""):
+    """The path of the first place where x and y differ, and both values."""
+    if type(x) is not type(y):
+        return path, x, y
+    if isinstance(x, dict):
+        for k in sorted(set(x) | set(y)):
+            if x.get(k) != y.get(k):
+                return first_diff(x.get(k), y.get(k), path + "." + str(k))
+    elif isinstance(x, list):
+        for i, (a, b) in enumerate(zip(x, y)):
+            if a != b:
+                return first_diff(a, b, "%s[%d]" % (path, i))
+        if len(x) != len(y):
+            return path + ".length", len(x), len(y)
+    return path, x, y
 
 
 def answers(binary, model, cfg, log):
@@ -188,19 +211,25 @@ def main():
     ap.add_argument("new")
     ap.add_argument("-m", "--model", required=True)
     ap.add_argument("--log", default="/tmp/compare_heads.log")
+    ap.add_argument("--serve-arg", action="append", default=[],
+                    help="one more argument for every server (repeat): "
+                         "--serve-arg=--device --serve-arg=cuda")
     a = ap.parse_args()
     n = 0
     with open(a.log, "w") as log:
         for cfg in CONFIGS:
+            cfg = cfg + a.serve_arg
             old = answers(a.old, a.model, cfg, log)
             new = answers(a.new, a.model, cfg, log)
             reqs = requests()
             for i, (x, y) in enumerate(zip(old, new)):
                 if x != y:
                     what = reqs[i][:2] if i < len(reqs) else "concurrent"
-                    print("DIFFERENT with %s, request %d %s:\n old %s\n new %s"
-                          % (cfg, i, json.dumps(what)[:300],
-                             json.dumps(x)[:2000], json.dumps(y)[:2000]))
+                    where, a1, b1 = first_diff(x, y)
+                    print("DIFFERENT with %s, request %d %s, first at %s:\n"
+                          " old %s\n new %s"
+                          % (cfg, i, json.dumps(what)[:300], where,
+                             json.dumps(a1)[:2000], json.dumps(b1)[:2000]))
                     return 1
             codes = [x[0] for x in old[:-1]] + [r[0] for r in old[-1]]
             n += len(codes)

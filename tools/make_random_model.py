@@ -6,7 +6,7 @@ file here has (mixture of experts).
     python3 tools/make_random_model.py --type q4_0 --out /tmp/8b-q4_0.gguf \
         [--like models/SmolLM2-135M-Instruct.Q4_1.gguf] [--vocab 128256] \
         [--layers 32 --embd 4096 --ff 14336 --heads 32 --kv-heads 8] \
-        [--arch llama|qwen3moe] [--experts 128 --experts-used 8 \
+        [--arch llama|qwen2|qwen3|qwen3moe] [--experts 128 --experts-used 8 \
          --expert-ff 768 --head-dim 128 --router-std 0.05] [--tied]
 
 The defaults are Llama-3-8B's dimensions. --experts N > 0 makes each
@@ -15,7 +15,8 @@ router ffn_gate_inp, as llama.cpp's converter writes them): a Mixtral-class
 file under --arch llama, Qwen3-MoE under --arch qwen3moe (which also has
 q/k RMSNorm weights and NEOX RoPE; Qwen3-30B-A3B is --layers 48 --embd 2048
 --heads 32 --kv-heads 4 --head-dim 128 --experts 128 --experts-used 8
---expert-ff 768). --tied leaves out output.weight. The tokenizer is the one of the
+--expert-ff 768). --arch qwen2 adds q/k/v biases, qwen3 q/k RMSNorm
+weights (both dense). --tied leaves out output.weight. The tokenizer is the one of the
 --like file (SmolLM2's by default), its vocabulary padded with unused
 tokens up to --vocab (0: keep its own size), so that sluice and llama.cpp
 both load and serve it. Weights are random: quantized blocks are random
@@ -123,7 +124,8 @@ def main():
     ap.add_argument("--ctx", type=int, default=8192)
     ap.add_argument("--std", type=float, default=0.02)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--arch", choices=("llama", "qwen3moe"), default="llama")
+    ap.add_argument("--arch", choices=("llama", "qwen2", "qwen3", "qwen3moe"),
+                    default="llama")
     ap.add_argument("--experts", type=int, default=0)
     ap.add_argument("--experts-used", type=int, default=2)
     ap.add_argument("--expert-ff", type=int, default=0,
@@ -176,7 +178,11 @@ def main():
                  (p + "attn_k.weight", kvd, a.embd, qt),
                  (p + "attn_v.weight", kvd, a.embd, qt),
                  (p + "attn_output.weight", a.embd, qd, qt)]
-        if a.arch == "qwen3moe":
+        if a.arch == "qwen2":
+            plan += [(p + "attn_q.bias", 1, qd, QT.F32),
+                     (p + "attn_k.bias", 1, kvd, QT.F32),
+                     (p + "attn_v.bias", 1, kvd, QT.F32)]
+        if a.arch in ("qwen3", "qwen3moe"):
             plan += [(p + "attn_q_norm.weight", 1, hd, QT.F32),
                      (p + "attn_k_norm.weight", 1, hd, QT.F32)]
         plan += [(p + "ffn_norm.weight", 1, a.embd, QT.F32)]
@@ -217,6 +223,8 @@ def main():
         rows *= ne
         if name.endswith("norm.weight"):
             arr = (1.0 + 0.1 * rng.standard_normal(cols)).astype(np.float32)
+        elif name.endswith(".bias"):
+            arr = (0.5 * rng.standard_normal(cols)).astype(np.float32)
         elif t in (QT.F32, QT.F16):
             dt = np.float32 if t == QT.F32 else np.float16
             arr = (rng.standard_normal((rows, cols), dtype=np.float32) *

@@ -471,6 +471,7 @@ static bool load_tensors(loader *L) {
   }
   for (int i = 0; i < hp->n_layer && L->st == SL_OK; i++) {
     sl__layer_w *w = &m->layers[i];
+    const sl__layer_desc *ld = &m->ld[i];
     w->attn_norm = vector(L, "attn_norm.weight", i, d, DIM_EMBD, false);
     w->ffn_norm = vector(L, "ffn_norm.weight", i, d, DIM_EMBD, false);
     matrix(L, &w->wq, "attn_q.weight", i, hp->n_head * hd, DIM_Q, d, DIM_EMBD);
@@ -480,7 +481,7 @@ static bool load_tensors(loader *L) {
            DIM_EMBD);
     matrix(L, &w->wo, "attn_output.weight", i, d, DIM_EMBD, hp->n_head * hd,
            DIM_Q);
-    if (hp->n_expert > 0) {
+    if (ld->ffn.kind == SL__FFN_MOE) {
       size_t E = (size_t)hp->n_expert;
       sl_kern_weight *ex = m->experts + (size_t)i * 3 * E;
       w->gate_exps = ex, w->up_exps = ex + E, w->down_exps = ex + 2 * E;
@@ -499,12 +500,12 @@ static bool load_tensors(loader *L) {
       matrix(L, &w->w_down, "ffn_down.weight", i, d, DIM_EMBD, hp->n_ff,
              DIM_FF);
     }
-    if (hp->arch == SL_ARCH_QWEN2) {
+    if (ld->attn.qkv_bias) {
       w->bq = vector(L, "attn_q.bias", i, hp->n_head * hd, DIM_Q, false);
       w->bk = vector(L, "attn_k.bias", i, hp->n_head_kv * hd, DIM_KV, false);
       w->bv = vector(L, "attn_v.bias", i, hp->n_head_kv * hd, DIM_KV, false);
     }
-    if (hp->arch == SL_ARCH_QWEN3 || hp->arch == SL_ARCH_QWEN3MOE) {
+    if (ld->attn.qk_norm) {
       w->q_norm = vector(L, "attn_q_norm.weight", i, hd, DIM_HEAD, false);
       w->k_norm = vector(L, "attn_k_norm.weight", i, hd, DIM_HEAD, false);
     }
@@ -527,7 +528,16 @@ sl_model_t *sl_model_load(const char *path, sl_status *st, char *err,
   if (!m->g)
     goto fail_open;
   loader L = {m, err, errcap, SL_OK};
-  if (!load_hparams(&L) || !load_tensors(&L)) {
+  if (!load_hparams(&L)) {
+    *st = L.st;
+    goto fail_bind;
+  }
+  if ((*st = sl__model_describe(m)) != SL_OK) {
+    if (err && errcap)
+      snprintf(err, errcap, "out of memory");
+    goto fail_bind;
+  }
+  if (!load_tensors(&L)) {
     *st = L.st;
     goto fail_bind;
   }
@@ -535,6 +545,7 @@ sl_model_t *sl_model_load(const char *path, sl_status *st, char *err,
   *st = SL_OK;
   return m;
 fail_bind:
+  sl_free(m->ld);
   sl_free(m->experts);
   sl_free(m->layers);
   sl_gguf_close(m->g);
@@ -548,6 +559,7 @@ void sl_model_free(sl_model_t *m) {
   if (!m)
     return;
   sl_free(m->packed);
+  sl_free(m->ld);
   sl_free(m->experts);
   sl_free(m->layers);
   sl_gguf_close(m->g);

@@ -40,29 +40,30 @@ static sl_status llama_embed(const sl_model_t *m, int32_t tok, float *out) {
   return sl_kern_dequant_row(m->tok_embd->type, row, out, m->hp.n_embd);
 }
 
-/* One token's q (n_head*hd), k and v (n_kv*hd) after the projections: adds
- * the biases (qwen2), applies q/k RMSNorm (qwen3) and rotates q and k at
- * position `pos`, in place. */
-static sl_status llama_qk_prep(const sl_model_t *m, const sl__layer_w *w,
+/* One token's q (n_head*hd), k and v (n_kv*hd) after the projections, as
+ * the layer's description says: adds the biases (qwen2), applies q/k
+ * RMSNorm (qwen3) and rotates q and k at position `pos`, in place. */
+static sl_status llama_qk_prep(const sl__layer_desc *ld, const sl__layer_w *w,
                                float *q, float *k, float *v, int64_t pos) {
-  const sl_model_hparams *hp = &m->hp;
-  int64_t hd = hp->head_dim, qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
-  if (w->bq) {
+  const sl__attn_desc *ad = &ld->attn;
+  const sl__rope_desc *r = &ad->rope;
+  int64_t hd = ad->head_dim, qd = ad->n_head * hd, kvd = ad->n_head_kv * hd;
+  if (ad->qkv_bias) {
     sl_kern_add(q, q, w->bq, qd);
     sl_kern_add(k, k, w->bk, kvd);
     sl_kern_add(v, v, w->bv, kvd);
   }
-  if (w->q_norm) {
-    for (int64_t h = 0; h < hp->n_head; h++)
-      sl_kern_rmsnorm(q + h * hd, q + h * hd, w->q_norm, hd, hp->rms_eps);
-    for (int64_t h = 0; h < hp->n_head_kv; h++)
-      sl_kern_rmsnorm(k + h * hd, k + h * hd, w->k_norm, hd, hp->rms_eps);
+  if (ad->qk_norm) {
+    for (int64_t h = 0; h < ad->n_head; h++)
+      sl_kern_rmsnorm(q + h * hd, q + h * hd, w->q_norm, hd, ld->norm.eps);
+    for (int64_t h = 0; h < ad->n_head_kv; h++)
+      sl_kern_rmsnorm(k + h * hd, k + h * hd, w->k_norm, hd, ld->norm.eps);
   }
-  sl_status st = sl_kern_rope(q, hp->n_head, hd, hp->n_rot, pos, hp->rope_base,
-                              hp->rope_scale, hp->rope_mode);
+  sl_status st = sl_kern_rope(q, ad->n_head, hd, r->n_dims, pos, r->base,
+                              r->scale, (sl_kern_rope_mode)r->mode);
   if (st == SL_OK)
-    st = sl_kern_rope(k, hp->n_head_kv, hd, hp->n_rot, pos, hp->rope_base,
-                      hp->rope_scale, hp->rope_mode);
+    st = sl_kern_rope(k, ad->n_head_kv, hd, r->n_dims, pos, r->base, r->scale,
+                      (sl_kern_rope_mode)r->mode);
   return st;
 }
 
@@ -104,6 +105,11 @@ sl_status sl_batch_ctx_create2(sl_model_t *m, const sl_kv_view *kv,
     *out = c;
     return SL_OK;
   }
+  sl_status st = sl__model_check(m, SL__CPU_FEATURES, "CPU", err, errcap);
+  if (st != SL_OK) {
+    sl_free(c);
+    return st;
+  }
   c->pool = sl_kern_pool_create(n_threads);
   if (!c->pool) {
     sl_free(c);
@@ -134,11 +140,26 @@ static size_t up16(size_t n) {
   return (n + 15) & ~(size_t)15;
 }
 
-static act_layout layout_for(const sl_model_hparams *hp, size_t n) {
-  size_t d = (size_t)hp->n_embd, qd = (size_t)(hp->n_head * hp->head_dim),
-         kvd = (size_t)(hp->n_head_kv * hp->head_dim), ff = (size_t)hp->n_ff;
-  if (hp->n_expert > 0) /* g takes the experts' sum (n, d); u is unused */
-    ff = 0;
+/* The largest of each region over the model's layers. */
+static act_layout layout_for(const sl_model_t *m, size_t n) {
+  const sl_model_hparams *hp = &m->hp;
+  size_t d = (size_t)hp->n_embd, qd = 0, kvd = 0, ff = 0, gw = 0, moe = 0;
+  for (int64_t l = 0; l < hp->n_layer; l++) {
+    const sl__layer_desc *ld = &m->ld[l];
+    size_t lq = (size_t)(ld->attn.n_head * ld->attn.head_dim),
+           lkv = (size_t)(ld->attn.n_head_kv * ld->attn.head_dim);
+    qd = lq > qd ? lq : qd;
+    kvd = lkv > kvd ? lkv : kvd;
+    if (ld->ffn.kind == SL__FFN_MOE) { /* g takes the experts' sum (n, d) */
+      size_t s = sl__moe_scratch_floats(&ld->ffn, hp->n_embd, n);
+      moe = s > moe ? s : moe;
+      gw = d > gw ? d : gw;
+    } else {
+      size_t f = (size_t)ld->ffn.n_ff;
+      ff = f > ff ? f : ff;
+      gw = f > gw ? f : gw;
+    }
+  }
   act_layout L;
   size_t o = 0;
   L.x = o, o += up16(n * d);
@@ -147,15 +168,15 @@ static act_layout layout_for(const sl_model_hparams *hp, size_t n) {
   L.k = o, o += up16(n * kvd);
   L.v = o, o += up16(n * kvd);
   L.att = o, o += up16(n * qd);
-  L.g = o, o += up16(n * (hp->n_expert > 0 ? d : ff));
+  L.g = o, o += up16(n * gw);
   L.u = o, o += up16(n * ff);
-  L.moe = o, o += up16(sl__moe_scratch_floats(hp, n));
+  L.moe = o, o += up16(moe);
   L.total = o;
   return L;
 }
 
 uint64_t sl_batch_activation_bytes(const sl_model_t *m, int n_tokens) {
-  act_layout L = layout_for(&m->hp, (size_t)(n_tokens > 0 ? n_tokens : 1));
+  act_layout L = layout_for(m, (size_t)(n_tokens > 0 ? n_tokens : 1));
   return (uint64_t)L.total * 4ull;
 }
 
@@ -172,7 +193,7 @@ typedef struct run_arg {
 } run_arg;
 
 typedef struct attn_job {
-  const sl_model_hparams *hp;
+  const sl__attn_desc *ad;
   const sl_batch *b;
   const float *q;                        /* (n_tokens, qd) */
   float *out;                            /* (n_tokens, qd) */
@@ -196,10 +217,10 @@ typedef struct attn_job {
  * per head, and a causal prefill still splits evenly. */
 static void attn_worker(void *p, int ith, int nth) {
   attn_job *j = p;
-  const sl_model_hparams *hp = j->hp;
-  int64_t hd = hp->head_dim, qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
-  int64_t group = hp->n_head / hp->n_head_kv;
-  float scale = 1.0f / sqrtf((float)hd);
+  const sl__attn_desc *ad = j->ad;
+  int64_t hd = ad->head_dim, qd = ad->n_head * hd, kvd = ad->n_head_kv * hd;
+  int64_t group = ad->n_head / ad->n_head_kv;
+  float scale = ad->scale;
   float *sc = j->scratch + (size_t)ith * j->scratch_per;
   const uint16_t **kh = j->heads + (size_t)ith * 2 * (size_t)j->max_blocks;
   const uint16_t **vh = kh + j->max_blocks;
@@ -213,11 +234,11 @@ static void attn_worker(void *p, int ith, int nth) {
     int64_t built = -1; /* the KV head whose rows kh/vh hold */
     for (int t = 0; t < q->n && cost < hi; t++) {
       int64_t tok = q->first + t, len = q->pos0 + t + 1;
-      if (cost + len * hp->n_head <= lo) { /* the whole token is before us */
-        cost += len * hp->n_head;
+      if (cost + len * ad->n_head <= lo) { /* the whole token is before us */
+        cost += len * ad->n_head;
         continue;
       }
-      for (int64_t h = 0; h < hp->n_head; h++, cost += len) {
+      for (int64_t h = 0; h < ad->n_head; h++, cost += len) {
         if (cost < lo || cost >= hi)
           continue;
         int64_t kvh = h / group;
@@ -249,10 +270,10 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
   const sl_model_hparams *hp = &m->hp;
   const sl_batch *b = a->b;
   int n = b->n_tokens;
-  int64_t d = hp->n_embd, hd = hp->head_dim, qd = hp->n_head * hd,
-          kvd = hp->n_head_kv * hd, ff = hp->n_ff;
+  /* the KV cache's rows are one width for every layer */
+  int64_t d = hp->n_embd, kvd = c->kv.kv_dim;
   int T = c->kv.block_tokens;
-  act_layout L = layout_for(hp, (size_t)n);
+  act_layout L = layout_for(m, (size_t)n);
   float *act = sl_buf_ptr(a->act);
   float *x = act + L.x, *xn = act + L.xn, *q = act + L.q, *k = act + L.k,
         *v = act + L.v, *att = act + L.att, *g = act + L.g, *u = act + L.u;
@@ -278,10 +299,10 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
   }
   int bs = __builtin_ctz((unsigned)T);
   sl_status st = SL_OK;
-  int64_t attn_cost = 0;
+  int64_t ctx_cost = 0; /* the context lengths of every token, summed */
   for (int s = 0; s < b->n_seqs; s++) {
     int64_t p0 = b->seqs[s].pos0, nq = b->seqs[s].n;
-    attn_cost += (nq * p0 + nq * (nq + 1) / 2) * hp->n_head;
+    ctx_cost += nq * p0 + nq * (nq + 1) / 2;
   }
 
   for (int t = 0; t < n && st == SL_OK; t++)
@@ -289,8 +310,11 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
 
   for (int64_t l = 0; l < hp->n_layer && st == SL_OK; l++) {
     const sl__layer_w *w = &m->layers[l];
+    const sl__layer_desc *ld = &m->ld[l];
+    const int64_t qd = ld->attn.n_head * ld->attn.head_dim;
+    const float eps = ld->norm.eps;
     for (int t = 0; t < n; t++)
-      sl_kern_rmsnorm(xn + t * d, x + t * d, w->attn_norm, d, hp->rms_eps);
+      sl_kern_rmsnorm(xn + t * d, x + t * d, w->attn_norm, d, eps);
     const sl_kern_weight *wqkv[] = {&w->wq, &w->wk, &w->wv},
                          *wgu[] = {&w->w_gate, &w->w_up};
     float *const yqkv[] = {q, k, v}, *const ygu[] = {g, u};
@@ -302,7 +326,7 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
       for (int i = 0; i < sq->n; i++) {
         int t = sq->first + i;
         int64_t pos = sq->pos0 + i;
-        st = llama_qk_prep(m, w, q + t * qd, k + t * kvd, v + t * kvd, pos);
+        st = llama_qk_prep(ld, w, q + t * qd, k + t * kvd, v + t * kvd, pos);
         if (st != SL_OK)
           break;
         int blk = sq->block_table[pos / T], slot = (int)(pos % T);
@@ -328,9 +352,20 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
                 sl_kv_view_k_offset(&c->kv, (int)l, sq->block_table[bi]);
       }
     }
-    attn_job aj = {hp,    b,          q,         att,     kb,
-                   vb,    blk_off,    bs,        scratch, scratch_per,
-                   heads, max_blocks, attn_cost, 0};
+    attn_job aj = {&ld->attn,
+                   b,
+                   q,
+                   att,
+                   kb,
+                   vb,
+                   blk_off,
+                   bs,
+                   scratch,
+                   scratch_per,
+                   heads,
+                   max_blocks,
+                   ctx_cost * ld->attn.n_head,
+                   0};
     sl_kern_pool_run(c->pool, attn_worker, &aj);
     if ((st = (sl_status)atomic_load(&aj.err)) != SL_OK)
       break;
@@ -338,16 +373,17 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
       break;
     sl_kern_add(x, x, xn, (int64_t)n * d);
     for (int t = 0; t < n; t++)
-      sl_kern_rmsnorm(xn + t * d, x + t * d, w->ffn_norm, d, hp->rms_eps);
-    if (hp->n_expert > 0) {
-      if ((st = sl__moe_ffn(c->pool, hp, w, xn, g, n, act + L.moe)) != SL_OK)
+      sl_kern_rmsnorm(xn + t * d, x + t * d, w->ffn_norm, d, eps);
+    if (ld->ffn.kind == SL__FFN_MOE) {
+      if ((st = sl__moe_ffn(c->pool, &ld->ffn, d, w, xn, g, n, act + L.moe)) !=
+          SL_OK)
         break;
       sl_kern_add(x, x, g, (int64_t)n * d);
       continue;
     }
     if ((st = sl_kern_matmul_parts(c->pool, wgu, 2, xn, ygu, n)) != SL_OK)
       break;
-    sl_kern_swiglu(g, g, u, (int64_t)n * ff);
+    sl_kern_swiglu(g, g, u, (int64_t)n * ld->ffn.n_ff);
     if ((st = sl_kern_matmul(c->pool, &w->w_down, g, xn, n)) != SL_OK)
       break;
     sl_kern_add(x, x, xn, (int64_t)n * d);
@@ -362,7 +398,7 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
       for (int t = from; t < sq->n; t++, cnt++)
         sl_kern_rmsnorm(xn + (size_t)cnt * (size_t)d,
                         x + (size_t)(sq->first + t) * (size_t)d, m->output_norm,
-                        d, hp->rms_eps);
+                        d, m->md.out_norm.eps);
     }
     if (cnt)
       st = sl_kern_matmul(c->pool, &m->output, xn, a->logits, cnt);
@@ -375,7 +411,7 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
       for (int t = 0; sq->embed && t < sq->n; t++, row++)
         sl_kern_rmsnorm(a->hidden + row * (size_t)d,
                         x + (size_t)(sq->first + t) * (size_t)d, m->output_norm,
-                        d, hp->rms_eps);
+                        d, m->md.out_norm.eps);
     }
   }
   sl_free(scratch);
@@ -436,7 +472,7 @@ sl_status sl_batch_ctx_submit(sl_batch_ctx_t *c, const sl_batch *b,
   for (int s = 0; s < b->n_seqs; s++)
     total_blocks += (b->seqs[s].pos0 + b->seqs[s].n + kc->block_tokens - 1) /
                     kc->block_tokens;
-  act_layout L = layout_for(hp, (size_t)b->n_tokens);
+  act_layout L = layout_for(c->m, (size_t)b->n_tokens);
   sl_buf_t *act = NULL;
   sl_status st = sl_buf_alloc(c->stream, L.total * 4, &act);
   if (st != SL_OK)

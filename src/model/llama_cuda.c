@@ -398,15 +398,11 @@ sl_status sl__cu_create(sl_model_t *m, const sl_kv_view *kv,
     errcap = sizeof tmp;
   }
   err[0] = 0;
-  if (m->hp.n_expert > 0) { /* (the file's own name of its architecture:
-                               sl_arch_name is llama.c's, above this file) */
-    sl_str arch = {0};
-    sl_gguf_get_str(m->g, "general.architecture", &arch);
-    snprintf(err, errcap,
-             "%.*s with %lld experts: mixture-of-experts layers have no CUDA "
-             "kernels yet (run it on the CPU)",
-             (int)arch.len, arch.ptr ? arch.ptr : "",
-             (long long)m->hp.n_expert);
+  if (sl__model_check(m, SL__CUDA_FEATURES, "CUDA", err, errcap) != SL_OK) {
+    size_t len = strlen(err);
+    if (sl__model_check(m, SL__CPU_FEATURES, "CPU", NULL, 0) == SL_OK &&
+        len < errcap)
+      snprintf(err + len, errcap - len, " (run it on the CPU)");
     return SL_ERR_UNSUPPORTED;
   }
   for (int64_t l = 0; l < m->hp.n_layer; l++) {
@@ -627,8 +623,8 @@ static sl_status forward(sl__cu_ctx *c, const cu_arg *a, void *s, char *base) {
   const sl_model_hparams *hp = &c->m->hp;
   const step_layout *L = &a->L;
   int n = a->n;
-  int64_t d = hp->n_embd, hd = hp->head_dim, qd = hp->n_head * hd,
-          kvd = hp->n_head_kv * hd, ff = hp->n_ff, nv = hp->n_vocab;
+  /* the KV cache's rows are one width for every layer */
+  int64_t d = hp->n_embd, kvd = c->kv.kv_dim, nv = hp->n_vocab;
   float *x = (float *)(base + L->x), *xn = (float *)(base + L->xn),
         *q = (float *)(base + L->q), *k = (float *)(base + L->k),
         *v = (float *)(base + L->v), *att = (float *)(base + L->att),
@@ -643,31 +639,35 @@ static sl_status forward(sl__cu_ctx *c, const cu_arg *a, void *s, char *base) {
                       x));
   /* the first layer's norm; the others' come fused with the residual add
    * that ends the layer before (sl_kcu_add_rmsnorm) */
-  TRY(sl_kcu_rmsnorm(s, xn, x, c->layers[0].attn_norm, n, d, hp->rms_eps));
+  TRY(sl_kcu_rmsnorm(s, xn, x, c->layers[0].attn_norm, n, d,
+                     c->m->ld[0].norm.eps));
   for (int64_t l = 0; l < hp->n_layer; l++) {
     const sl__layer_w *w = &c->layers[l];
+    const sl__layer_desc *ld = &c->m->ld[l];
+    const sl__attn_desc *ad = &ld->attn;
+    const int64_t hd = ad->head_dim, qd = ad->n_head * hd;
+    const float eps = ld->norm.eps;
     const sl__cu_stack *stk = &c->stacks[l];
     const sl_kern_weight *wqkv[] = {&w->wq, &w->wk, &w->wv},
                          *wgu[] = {&w->w_gate, &w->w_up};
     float *const yqkv[] = {q, k, v}, *const ygu[] = {g, u};
     TRY(mm_parts(s, &stk->qkv, wqkv, yqkv, 3, xn, n, a->n_dec, mmw,
                  L->mm_bytes));
-    if (w->bq) {
+    if (ad->qkv_bias) {
       TRY(sl_kcu_add_bias(s, q, w->bq, n, qd));
       TRY(sl_kcu_add_bias(s, k, w->bk, n, kvd));
       TRY(sl_kcu_add_bias(s, v, w->bv, n, kvd));
     }
-    if (w->q_norm) {
-      TRY(sl_kcu_rmsnorm(s, q, q, w->q_norm, (int64_t)n * hp->n_head, hd,
-                         hp->rms_eps));
-      TRY(sl_kcu_rmsnorm(s, k, k, w->k_norm, (int64_t)n * hp->n_head_kv, hd,
-                         hp->rms_eps));
+    if (ad->qk_norm) {
+      TRY(sl_kcu_rmsnorm(s, q, q, w->q_norm, (int64_t)n * ad->n_head, hd, eps));
+      TRY(sl_kcu_rmsnorm(s, k, k, w->k_norm, (int64_t)n * ad->n_head_kv, hd,
+                         eps));
     }
     uint16_t *kl = kvmem + sl_kv_view_k_offset(&c->kv, (int)l, 0);
     TRY(sl_kcu_rope_kv_store(s, q, k, v, idx + L->i_pos, idx + L->i_slot, n,
-                             (int)hp->n_head, (int)hp->n_head_kv, (int)hd,
-                             (int)hp->n_rot, hp->rope_base, hp->rope_scale,
-                             hp->rope_mode, kl, kl + vhalf));
+                             (int)ad->n_head, (int)ad->n_head_kv, (int)hd,
+                             (int)ad->rope.n_dims, ad->rope.base,
+                             ad->rope.scale, ad->rope.mode, kl, kl + vhalf));
     sl_kcu_attn aa = {.q = q,
                       .out = att,
                       .k_layer = kl,
@@ -677,25 +677,25 @@ static sl_status forward(sl__cu_ctx *c, const cu_arg *a, void *s, char *base) {
                       .tok_seq = idx + L->i_seq,
                       .tok_pos = idx + L->i_pos,
                       .n_tok = n,
-                      .n_head = (int)hp->n_head,
-                      .n_head_kv = (int)hp->n_head_kv,
+                      .n_head = (int)ad->n_head,
+                      .n_head_kv = (int)ad->n_head_kv,
                       .head_dim = (int)hd,
                       .kv_dim = (int)kvd,
                       .block_tokens = c->kv.block_tokens,
                       .max_len = a->max_len,
                       .n_split_tok = a->n_dec,
-                      .scale = 1.0f / sqrtf((float)hd),
+                      .scale = ad->scale,
                       .work = L->attn_bytes ? base + L->attn : NULL,
                       .work_bytes = L->attn_bytes};
     TRY(sl_kcu_attention(s, &aa));
     TRY(mm(s, &w->wo, att, xn, n, a->n_dec, mmw, L->mm_bytes));
-    TRY(sl_kcu_add_rmsnorm(s, x, xn, xn, w->ffn_norm, n, d, hp->rms_eps));
+    TRY(sl_kcu_add_rmsnorm(s, x, xn, xn, w->ffn_norm, n, d, eps));
     TRY(mm_parts(s, &stk->gu, wgu, ygu, 2, xn, n, a->n_dec, mmw, L->mm_bytes));
-    TRY(sl_kcu_swiglu(s, g, g, u, (int64_t)n * ff));
+    TRY(sl_kcu_swiglu(s, g, g, u, (int64_t)n * ld->ffn.n_ff));
     TRY(mm(s, &w->w_down, g, xn, n, a->n_dec, mmw, L->mm_bytes));
     if (l + 1 < hp->n_layer)
       TRY(sl_kcu_add_rmsnorm(s, x, xn, xn, c->layers[l + 1].attn_norm, n, d,
-                             hp->rms_eps));
+                             c->m->ld[l + 1].norm.eps));
     else
       TRY(sl_kcu_add(s, x, x, xn, (int64_t)n * d));
   }
@@ -704,7 +704,7 @@ static sl_status forward(sl__cu_ctx *c, const cu_arg *a, void *s, char *base) {
     return SL_OK;
   /* the rows whose logits are wanted, normed, through the output matrix */
   TRY(sl_kcu_get_rows(s, SL_GGML_F32, x, d, idx + L->i_rows, rows, xn));
-  TRY(sl_kcu_rmsnorm(s, xn, xn, c->out_norm, rows, d, hp->rms_eps));
+  TRY(sl_kcu_rmsnorm(s, xn, xn, c->out_norm, rows, d, c->m->md.out_norm.eps));
   TRY(mm(s, &c->output, xn, logits, rows, a->rows_dec, mmw, L->mm_bytes));
   TRY(sl_kcu_argmax(s, logits, rows, nv, ids, lp));
   if (a->samp)

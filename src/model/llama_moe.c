@@ -30,9 +30,9 @@ typedef struct moe_layout {
   size_t logits, sel, wt, off, list, xe, ge, ue, ye, total;
 } moe_layout;
 
-static moe_layout layout_for(const sl_model_hparams *hp, size_t n) {
-  size_t E = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used,
-         d = (size_t)hp->n_embd, ff = (size_t)hp->n_ff_exp;
+static moe_layout layout_for(const sl__ffn_desc *f, int64_t width, size_t n) {
+  size_t E = (size_t)f->n_expert, K = (size_t)f->n_used, d = (size_t)width,
+         ff = (size_t)f->n_ff;
   moe_layout L;
   size_t o = 0;
   L.logits = o, o += up16(n * E);
@@ -48,13 +48,12 @@ static moe_layout layout_for(const sl_model_hparams *hp, size_t n) {
   return L;
 }
 
-size_t sl__moe_scratch_floats(const sl_model_hparams *hp, size_t n) {
-  return hp->n_expert > 0 ? layout_for(hp, n).total : 0;
+size_t sl__moe_scratch_floats(const sl__ffn_desc *f, int64_t d, size_t n) {
+  return f->kind == SL__FFN_MOE ? layout_for(f, d, n).total : 0;
 }
 
-void sl__moe_route(const sl_model_hparams *hp, float *lg, int32_t *sel,
-                   float *wt) {
-  const int E = (int)hp->n_expert, K = (int)hp->n_expert_used;
+void sl__moe_route(const sl__ffn_desc *fd, float *lg, int32_t *sel, float *wt) {
+  const int E = (int)fd->n_expert, K = (int)fd->n_used;
   sl_kern_softmax(lg, E);
   /* K passes over the experts: the largest probability not yet taken, the
    * lowest index on a tie (a NaN never wins over a number, and the first
@@ -84,8 +83,8 @@ void sl__moe_route(const sl_model_hparams *hp, float *lg, int32_t *sel,
     wt[j] = lg[sel[j]];
     sum += wt[j];
   }
-  float f = hp->expert_scale;
-  if (hp->expert_norm && sum > 0)
+  float f = fd->weight_scale;
+  if (fd->norm_weights && sum > 0)
     for (int j = 0; j < K; j++)
       wt[j] = wt[j] / sum * f;
   else
@@ -93,12 +92,12 @@ void sl__moe_route(const sl_model_hparams *hp, float *lg, int32_t *sel,
       wt[j] *= f;
 }
 
-sl_status sl__moe_ffn(sl_kern_pool_t *pool, const sl_model_hparams *hp,
+sl_status sl__moe_ffn(sl_kern_pool_t *pool, const sl__ffn_desc *f, int64_t d,
                       const sl__layer_w *w, const float *x, float *out, int n,
                       float *scratch) {
-  const int E = (int)hp->n_expert, K = (int)hp->n_expert_used;
-  const int64_t d = hp->n_embd, ff = hp->n_ff_exp;
-  moe_layout L = layout_for(hp, (size_t)n);
+  const int E = (int)f->n_expert, K = (int)f->n_used;
+  const int64_t ff = f->n_ff;
+  moe_layout L = layout_for(f, d, (size_t)n);
   float *logits = scratch + L.logits, *wt = scratch + L.wt,
         *xe = scratch + L.xe, *ge = scratch + L.ge, *ue = scratch + L.ue,
         *ye = scratch + L.ye;
@@ -109,7 +108,7 @@ sl_status sl__moe_ffn(sl_kern_pool_t *pool, const sl_model_hparams *hp,
   if (st != SL_OK)
     return st;
   for (int t = 0; t < n; t++)
-    sl__moe_route(hp, logits + (size_t)t * (size_t)E, sel + (size_t)t * K,
+    sl__moe_route(f, logits + (size_t)t * (size_t)E, sel + (size_t)t * K,
                   wt + (size_t)t * K);
   /* counting sort of the (token, choice) pairs by expert; each entry is
    * the pair's index t * K + j, tokens in batch order within an expert */
