@@ -187,6 +187,63 @@ static void test_clear_sites_normal_path(void) {
   sl_free(text);
 }
 
+/* The load's transform, the CPU kernels' packed copies of the weights (for a
+ * model no context has used yet), is work on the new engine's own stream:
+ * it is still running when the executor's first clear (engine.load) is
+ * reached, and that clear drains it: nothing pending, nothing in flight
+ * after it. No hook queues anything here: what the clear finds in flight
+ * is the transform. (Where the ISA has no packed kernels there is nothing
+ * to transform, and only the evidence after the clear is checked.) */
+static void test_load_transform_in_flight(void) {
+  char buf[4096], err[256];
+  sl_status st;
+  sl_model_t *m =
+      sl_model_load(default_model_path(buf, sizeof buf), &st, err, sizeof err);
+  CHECK_MSG(m != NULL, "%s", err);
+  if (!m)
+    return;
+  uint64_t mapped = sl_model_weight_bytes(m);
+  sl_engine_config cfg = sl_engine_config_defaults();
+  cfg.n_ctx = 512;
+  cfg.max_seqs = 2;
+  cfg.n_threads = 2;
+  sl_engine_t *e = NULL;
+  CHECK_OK(sl_engine_create(m, g_tok, &cfg, &e));
+  if (e) {
+    sl__site_stats s = sl__engine_site_stats(e, SL__SITE_LOAD);
+    bool transformed = sl_model_weight_bytes(m) != mapped;
+    CHECK_EQ_INT(s.count, 1);
+    if (transformed)
+      CHECK_MSG(s.reached_busy == 1,
+                "engine.load: the weights' transform was not in flight at "
+                "the load clear (reached busy %llu times)",
+                (unsigned long long)s.reached_busy);
+    else
+      fprintf(stderr, "  no packed kernels at this ISA: nothing to "
+                      "transform\n");
+    CHECK_MSG(s.engine_pending_max == 0, "engine.load: %llu tasks pending",
+              (unsigned long long)s.engine_pending_max);
+    CHECK(s.inflight_bytes_max == 0 && s.inflight_ms_max == 0.0);
+    fprintf(stderr,
+            "  engine.load: the transform %s in flight, %.3f ms of it "
+            "drained by the clear; after it %llu tasks pending\n",
+            s.reached_busy ? "was" : "was not", s.busy_drain_ms_max,
+            (unsigned long long)s.engine_pending_max);
+    /* and the engine runs on the transformed weights */
+    int32_t *ids;
+    int n = tokenize("The capital of France is", &ids);
+    result r;
+    result_init(&r);
+    sl_gen_params gp = greedy(4);
+    CHECK_OK(sl_engine_submit(e, ids, n, &gp, on_event, &r, NULL));
+    result_wait(&r);
+    CHECK_EQ_INT(r.n, 4);
+    sl_free(ids);
+    sl_engine_free(e);
+  }
+  sl_model_free(m);
+}
+
 static void test_error_ladders(void) {
   char *text = long_text(SL_TEST_SANITIZED ? 3 : 12);
   int32_t *ids;
@@ -723,6 +780,7 @@ int main(void) {
   if (rc)
     return rc;
   RUN(test_clear_sites_normal_path);
+  RUN(test_load_transform_in_flight);
   RUN(test_error_ladders);
   RUN(test_memory_guard_real_limit);
   RUN(test_batching_invariance_and_prefix_cache);

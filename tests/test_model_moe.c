@@ -461,6 +461,28 @@ static void test_grouped_products(sl_kern_isa isa) {
   }
   CHECK_MSG(sum_rel / (NL * N) < 0.025, "%s: mean rel %g",
             sl_kern_isa_name(isa), sum_rel / (NL * N));
+  /* the load fused each expert's gate and up (Q8_0, FF rows: whole packing
+   * groups) where this ISA packs Q8_0, and the fused product gives the
+   * same bits as the two products */
+  sl_kern_weight q8 = {SL_GGML_Q8_0, FF, D, x, NULL};
+  bool packs = sl_kern_repack_bytes(&q8) > 0;
+  for (int l = 0; l < NL; l++) {
+    sl__layer_w w = m->layers[l];
+    CHECK_MSG((w.gu_exps != NULL) == packs, "%s layer %d: fused %d, packs %d",
+              sl_kern_isa_name(isa), l, w.gu_exps != NULL, packs);
+    if (!w.gu_exps)
+      continue;
+    CHECK(sl_kern_packed_in_use(&w.gu_exps[0]));
+    CHECK(w.gu_exps[0].rows == 2 * FF && w.gu_exps[0].data == NULL);
+    CHECK(w.gate_exps[3].packed == w.gu_exps[3].packed);
+    CHECK_OK(sl__moe_ffn(pool, &m->ld[l].ffn, D, &w, x, out, N, scratch));
+    static float apart[N * D];
+    w.gu_exps = NULL;
+    CHECK_OK(sl__moe_ffn(pool, &m->ld[l].ffn, D, &w, x, apart, N, scratch));
+    CHECK_MSG(memcmp(out, apart, sizeof apart) == 0,
+              "%s layer %d: the fused gate/up differs from the two products",
+              sl_kern_isa_name(isa), l);
+  }
   sl_free(one);
   sl_free(scratch);
   sl_kern_pool_destroy(pool);

@@ -192,6 +192,16 @@ size_t sl_kern_repack_bytes(const sl_kern_weight *W);
  * only. */
 sl_status sl_kern_repack(const sl_kern_weight *W, void *dst, size_t bytes);
 
+/* Rows per group of a packed copy: matrices of the same type and cols whose
+ * rows are multiples of it pack, one after the other, into exactly the
+ * packed copy of the matrix they stack into (their rows concatenated). */
+#define SL_KERN_PACK_ROWS 8
+
+/* True when sl_kern_matmul on W, at the ISA in use, reads W->packed and
+ * never W->data: a matrix that exists only as a packed copy (data NULL) may
+ * be multiplied exactly when this holds. */
+bool sl_kern_packed_in_use(const sl_kern_weight *W);
+
 /* Y[t][r] = sum_k W[r][k] * X[t][k] for t < n_tokens, r < W->rows:
  * X is [n_tokens][cols] f32, Y is [n_tokens][rows] f32, both contiguous and
  * not overlapping. Rows are split across the pool's threads (pool may be NULL:

@@ -559,6 +559,7 @@ void sl_model_free(sl_model_t *m) {
   if (!m)
     return;
   sl_free(m->packed);
+  sl_free(m->fused);
   sl_free(m->ld);
   sl_free(m->experts);
   sl_free(m->layers);
@@ -579,7 +580,8 @@ const uint8_t *sl_model_fingerprint(const sl_model_t *m) {
 uint64_t sl_model_weight_bytes(const sl_model_t *m) {
   /* resident: the file's tensors, less the pages given back for packed
    * copies, plus the copies */
-  return m->weight_bytes - m->released_bytes + m->packed_bytes;
+  return m->weight_bytes - atomic_load(&m->released_bytes) +
+         atomic_load(&m->packed_bytes);
 }
 
 uint64_t sl_model_bytes_per_token(const sl_model_t *m) {

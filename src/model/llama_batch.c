@@ -67,6 +67,11 @@ static sl_status llama_qk_prep(const sl__layer_desc *ld, const sl__layer_w *w,
   return st;
 }
 
+static sl_status repack_task(const sl_task_ctx *tctx, void *p) {
+  sl__model_repack(*(sl_model_t **)p);
+  return SL_OK;
+}
+
 uint64_t sl_model_device_weight_bytes(const sl_model_t *m) {
   return sl__cu_weight_bytes(m);
 }
@@ -115,7 +120,15 @@ sl_status sl_batch_ctx_create2(sl_model_t *m, const sl_kv_view *kv,
     sl_free(c);
     return SL_ERR_NOMEM;
   }
-  sl__model_repack(m); /* the CPU kernels' layouts, once per model */
+  /* the CPU kernels' layouts, once per model: a load-time transform, the
+   * stream's first task (DESIGN.md's load clear site drains it) */
+  sl_model_t *mm = m;
+  if ((st = sl_stream_submit(stream, repack_task, &mm, sizeof mm, NULL, 0,
+                             NULL)) != SL_OK) {
+    sl_kern_pool_destroy(c->pool);
+    sl_free(c);
+    return st;
+  }
   *out = c;
   return SL_OK;
 }
@@ -383,7 +396,12 @@ static sl_status run_task(const sl_task_ctx *tctx, void *p) {
     }
     if ((st = sl_kern_matmul_parts(c->pool, wgu, 2, xn, ygu, n)) != SL_OK)
       break;
-    sl_kern_swiglu(g, g, u, (int64_t)n * ld->ffn.n_ff);
+    /* a token at a time: its arithmetic (vector lanes or the tail) is the
+     * same whatever the number of tokens (I9), for any width */
+    for (int t = 0; t < n; t++)
+      sl_kern_swiglu(g + (size_t)t * (size_t)ld->ffn.n_ff,
+                     g + (size_t)t * (size_t)ld->ffn.n_ff,
+                     u + (size_t)t * (size_t)ld->ffn.n_ff, ld->ffn.n_ff);
     if ((st = sl_kern_matmul(c->pool, &w->w_down, g, xn, n)) != SL_OK)
       break;
     sl_kern_add(x, x, xn, (int64_t)n * d);

@@ -139,6 +139,13 @@ typedef struct sl__layer_w {
    * d) (d, n_ff_exp). Arrays of n_expert, in sl_model.experts. */
   sl_kern_weight router;
   sl_kern_weight *gate_exps, *up_exps, *down_exps;
+  /* Each expert's gate stacked on its up (2 * n_ff_exp rows), fused by the
+   * load transform (sl__model_repack) where the layout allows: a packed
+   * copy only (data NULL), which gate_exps[e] and up_exps[e] view the two
+   * halves of; one product per expert where sl_kern_packed_in_use says the
+   * ISA in use reads it. NULL otherwise. Arrays of n_expert, in
+   * sl_model.fused. */
+  const sl_kern_weight *gu_exps;
 } sl__layer_w;
 
 struct sl_model {
@@ -154,14 +161,18 @@ struct sl_model {
                                      expert views, or NULL (dense) */
   uint64_t expert_bytes;          /* the expert tensors' bytes (of
                                      weight_bytes) */
+  sl_kern_weight *fused;          /* (n_layer * n_expert): the fused gate/up
+                                     views (sl__layer_w.gu_exps), or NULL */
   uint64_t weight_bytes;          /* the tensors' bytes in the file */
   uint8_t fingerprint[16];        /* sl_gguf_fingerprint of the file */
   /* The matrices' packed copies (sl__model_repack): one allocation, owned;
    * NULL until a CPU batch context asks for them, or when none applies. */
   void *packed;
-  uint64_t packed_bytes;   /* its size */
-  uint64_t released_bytes; /* mapped bytes given back once copied */
-  bool repack_done;        /* sl__model_repack has run */
+  /* atomic: the transform runs as a task on a stream while other threads
+   * read sl_model_weight_bytes */
+  _Atomic uint64_t packed_bytes;   /* its size */
+  _Atomic uint64_t released_bytes; /* mapped bytes given back once copied */
+  bool repack_done;                /* sl__model_repack has run */
   pthread_mutex_t repack_mu;
 };
 
@@ -180,10 +191,14 @@ sl_status sl__model_check(const sl_model_t *m, uint32_t implemented,
  * (sl_kern_repack; SLUICE_REPACK=0 turns it off) into m->packed, sets their
  * `packed`, and releases the mapped pages of the copied tensors
  * (sl_gguf_release_pages), except token_embd's when the output is tied to it
- * (the embedding lookup reads its rows). Once per model: the first CPU batch
- * context calls it, before any CPU forward pass runs; a CUDA one never does,
- * so a GPU run spends no host memory on copies. Without memory for the
- * copies it logs and leaves the weights as they are. Any thread (locked). */
+ * (the embedding lookup reads its rows). Once per model: a load-time
+ * transform that every CPU batch context queues as the first task on its
+ * stream (sl_batch_ctx_create2), so it runs before any forward pass of that
+ * context and is in flight until the stream's owner drains it (an engine's
+ * load clear); a CUDA context never does, so a GPU run spends no host memory
+ * on copies. Without memory for the copies it logs and leaves the weights as
+ * they are. Any thread (locked: a second context's task waits for the
+ * first's, so neither runs a pass over half-repacked weights). */
 void sl__model_repack(sl_model_t *m);
 
 /* The routed-expert FFN of one MoE layer over n tokens (llama_moe.c):

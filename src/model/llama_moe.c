@@ -41,6 +41,8 @@ static moe_layout layout_for(const sl__ffn_desc *f, int64_t width, size_t n) {
   L.off = o, o += up16(E + 1);
   L.list = o, o += up16(n * K);
   L.xe = o, o += up16(n * K * d); /* the pairs' rows, grouped by expert */
+  /* ge and ue back to back: a fused product writes (n * K, 2 * ff) over
+   * both */
   L.ge = o, o += up16(n * K * ff);
   L.ue = o, o += up16(n * K * ff);
   L.ye = o, o += up16(n * K * d);
@@ -132,12 +134,21 @@ sl_status sl__moe_ffn(sl_kern_pool_t *pool, const sl__ffn_desc *f, int64_t d,
   sl_kern_matmul_op *op = sl_malloc(sizeof *op * 2 * (size_t)E);
   if (!op)
     return SL_ERR_NOMEM;
+  /* gate and up of every chosen expert: one product of the two stacked
+   * where the load fused them and the ISA in use reads the fused copy (each
+   * pair's row (gate, then up) is then one row of 2 * ff), else two */
+  const bool fused = w->gu_exps && sl_kern_packed_in_use(&w->gu_exps[0]);
   int nop = 0;
-  for (int e = 0; e < E; e++) { /* gate and up of every chosen expert */
+  for (int e = 0; e < E; e++) {
     int64_t c = off[e + 1] - off[e];
     if (c == 0)
       continue;
     size_t r0 = (size_t)off[e];
+    if (fused) {
+      op[nop++] = (sl_kern_matmul_op){&w->gu_exps[e], xe + r0 * (size_t)d,
+                                      ge + r0 * 2 * (size_t)ff, c};
+      continue;
+    }
     op[nop++] = (sl_kern_matmul_op){&w->gate_exps[e], xe + r0 * (size_t)d,
                                     ge + r0 * (size_t)ff, c};
     op[nop++] = (sl_kern_matmul_op){&w->up_exps[e], xe + r0 * (size_t)d,
@@ -145,7 +156,17 @@ sl_status sl__moe_ffn(sl_kern_pool_t *pool, const sl__ffn_desc *f, int64_t d,
   }
   st = sl_kern_matmul_grouped(pool, op, nop);
   if (st == SL_OK) {
-    sl_kern_swiglu(ge, ge, ue, (int64_t)n * K * ff);
+    /* SwiGLU a pair at a time (the same arithmetic for a row whatever the
+     * number of rows, I9), into ge's rows of ff; fused, in place: row r's
+     * output [r ff, (r + 1) ff) overlaps only rows before it (r >= 1), or
+     * its own gate half element for element (r = 0) */
+    for (int64_t r = 0; r < (int64_t)n * K; r++) {
+      float *h = ge + r * ff;
+      if (fused)
+        sl_kern_swiglu(h, ge + r * 2 * ff, ge + r * 2 * ff + ff, ff);
+      else
+        sl_kern_swiglu(h, h, ue + r * ff, ff);
+    }
     nop = 0;
     for (int e = 0; e < E; e++) {
       int64_t c = off[e + 1] - off[e];

@@ -214,7 +214,7 @@ typedef void (*sl__gemm_fn)(int64_t cols, const void *w, size_t w_stride,
  * (s = 0..7) of a row; "4-byte runs" put row r's 4 bytes at bytes 4r..4r+3
  * of a 32-byte vector, so one load carries the same four elements of all 8
  * rows. */
-#define SL__PACK_ROWS 8
+#define SL__PACK_ROWS SL_KERN_PACK_ROWS
 typedef struct {
   uint16_t d[8];       /* f16 scales of rows 0..7 */
   uint8_t qs[4][8][4]; /* qs[j][r][e] = row r's qs[4j + e]: low nibbles step

@@ -138,6 +138,28 @@ static void dot_task(void *p, int ith, int nth) {
     dot_run(&pj->jobs[i]);
 }
 
+/* Whether a packed kernel takes W at the ISA in use, and over which
+ * activations (*act, from sl_kern_act_type). */
+static bool packed_kernel(const sl__kern_cpu_ops *ops, const sl_kern_weight *W,
+                          sl_ggml_type *act) {
+  if (!W->packed || (int)W->type < 0 || (int)W->type >= SL__NTYPES ||
+      !ops->packed[W->type] || sl__pack_block_bytes(W->type) == 0)
+    return false;
+  /* packed Q4_1 / Q5_1 take Q8_0 activations (the same d and quants as
+   * Q8_1): their minimums' term reads the quants' exact sums */
+  if (*act == SL_GGML_Q8_1)
+    *act = SL_GGML_Q8_0;
+  /* the packed kernels take any token count; over Q8_0 activations (not
+   * Q8_K) they read the block-major scales and quant sums */
+  return *act == SL_GGML_Q8_0 || *act == SL_GGML_Q8_K;
+}
+
+bool sl_kern_packed_in_use(const sl_kern_weight *W) {
+  sl_ggml_type act;
+  return W && sl_kern_act_type(W->type, &act) == SL_OK &&
+         packed_kernel(sl__kern_cpu_ops_get(), W, &act);
+}
+
 /* One part's job, before its activations have a place: the act type, its
  * row bytes, the dot and whether a gemm takes it. */
 static sl_status part_init(const sl__kern_cpu_ops *ops, const sl_kern_weight *W,
@@ -149,11 +171,7 @@ static sl_status part_init(const sl__kern_cpu_ops *ops, const sl_kern_weight *W,
   sl_status st = sl_kern_act_type(W->type, &act);
   if (st != SL_OK)
     return st;
-  /* packed Q4_1 / Q5_1 take Q8_0 activations (the same d and quants as
-   * Q8_1): their minimums' term reads the quants' exact sums */
-  if (act == SL_GGML_Q8_1 && W->packed && ops->packed[W->type] &&
-      sl__pack_block_bytes(W->type) > 0)
-    act = SL_GGML_Q8_0;
+  const bool pk = packed_kernel(ops, W, &act);
   size_t wrb, xrb;
   if ((st = sl_kern_row_bytes(W->type, W->cols, &wrb)) != SL_OK)
     return st;
@@ -180,10 +198,7 @@ static sl_status part_init(const sl__kern_cpu_ops *ops, const sl_kern_weight *W,
                   (act != SL_GGML_Q8_0 && act != SL_GGML_Q8_1) ||
                   2 * nb > SL__GEMM_WSC_MAX))
     j->gemm = NULL;
-  /* the packed kernels take any token count; over Q8_0 activations (not
-   * Q8_K) they read the block-major scales and quant sums */
-  if (W->packed && ops->packed[W->type] && sl__pack_block_bytes(W->type) > 0 &&
-      (act == SL_GGML_Q8_0 || act == SL_GGML_Q8_K)) {
+  if (pk) {
     j->pk = ops->packed[W->type];
     j->gemm = NULL;
     j->need_si = act == SL_GGML_Q8_0;
