@@ -310,20 +310,27 @@ INL void step_q4_K(const sl__pack_q4_K *b, const void *x, size_t xs, int64_t i,
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256i is[SL__NT_MAX];
   UNROLL for (int t = 0; t < NT; t++) is[t] = _mm256_setzero_si256();
-  for (int j = 0; j < 8; j++) {
-    const int c = j / 2, h = j % 2;
-    __m256i sc =
-        _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)b->sc[j]));
-    __m256i a16[SL__NT_MAX];
-    UNROLL for (int t = 0; t < NT; t++) a16[t] = _mm256_setzero_si256();
+  /* sub-blocks 2c (low nibbles) and 2c + 1 (high) from one load of each
+   * 32-byte run (the sums are exact integers: their order cannot matter) */
+  for (int c = 0; c < 4; c++) {
+    __m256i a16[SL__NT_MAX], b16[SL__NT_MAX];
+    UNROLL for (int t = 0; t < NT; t++) a16[t] = b16[t] =
+        _mm256_setzero_si256();
     for (int s = 0; s < 8; s++) {
       __m256i raw = _mm256_loadu_si256((const __m256i *)b->qs[c][s]);
-      __m256i v = _mm256_and_si256(h ? _mm256_srli_epi16(raw, 4) : raw, m4);
-      UNROLL for (int t = 0; t < NT; t++) a16[t] =
-          PK_ADD(a16[t], v, bc4(XK(t, i).qs + 32 * j + 4 * s));
+      __m256i lo = _mm256_and_si256(raw, m4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+      UNROLL for (int t = 0; t < NT; t++) {
+        a16[t] = PK_ADD(a16[t], lo, bc4(XK(t, i).qs + 64 * c + 4 * s));
+        b16[t] = PK_ADD(b16[t], hi, bc4(XK(t, i).qs + 64 * c + 32 + 4 * s));
+      }
     }
-    UNROLL for (int t = 0; t < NT; t++) is[t] =
-        _mm256_add_epi32(is[t], PK_SCALE(a16[t], sc));
+    __m256i sl = _mm256_cvtepu8_epi32(
+                _mm_loadl_epi64((const __m128i *)b->sc[2 * c])),
+            sh = _mm256_cvtepu8_epi32(
+                _mm_loadl_epi64((const __m128i *)b->sc[2 * c + 1]));
+    UNROLL for (int t = 0; t < NT; t++) is[t] = _mm256_add_epi32(
+        is[t], _mm256_add_epi32(PK_SCALE(a16[t], sl), PK_SCALE(b16[t], sh)));
   }
   __m256i mv[4];
   for (int k = 0; k < 4; k++)
