@@ -212,9 +212,12 @@ int sl_bench_model_main(int argc, char **argv) {
   int32_t *toks = sl_malloc(sizeof(int32_t) * PP);
   float *logits = sl_malloc(sizeof(float) * (size_t)hp->n_vocab);
   double pp[50], tg[50];
+  char cerr[320] = "";
   if (!toks || !logits ||
-      (st = sl_ctx_create(m, s, 2048, threads, &c)) != SL_OK) {
-    fprintf(stderr, "sluice bench model: cannot make a context\n");
+      (st = sl_ctx_create2(m, s, 2048, threads, &c, cerr, sizeof cerr)) !=
+          SL_OK) {
+    fprintf(stderr, "sluice bench model: cannot make a context%s%s\n",
+            cerr[0] ? ": " : "", cerr);
     goto out;
   }
   for (int i = 0; i < PP; i++)

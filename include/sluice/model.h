@@ -88,6 +88,12 @@ const char *sl_arch_name(sl_arch a);
  * stream: the calling engine thread's own). Free with sl_ctx_free. */
 sl_status sl_ctx_create(sl_model_t *m, sl_stream_t *stream, int n_ctx,
                         int n_threads, sl_ctx_t **out);
+/* The same, writing why into err (when not NULL) on failure: a layer
+ * feature the device's forward pass lacks names the architecture, the
+ * layer, the feature and the device. */
+sl_status sl_ctx_create2(sl_model_t *m, sl_stream_t *stream, int n_ctx,
+                         int n_threads, sl_ctx_t **out, char *err,
+                         size_t errcap);
 void sl_ctx_free(sl_ctx_t *c);
 
 /* Number of tokens in the KV cache. */

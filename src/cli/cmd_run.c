@@ -236,10 +236,11 @@ static int run_model(const run_opts *o, const char *prompt) {
   if (!(ids = prompt_ids(o, m, tok, prompt, &n_ids)))
     goto out;
   sl_stream_t *stream = sl_thread_stream(dev); /* this thread is the engine */
-  if ((st = sl_ctx_create(m, stream, (int)o->ctx, (int)o->threads, &c)) !=
-      SL_OK) {
-    fprintf(stderr, "sluice run: cannot make a context: %s\n",
-            sl_status_str(st));
+  char cerr[320];
+  if ((st = sl_ctx_create2(m, stream, (int)o->ctx, (int)o->threads, &c, cerr,
+                           sizeof cerr)) != SL_OK) {
+    fprintf(stderr, "sluice run: cannot make a context on %s: %s\n",
+            sl_device_name(dev), cerr[0] ? cerr : sl_status_str(st));
     goto out;
   }
   const sl_model_hparams *hp = sl_model_hparams_of(m);

@@ -601,6 +601,14 @@ uint64_t sl_model_bytes_per_token(const sl_model_t *m) {
 
 sl_status sl_ctx_create(sl_model_t *m, sl_stream_t *stream, int n_ctx,
                         int n_threads, sl_ctx_t **out) {
+  return sl_ctx_create2(m, stream, n_ctx, n_threads, out, NULL, 0);
+}
+
+sl_status sl_ctx_create2(sl_model_t *m, sl_stream_t *stream, int n_ctx,
+                         int n_threads, sl_ctx_t **out, char *err,
+                         size_t errcap) {
+  if (err && errcap)
+    err[0] = 0;
   if (!m || !stream || !out || n_ctx <= 0 || n_ctx > (1 << 22))
     return SL_ERR_INVALID_ARG;
   const sl_model_hparams *hp = &m->hp;
@@ -622,7 +630,8 @@ sl_status sl_ctx_create(sl_model_t *m, sl_stream_t *stream, int n_ctx,
     c->table[i] = i;
   if ((st = sl_buf_alloc(stream, bytes, &c->kv.buf)) != SL_OK)
     goto fail_kv;
-  if ((st = sl_batch_ctx_create(m, &c->kv, stream, n_threads, &c->bc)) != SL_OK)
+  if ((st = sl_batch_ctx_create2(m, &c->kv, stream, n_threads, &c->bc, err,
+                                 errcap)) != SL_OK)
     goto fail_bc;
   *out = c;
   return SL_OK;
