@@ -50,7 +50,7 @@ HEADER_LAYER = {
     "grammar": "grammar",
     "kv": "kv", "kv_tier": "kv",
     "model": "model",
-    "engine": "engine", "sampler": "engine", "pool": "engine",
+    "engine": "engine", "sampler": "engine", "pool": "engine", "spec": "engine",
     "server": "server",
 }
 

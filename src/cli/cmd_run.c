@@ -16,6 +16,7 @@
 #include "sluice/model.h"
 #include "sluice/rt.h"
 #include "sluice/sampler.h"
+#include "sluice/spec.h"
 #include "sluice/tokenizer.h"
 #include "sluice/util.h"
 
@@ -26,6 +27,8 @@ typedef struct run_opts {
   long n_predict, ctx, threads;
   sl_sampler_params sp;
   sl_engine_device dev;
+  int spec; /* 0 off, 1 ngram */
+  long draft_max, draft_min;
 } run_opts;
 _Static_assert(sizeof(sl_engine_device) == sizeof(int), "an SL_FLAG_ENUM");
 
@@ -58,6 +61,14 @@ static const sl_flag run_flags[] = {
      .help = "compute threads", .def = "all CPUs"},
     {SL_FLAG_ENUM, "--device", "auto|cpu|cuda", AT(dev),
      .choices = "auto|cpu|cuda", .help = "where the model runs"},
+    {SL_FLAG_ENUM, "--speculative", "off|ngram", AT(spec),
+     .choices = "off|ngram",
+     .help = "speculative decoding: prompt-lookup drafts, verified in one "
+             "pass (greedy only; the same output as without)"},
+    {SL_FLAG_LONG, "--draft-max", "N", AT(draft_max), 1, 64,
+     .help = "tokens drafted at most per pass"},
+    {SL_FLAG_LONG, "--draft-min", "N", AT(draft_min), 1, 64,
+     .help = "draft nothing when fewer would be drafted"},
 };
 #undef AT
 
@@ -164,11 +175,65 @@ static int32_t *prompt_ids(const run_opts *o, const sl_model_t *m,
   return ids;
 }
 
+typedef struct spec_out {
+  const sl_tokenizer_t *tok;
+  long printed;
+} spec_out;
+
+/* Prints a speculative pass's token; false at the end of generation. */
+static bool spec_emit(void *ud, int32_t t, const float *logits) {
+  (void)logits;
+  spec_out *so = ud;
+  if (sl_tokenizer_is_eog(so->tok, t))
+    return false;
+  char piece[256];
+  size_t plen;
+  if (sl_tokenizer_token_to_piece(so->tok, t, false, piece, sizeof piece,
+                                  &plen) == SL_OK) {
+    fwrite(piece, 1, plen, stdout);
+    fflush(stdout);
+  }
+  so->printed++;
+  return true;
+}
+
+/* Greedy generation with prompt-lookup drafts (after the prefill); the
+ * tokens generated, or -1 with a message printed. */
+static long generate_spec(const run_opts *o, sl_ctx_t *c,
+                          const sl_tokenizer_t *tok, const int32_t *ids,
+                          size_t n_ids, const float *logits, int64_t n_vocab,
+                          sl_spec_stats *ss) {
+  sl_draft_params dp = sl_draft_defaults();
+  dp.n_max = (int)o->draft_max;
+  dp.n_min = (int)o->draft_min;
+  char err[128];
+  if (!sl_draft_params_ok(&dp, err, sizeof err)) {
+    fprintf(stderr, "sluice run: %s\n", err);
+    return -1;
+  }
+  int32_t *hist = sl_malloc(sizeof(int32_t) * (n_ids + (size_t)o->n_predict));
+  if (!hist) {
+    fprintf(stderr, "sluice run: out of memory\n");
+    return -1;
+  }
+  memcpy(hist, ids, sizeof(int32_t) * n_ids);
+  spec_out so = {tok, 0};
+  sl_status st =
+      sl_spec_generate_greedy(c, (int)o->ctx, hist, (int)n_ids, logits, n_vocab,
+                              (int)o->n_predict, &dp, spec_emit, &so, ss);
+  sl_free(hist);
+  if (st != SL_OK) {
+    fprintf(stderr, "\nsluice run: decode failed: %s\n", sl_status_str(st));
+    return -1;
+  }
+  return so.printed;
+}
+
 /* Prefills ids, then samples and prints up to -n tokens with their
  * speeds; 0, or 1 with a message printed. */
 static int generate(const run_opts *o, sl_ctx_t *c, const sl_tokenizer_t *tok,
                     sl_sampler_t *smp, const int32_t *ids, size_t n_ids,
-                    float *logits) {
+                    float *logits, int64_t n_vocab) {
   sl_status st;
   for (size_t i = 0; i < n_ids; i++)
     sl_sampler_accept(smp, ids[i]);
@@ -179,7 +244,13 @@ static int generate(const run_opts *o, sl_ctx_t *c, const sl_tokenizer_t *tok,
   }
   uint64_t t1 = sl_now_ns();
   long generated = 0;
-  for (; generated < o->n_predict; generated++) {
+  sl_spec_stats ss = {0};
+  if (o->spec) {
+    generated = generate_spec(o, c, tok, ids, n_ids, logits, n_vocab, &ss);
+    if (generated < 0)
+      return 1;
+  }
+  for (; !o->spec && generated < o->n_predict; generated++) {
     int32_t next = sl_sampler_sample(smp, logits);
     if (sl_tokenizer_is_eog(tok, next))
       break;
@@ -206,6 +277,13 @@ static int generate(const run_opts *o, sl_ctx_t *c, const sl_tokenizer_t *tok,
           n_ids, sl_ns_to_ms(t1 - t0), n_ids / (sl_ns_to_ms(t1 - t0) / 1e3),
           generated, sl_ns_to_ms(t2 - t1),
           generated ? generated / (sl_ns_to_ms(t2 - t1) / 1e3) : 0.0);
+  if (o->spec)
+    fprintf(stderr,
+            "sluice run: speculative: %lld passes, %lld tokens drafted, %lld "
+            "accepted (%.0f%%)\n",
+            (long long)ss.passes, (long long)ss.drafted, (long long)ss.accepted,
+            ss.drafted ? 100.0 * (double)ss.accepted / (double)ss.drafted
+                       : 0.0);
   return 0;
 }
 
@@ -248,8 +326,11 @@ static int run_model(const run_opts *o, const char *prompt) {
   smp = sl_sampler_create(&o->sp, (int)hp->n_vocab);
   if (!logits || !smp)
     fprintf(stderr, "sluice run: out of memory\n");
+  else if (o->spec && !sl_sampler_is_argmax(smp))
+    fprintf(stderr, "sluice run: --speculative ngram needs greedy decoding "
+                    "for now (--temp 0, no repeat penalty)\n");
   else
-    rc = generate(o, c, tok, smp, ids, n_ids, logits);
+    rc = generate(o, c, tok, smp, ids, n_ids, logits, hp->n_vocab);
 out:
   sl_free(logits);
   sl_sampler_free(smp);
@@ -264,7 +345,11 @@ out:
 
 int sl_cli_run_main(int argc, char **argv) {
   char defbuf[PATH_MAX];
-  run_opts o = {.n_predict = 128, .ctx = 2048, .sp = sl_sampler_defaults()};
+  run_opts o = {.n_predict = 128,
+                .ctx = 2048,
+                .sp = sl_sampler_defaults(),
+                .draft_max = 8,
+                .draft_min = 1};
   bool help;
   int rc = sl_flags_parse("run", SL_FLAGS(run_flags), &o, argc, argv, run_head,
                           NULL, &help);

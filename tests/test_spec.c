@@ -1,0 +1,220 @@
+/* Speculative decoding (src/engine/spec.c, issue 47): prompt lookup's
+ * drafts (the longest recurring suffix, its latest occurrence, n_min, the
+ * caps), and greedy generation over a single-sequence context with drafts
+ * on the default model: the same tokens and the same logits, bit for bit,
+ * as one token a pass (written here, independently), with drafts both
+ * accepted and rejected on the way (DESIGN.md I9 is what makes it so). */
+#include <string.h>
+
+#include "default_model.h"
+#include "harness.h"
+#include "sluice/memsync.h"
+#include "sluice/rt.h"
+#include "sluice/spec.h"
+#include "sluice/util.h"
+
+/* ---- prompt lookup ---- */
+
+static sl_draft_params dparams(int n_max, int n_min, int gmax, int gmin) {
+  return (sl_draft_params){n_max, n_min, gmax, gmin};
+}
+
+static void test_lookup(void) {
+  int32_t out[16];
+  /* the longest suffix that recurs: [1 2 3] (not [9 1 2 3]) */
+  const int32_t a[] = {1, 2, 3, 4, 9, 9, 1, 2, 3};
+  sl_draft_params p = dparams(3, 1, 4, 2);
+  CHECK_EQ_INT(sl_draft_lookup(&p, a, 9, out), 3);
+  CHECK(out[0] == 4 && out[1] == 9 && out[2] == 9);
+  /* of two occurrences, the latest */
+  const int32_t b[] = {5, 6, 7, 5, 6, 8, 5, 6};
+  p = dparams(2, 1, 4, 2);
+  CHECK_EQ_INT(sl_draft_lookup(&p, b, 8, out), 2);
+  CHECK(out[0] == 8 && out[1] == 5);
+  /* never past the end of what is known */
+  p = dparams(8, 1, 4, 2);
+  CHECK_EQ_INT(sl_draft_lookup(&p, b, 8, out), 3); /* 8 5 6, then the end */
+  CHECK(out[0] == 8 && out[1] == 5 && out[2] == 6);
+  /* n_min: the latest occurrence leaves too few, an earlier one serves */
+  const int32_t c[] = {5, 6, 1, 2, 5, 6, 5, 6};
+  p = dparams(4, 3, 2, 2);
+  CHECK_EQ_INT(sl_draft_lookup(&p, c, 8, out), 4);
+  CHECK(out[0] == 1 && out[1] == 2 && out[2] == 5 && out[3] == 6);
+  p = dparams(4, 5, 2, 2); /* and none leaves 5 */
+  CHECK_EQ_INT(sl_draft_lookup(&p, c, 8, out), 0);
+  /* nothing recurs; a single token recurs only with ngram_min 1 */
+  const int32_t d[] = {1, 2, 3, 4, 5, 3};
+  p = dparams(4, 1, 3, 2);
+  CHECK_EQ_INT(sl_draft_lookup(&p, d, 6, out), 0);
+  p = dparams(4, 1, 3, 1);
+  CHECK_EQ_INT(sl_draft_lookup(&p, d, 6, out), 3);
+  CHECK(out[0] == 4 && out[1] == 5 && out[2] == 3);
+  CHECK_EQ_INT(sl_draft_lookup(&p, d, 1, out), 0);
+  /* the parameters' ranges */
+  sl_draft_params def = sl_draft_defaults();
+  char err[128];
+  CHECK(sl_draft_params_ok(&def, err, sizeof err));
+  sl_draft_params bad[] = {dparams(0, 1, 4, 2), dparams(65, 1, 4, 2),
+                           dparams(4, 0, 4, 2), dparams(4, 5, 4, 2),
+                           dparams(4, 1, 1, 2), dparams(4, 1, 4, 0),
+                           dparams(4, 1, 65, 2)};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    err[0] = 0;
+    CHECK_MSG(!sl_draft_params_ok(&bad[i], err, sizeof err) && err[0],
+              "case %zu accepted", i);
+  }
+}
+
+/* ---- greedy generation with drafts, against one token a pass ---- */
+
+enum { N_NEW = 48, N_CTX = 1024 };
+
+static sl_model_t *g_model;
+static sl_tokenizer_t *g_tok;
+
+typedef struct record {
+  int n;
+  int32_t toks[N_NEW];
+  float *rows; /* (N_NEW, n_vocab) */
+  int64_t nv;
+} record;
+
+static bool on_token(void *ud, int32_t tok, const float *logits) {
+  record *r = ud;
+  CHECK(r->n < N_NEW);
+  if (r->n >= N_NEW)
+    return false;
+  r->toks[r->n] = tok;
+  memcpy(r->rows + (size_t)r->n * (size_t)r->nv, logits,
+         sizeof(float) * (size_t)r->nv);
+  r->n++;
+  return true;
+}
+
+/* A fresh context with the prompt evaluated; its last logits in last. */
+static sl_ctx_t *prefilled(sl_stream_t *s, const int32_t *ids, int n,
+                           float *last) {
+  sl_ctx_t *c = NULL;
+  CHECK_OK(sl_ctx_create(g_model, s, N_CTX, 2, &c));
+  if (c)
+    CHECK_OK(sl_ctx_eval(c, ids, n, last, false));
+  return c;
+}
+
+static int32_t first_max(const float *lg, int64_t n) {
+  int64_t b = 0;
+  for (int64_t i = 1; i < n; i++)
+    if (lg[i] > lg[b])
+      b = i;
+  return (int32_t)b;
+}
+
+static const char *PROMPTS[] = {
+    /* an edit: the answer repeats most of the prompt */
+    "Rename the variable total to sum in this code and print the code:\n"
+    "def mean(values):\n    total = 0\n    for v in values:\n"
+    "        total += v\n    return total / len(values)\n\n"
+    "def mean(values):\n    sum = 0\n",
+    "Copy the list exactly: apple, banana, cherry, date, elderberry, fig, "
+    "grape. The list: apple, banana,",
+    "The quick brown fox jumps over the lazy dog. The quick brown fox jumps "
+    "over the lazy dog. The quick brown",
+};
+
+static void test_greedy_with_drafts_is_greedy(void) {
+  sl_stream_t *s = sl_thread_stream(sl_cpu_device());
+  const int64_t nv = sl_model_hparams_of(g_model)->n_vocab;
+  float *last = sl_malloc(sizeof(float) * (size_t)nv);
+  record ref = {0}, spec = {0}, plain = {0};
+  ref.rows = sl_malloc(sizeof(float) * (size_t)nv * N_NEW);
+  spec.rows = sl_malloc(sizeof(float) * (size_t)nv * N_NEW);
+  plain.rows = sl_malloc(sizeof(float) * (size_t)nv * N_NEW);
+  ref.nv = spec.nv = plain.nv = nv;
+  int64_t drafted = 0, accepted = 0, passes = 0;
+  for (size_t pi = 0; pi < sizeof PROMPTS / sizeof PROMPTS[0]; pi++) {
+    int32_t *ids;
+    size_t n = 0;
+    CHECK_OK(sl_tokenizer_encode(g_tok, PROMPTS[pi], strlen(PROMPTS[pi]), false,
+                                 true, &ids, &n));
+    int32_t *hist = sl_malloc(sizeof(int32_t) * (n + N_NEW));
+    /* the reference: one token a pass */
+    ref.n = 0;
+    sl_ctx_t *c = prefilled(s, ids, (int)n, last);
+    for (int k = 0; c && k < N_NEW; k++) {
+      int32_t t = first_max(last, nv);
+      on_token(&ref, t, last); /* a copy: the next pass overwrites last */
+      CHECK_OK(sl_ctx_eval(c, &t, 1, last, false));
+    }
+    sl_ctx_free(c);
+    /* with the default drafts, with short eager ones (most passes end on
+     * a rejected last draft), and without (dp NULL) */
+    for (int mode = 0; mode < 3; mode++) {
+      record *r = mode == 2 ? &plain : &spec;
+      r->n = 0;
+      memcpy(hist, ids, sizeof(int32_t) * n);
+      c = prefilled(s, ids, (int)n, last);
+      sl_draft_params dp =
+          mode == 0 ? sl_draft_defaults() : dparams(2, 1, 3, 1);
+      sl_spec_stats st;
+      if (c)
+        CHECK_OK(sl_spec_generate_greedy(c, N_CTX, hist, (int)n, last, nv,
+                                         N_NEW, mode == 2 ? NULL : &dp,
+                                         on_token, r, &st));
+      sl_ctx_free(c);
+      CHECK_EQ_INT(r->n, N_NEW);
+      CHECK(memcmp(hist + n, r->toks, sizeof(int32_t) * N_NEW) == 0);
+      if (mode < 2) {
+        drafted += st.drafted;
+        accepted += st.accepted;
+        passes += st.passes;
+      } else {
+        CHECK_EQ_INT(st.drafted, 0);
+        CHECK_EQ_INT(st.passes, N_NEW - 1);
+      }
+      int bad = -1;
+      for (int k = 0; k < N_NEW && bad < 0; k++)
+        if (r->toks[k] != ref.toks[k] ||
+            memcmp(r->rows + (size_t)k * (size_t)nv,
+                   ref.rows + (size_t)k * (size_t)nv,
+                   sizeof(float) * (size_t)nv) != 0)
+          bad = k;
+      CHECK_MSG(bad < 0,
+                "prompt %zu, %s: token %d (id %d, reference %d) "
+                "or its logits differ",
+                pi, mode == 2 ? "no drafts" : "drafts", bad,
+                bad >= 0 ? r->toks[bad] : -1, bad >= 0 ? ref.toks[bad] : -1);
+    }
+    sl_free(hist);
+    sl_free(ids);
+  }
+  fprintf(stderr,
+          "  %lld passes for %d tokens (%zu prompts, two draft settings); %lld "
+          "drafted, %lld accepted\n",
+          (long long)passes,
+          2 * N_NEW * (int)(sizeof PROMPTS / sizeof PROMPTS[0]),
+          sizeof PROMPTS / sizeof PROMPTS[0], (long long)drafted,
+          (long long)accepted);
+  /* both ways through the verification: drafts kept and drafts cut */
+  CHECK(accepted > 0);
+  CHECK(drafted > accepted);
+  sl_free(ref.rows);
+  sl_free(spec.rows);
+  sl_free(plain.rows);
+  sl_free(last);
+  sl_sync_and_clear_cache(s);
+}
+
+int main(void) {
+  RUN(test_lookup);
+  int rc = load_default_model(&g_model, &g_tok);
+  if (rc == 0) {
+    RUN(test_greedy_with_drafts_is_greedy);
+    sl_tokenizer_free(g_tok);
+    sl_model_free(g_model);
+  } else if (rc != 77) {
+    return rc;
+  }
+  sl_clear_thread_streams();
+  sl_rt_shutdown();
+  return sl_test_finish();
+}
