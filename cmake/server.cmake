@@ -103,6 +103,9 @@ if(Python3_FOUND AND TARGET sluice AND NOT SLUICE_FUZZ)
   sl_server_pytest(test_api_langchain test_api_langchain.py 600)
   # /v1/embeddings against llama.cpp
   sl_server_pytest(test_api_embed test_api_embed.py 900)
+  # speculative decoding (issue 47): drafts change no answer, through the
+  # SDKs, alone and eight at once
+  sl_server_pytest(test_api_speculative test_api_speculative.py 600)
   # the soak test, 60 s (tests/soak/soak.py; 10 minutes by hand): errors
   # of well-behaved clients, fd and thread leaks (RSS is recorded; its
   # flatness is judged on the long run, after warm-up)

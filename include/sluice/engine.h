@@ -77,6 +77,13 @@ typedef struct sl_engine_config {
   int queue_timeout_ms; /* --queue-timeout-ms: a request that was never
                            admitted fails after waiting this long (with
                            SL_REASON_QUEUE_TIMEOUT); <= 0: waits forever */
+  /* --speculative ngram (1; 0: off): a greedy request with no grammar, on
+   * a CPU engine, drafts up to draft_max tokens a step by prompt lookup
+   * (include/sluice/spec.h, draft_min at least) and the step verifies them
+   * with its decode token; the output is the same, bit for bit. */
+  int speculative;
+  int draft_max; /* --draft-max, 1..64 */
+  int draft_min; /* --draft-min, 1..draft_max */
 } sl_engine_config;
 
 sl_engine_config sl_engine_config_defaults(void);
@@ -117,6 +124,9 @@ typedef struct sl_gen_params {
    * computed (no prefix reuse). CPU engines only: SL_ERR_UNSUPPORTED on a
    * GPU. */
   sl_pooling pooling;
+  /* no speculative drafts for this request (its output is the same either
+   * way; the API's "speculative": false) */
+  bool no_speculation;
 } sl_gen_params;
 
 typedef enum sl_finish {
@@ -260,6 +270,8 @@ typedef struct sl_engine_stats {
   /* admissions put off because another request was prefilling the next
    * block of the same prefix (in-flight prefix sharing) */
   uint64_t prefix_waits;
+  /* speculative decoding: tokens drafted, and of them kept */
+  uint64_t drafted, accepted;
 } sl_engine_stats;
 
 /* The store worker (it copies finished prefix blocks into the tiers). */

@@ -136,6 +136,15 @@ static const sl_flag serve_flags[] = {
      .seen = SL_FLAG_SEEN(serve_opts, ctx_set)},
     {SL_FLAG_INT, "-t, --threads", "N", AT(e.n_threads), 1, 1024,
      .help = "compute threads", .def = "all CPUs"},
+    {SL_FLAG_ENUM, "--speculative", "off|ngram", AT(e.speculative),
+     .choices = "off|ngram",
+     .help = "speculative decoding on a CPU engine: greedy requests draft "
+             "by prompt lookup and each step verifies the drafts (the same "
+             "output; a request's \"speculative\": false opts out)"},
+    {SL_FLAG_INT, "--draft-max", "N", AT(e.draft_max), 1, 64,
+     .help = "tokens a request drafts at most per step"},
+    {SL_FLAG_INT, "--draft-min", "N", AT(e.draft_min), 1, 64,
+     .help = "draft nothing when fewer would be drafted"},
     {SL_FLAG_INT, "--max-seqs", "N", AT(e.max_seqs), 1, 4096,
      .help = "sequences running at once"},
     {SL_FLAG_INT, "--max-batched-tokens", "N", AT(e.max_batched_tokens), 1,

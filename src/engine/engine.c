@@ -42,6 +42,8 @@ sl_engine_config sl_engine_config_defaults(void) {
       .hot_loop_steps = 64,
       .hot_loop_cache_bytes = 256ull << 20,
       .queue_timeout_ms = 30000,
+      .draft_max = 8,
+      .draft_min = 1,
   };
   return c;
 }
@@ -465,10 +467,24 @@ static sl_status executor_init(sl_engine_t *e) {
   }
   size_t ms = (size_t)e->cfg.max_seqs + 1;
   size_t bt = (size_t)e->cfg.max_batched_tokens;
+  /* speculative decoding: on a CPU engine (its rows are on the host) */
+  e->draft = (sl_draft_params){e->cfg.draft_max, e->cfg.draft_min, 4, 2};
+  if (e->cfg.speculative && !sl_draft_params_ok(&e->draft, err, sizeof err)) {
+    snprintf(e->start_err, sizeof e->start_err, "speculative decoding: %s",
+             err);
+    return SL_ERR_INVALID_ARG;
+  }
+  e->spec = e->cfg.speculative && !sl_batch_ctx_samples_on_device(e->bctx);
+  /* logits rows: one a sequence, and every draft's (within the step's
+   * token budget) */
+  size_t rows = ms + (e->spec ? (ms * (size_t)e->cfg.draft_max < bt
+                                     ? ms * (size_t)e->cfg.draft_max
+                                     : bt)
+                              : 0);
   e->active = sl_calloc(ms, sizeof *e->active);
-  e->logits = sl_malloc(sizeof(float) * (size_t)hp->n_vocab * ms);
+  e->logits = sl_malloc(sizeof(float) * (size_t)hp->n_vocab * rows);
   e->logits_tmp = sl_malloc(sizeof(float) * (size_t)hp->n_vocab);
-  e->argmax = sl_malloc(sizeof(int32_t) * ms);
+  e->argmax = sl_malloc(sizeof(int32_t) * rows);
   /* SLUICE_DEVICE_SAMPLING=0: the host samples every row (as before the
    * device sampler; for tests and comparisons) */
   const char *ds = getenv("SLUICE_DEVICE_SAMPLING");

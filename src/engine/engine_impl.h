@@ -10,6 +10,7 @@
 #include "sluice/kv.h"
 #include "sluice/model.h"
 #include "sluice/rt.h"
+#include "sluice/spec.h"
 
 /* Every clear site of the engine (DESIGN.md, "Clear sites"). */
 #define SL__CLEAR_SITES(X)                                                     \
@@ -148,6 +149,8 @@ typedef struct sl__req {
   int n_computed; /* tokens whose K/V is in the cache */
   int n_cached;   /* prompt tokens served from the prefix cache */
   int n_generated;
+  int32_t draft[64]; /* this step's drafts (speculative decoding) */
+  int n_draft;
   int32_t *blocks; /* block table */
   int n_blocks;
   int retries; /* runtime memory errors so far (the OOM ladder) */
@@ -219,6 +222,11 @@ struct sl_engine {
    * off by SLUICE_DEVICE_SAMPLING=0): per batch sequence, its params and
    * the device's result */
   bool dev_sampling;
+  /* speculative decoding (cfg.speculative on a CPU engine): the drafter's
+   * parameters, and what it drafted and kept */
+  bool spec;
+  sl_draft_params draft;
+  uint64_t drafted, accepted;
   sl_kcu_sample_params *batch_samp; /* (max_seqs + max_batched_tokens) */
   sl_kcu_sample_out *sampled;       /* (max_seqs + max_batched_tokens) */
   /* tokens by where they were picked, for stats (executor thread; copied

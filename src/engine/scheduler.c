@@ -292,9 +292,39 @@ static void plan_add(sl_engine_t *e, step_plan *p, sl__req *r, sl_batch_seq q) {
   p->batch.n_tokens += q.n;
 }
 
+/* Speculative decoding: r's drafts for this step (into r->draft), at most
+ * `room` tokens: for a greedy request with no grammar, by prompt lookup
+ * over its tokens, cut to what its max_tokens leaves after the step's own
+ * token and to the KV blocks it has or can get without preempting anyone
+ * (drafts never take memory from other requests). */
+static int plan_drafts(sl_engine_t *e, sl__req *r, int room) {
+  r->n_draft = 0;
+  if (!e->spec || r->params.no_speculation || r->matcher || !r->sampler ||
+      !sl_sampler_is_argmax(r->sampler) || room <= 0)
+    return 0;
+  int d = sl_draft_lookup(&e->draft, r->tokens, r->n_tokens, r->draft);
+  int left = r->params.max_tokens - r->n_generated - 1;
+  d = d < left ? d : left;
+  d = d < room ? d : room;
+  if (d < e->draft.n_min)
+    return 0;
+  /* positions n_computed .. n_computed + d */
+  int need = sl__blocks_for(e, r->n_computed + 1 + d);
+  while (
+      r->n_blocks < need && sl_kv_available(e->kv) > 0 &&
+      (!e->cfg.max_memory || sl__guard_estimate(e, 1, 1) <= e->cfg.max_memory))
+    r->blocks[r->n_blocks++] = sl_kv_block_alloc(e->kv);
+  int fit = r->n_blocks * e->cfg.kv_block_tokens - r->n_computed - 1;
+  d = d < fit ? d : fit;
+  if (d < e->draft.n_min)
+    return 0;
+  r->n_draft = d;
+  return d;
+}
+
 /* The KV blocks of this step's decode tokens, oldest request first (a
  * preemption takes the youngest), then one token for every running
- * sequence. */
+ * sequence (and its drafts, speculative decoding). */
 static void plan_decode(sl_engine_t *e, step_plan *p) {
   int budget = e->cfg.max_batched_tokens;
   for (int i = 0; i < e->n_active; i++) {
@@ -302,15 +332,20 @@ static void plan_decode(sl_engine_t *e, step_plan *p) {
     if (r->state == SL__REQ_RUNNING && !grow_blocks(e, r))
       break; /* r and every younger request went back to the queue */
   }
+  int running = 0; /* each keeps a token of the budget from the drafts */
+  for (int i = 0; i < e->n_active; i++)
+    running += e->active[i]->state == SL__REQ_RUNNING;
   for (int i = 0; i < e->n_active && p->batch.n_tokens < budget; i++) {
     sl__req *r = e->active[i];
     if (r->state != SL__REQ_RUNNING)
       continue;
     int nt = p->batch.n_tokens;
     e->batch_tokens[nt] = r->tokens[r->n_tokens - 1];
+    int d = plan_drafts(e, r, budget - nt - running--);
+    memcpy(e->batch_tokens + nt + 1, r->draft, sizeof(int32_t) * (size_t)d);
     plan_add(e, p, r,
-             (sl_batch_seq){r->blocks, r->n_blocks, r->n_computed, nt, 1, true,
-                            false, argmax_only(r), true, NULL, false});
+             (sl_batch_seq){r->blocks, r->n_blocks, r->n_computed, nt, 1 + d,
+                            true, d > 0, argmax_only(r), d == 0, NULL, false});
   }
 }
 
@@ -491,6 +526,8 @@ static void update_after_oom(sl_engine_t *e, const step_plan *p, sl_status st) {
 static void update_seq(sl_engine_t *e, sl__req *r, int s, int row,
                        const float *hidden) {
   const sl_batch_seq *q = &e->batch_seqs[s];
+  /* a decode token and its drafts (prefill chunks never take all rows) */
+  const bool verify = r->state == SL__REQ_RUNNING && q->all_logits;
   r->n_computed += q->n;
   if (hidden)
     pool_rows(e, r, hidden, q->n);
@@ -508,6 +545,27 @@ static void update_seq(sl_engine_t *e, sl__req *r, int s, int row,
       return;
     }
     r->state = SL__REQ_RUNNING;
+  }
+  if (verify) {
+    /* rows row.. follow the decode token and each draft: the target's
+     * token from each row, while it is the draft (whose K/V then stands),
+     * then the first it disagrees on; the rejected drafts' positions are
+     * past n_computed, written over by later steps */
+    r->n_computed -= q->n - 1; /* the decode token's K/V, so far */
+    int d = q->n - 1;
+    r->n_draft = 0;
+    e->drafted += (uint64_t)d;
+    for (int i = 0; i <= d; i++) {
+      if (sl__sample_and_emit(e, r, s, row + i)) {
+        sl__active_remove(e, r);
+        return;
+      }
+      if (i == d || r->tokens[r->n_tokens - 1] != r->draft[i])
+        break;
+      r->n_computed++;
+      e->accepted++;
+    }
+    return;
   }
   if (row >= 0 && sl__sample_and_emit(e, r, s, row))
     sl__active_remove(e, r); /* finished and freed: only the pointer is used */
@@ -532,7 +590,8 @@ static void update_step(sl_engine_t *e, const step_plan *p, sl_status st) {
   int li = 0, hi = 0; /* the next logits row, the next hidden-state row */
   for (int s = 0; s < p->batch.n_seqs; s++) {
     const sl_batch_seq *q = &p->batch.seqs[s];
-    int row = q->want_logits ? li++ : -1;
+    int row = q->want_logits ? li : -1;
+    li += q->all_logits ? q->n : q->want_logits ? 1 : 0;
     const float *hidden = NULL;
     if (q->embed) {
       hidden = e->hidden + (size_t)hi * (size_t)e->n_embd;
@@ -543,6 +602,8 @@ static void update_step(sl_engine_t *e, const step_plan *p, sl_status st) {
   pthread_mutex_lock(&e->mu);
   sl__publish_picks(e);
   e->stats.steps = e->steps;
+  e->stats.drafted = e->drafted;
+  e->stats.accepted = e->accepted;
   e->stats.step_ns += sl_now_ns() - p->t_start;
   pthread_mutex_unlock(&e->mu);
 }

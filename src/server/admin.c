@@ -177,6 +177,8 @@ static void add_stats(sl_engine_stats *a, const sl_engine_stats *b) {
   a->grammar_masks += b->grammar_masks;
   a->grammar_unmasked += b->grammar_unmasked;
   a->preemptions += b->preemptions;
+  a->drafted += b->drafted;
+  a->accepted += b->accepted;
   a->queue_timeouts += b->queue_timeouts;
   a->restored_blocks += b->restored_blocks;
   a->restore_ns += b->restore_ns;
@@ -755,6 +757,11 @@ json_t *sl__srv_stats_json(sl_server_t *s) {
                 (json_int_t)sn.e.sample_fallbacks, "grammar_masks",
                 (json_int_t)sn.e.grammar_masks, "grammar_unmasked",
                 (json_int_t)sn.e.grammar_unmasked));
+  /* speculative decoding: tokens drafted, and of them kept */
+  json_object_set_new(o, "speculative",
+                      json_pack("{s:I,s:I}", "drafted",
+                                (json_int_t)sn.e.drafted, "accepted",
+                                (json_int_t)sn.e.accepted));
   json_object_set_new(
       o, "memory",
       json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "active",

@@ -292,6 +292,11 @@ static sl_status parse_openai_common(json_t *root, const sl_srv_limits *lim,
     goto fail_value;
   if (k)
     r->gen.sampling.seed = (uint64_t)ll;
+  /* sluice's own: opt out of speculative drafts (the output is the same) */
+  bool spec = true;
+  if ((k = opt_bool(root, "speculative", &spec, err)) < 0)
+    goto fail_value;
+  r->gen.no_speculation = k && !spec;
   /* beyond OpenAI's API, as llama.cpp and vLLM take them */
   if ((k = opt_int(root, "top_k", -1, INT32_MAX, &ll, err)) < 0)
     goto fail_value;
@@ -653,6 +658,10 @@ static sl_status parse_messages(json_t *root, const sl_srv_limits *lim,
     goto fail_format;
   if (k)
     r->gen.sampling.top_k = (int)ll;
+  bool spec = true; /* sluice's own, as on the OpenAI routes */
+  if ((k = opt_bool(root, "speculative", &spec, err)) < 0)
+    goto fail_format;
+  r->gen.no_speculation = k && !spec;
   if (opt_bool(root, "stream", &r->stream, err) < 0)
     goto fail_format;
   bool count = r->api == SL_SRV_COUNT_TOKENS; /* no max_tokens there */
