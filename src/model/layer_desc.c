@@ -15,12 +15,13 @@ sl_status sl__model_describe(sl_model_t *m) {
   sl__model_desc *md = &m->md;
   sl_str a = {0};
   memset(md, 0, sizeof *md);
+  /* (the loader has read it already: the file names its architecture) */
   if (sl_gguf_get_str(m->g, "general.architecture", &a))
     snprintf(md->arch, sizeof md->arch, "%.*s",
              (int)(a.len < sizeof md->arch - 1 ? a.len : sizeof md->arch - 1),
              a.ptr);
   else
-    snprintf(md->arch, sizeof md->arch, "%s", sl_arch_name(hp->arch));
+    snprintf(md->arch, sizeof md->arch, "?");
   const sl__norm_desc rms = {SL__NORM_RMS, hp->rms_eps, 0.0f};
   md->out_norm = rms;
   md->embd_scale = 1.0f;
