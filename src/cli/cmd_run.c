@@ -262,8 +262,10 @@ static int generate(const run_opts *o, sl_ctx_t *c, const sl_tokenizer_t *tok,
       fwrite(piece, 1, plen, stdout);
       fflush(stdout);
     }
-    if (generated + 1 == o->n_predict)
+    if (generated + 1 == o->n_predict) { /* printed: counted, not fed */
+      generated++;
       break;
+    }
     if ((st = sl_ctx_eval(c, &next, 1, logits, false)) != SL_OK) {
       fprintf(stderr, "\nsluice run: decode failed: %s\n", sl_status_str(st));
       return 1;
