@@ -82,8 +82,10 @@ typedef struct sl_engine_config {
    * (include/sluice/spec.h, draft_min at least) and the step verifies them
    * with its decode token; the output is the same, bit for bit. */
   int speculative;
-  int draft_max; /* --draft-max, 1..64 */
-  int draft_min; /* --draft-min, 1..draft_max */
+  int draft_max;   /* --draft-max, 1..64 */
+  int draft_min;   /* --draft-min, 1..draft_max */
+  int draft_ngram; /* --draft-ngram: the longest n-gram looked up, 1..64
+                      (down to 2, or 1 when it is 1); 0: 4 */
 } sl_engine_config;
 
 sl_engine_config sl_engine_config_defaults(void);

@@ -28,7 +28,7 @@ typedef struct run_opts {
   sl_sampler_params sp;
   sl_engine_device dev;
   int spec; /* 0 off, 1 ngram */
-  long draft_max, draft_min;
+  long draft_max, draft_min, draft_ngram;
 } run_opts;
 _Static_assert(sizeof(sl_engine_device) == sizeof(int), "an SL_FLAG_ENUM");
 
@@ -69,6 +69,8 @@ static const sl_flag run_flags[] = {
      .help = "tokens drafted at most per pass"},
     {SL_FLAG_LONG, "--draft-min", "N", AT(draft_min), 1, 64,
      .help = "draft nothing when fewer would be drafted"},
+    {SL_FLAG_LONG, "--draft-ngram", "N", AT(draft_ngram), 1, 64,
+     .help = "the longest suffix prompt lookup matches (down to 2 tokens)"},
 };
 #undef AT
 
@@ -206,6 +208,8 @@ static long generate_spec(const run_opts *o, sl_ctx_t *c,
   sl_draft_params dp = sl_draft_defaults();
   dp.n_max = (int)o->draft_max;
   dp.n_min = (int)o->draft_min;
+  dp.ngram_max = (int)o->draft_ngram;
+  dp.ngram_min = dp.ngram_max < 2 ? dp.ngram_max : 2;
   char err[128];
   if (!sl_draft_params_ok(&dp, err, sizeof err)) {
     fprintf(stderr, "sluice run: %s\n", err);
@@ -351,7 +355,8 @@ int sl_cli_run_main(int argc, char **argv) {
                 .ctx = 2048,
                 .sp = sl_sampler_defaults(),
                 .draft_max = 8,
-                .draft_min = 1};
+                .draft_min = 1,
+                .draft_ngram = 4};
   bool help;
   int rc = sl_flags_parse("run", SL_FLAGS(run_flags), &o, argc, argv, run_head,
                           NULL, &help);

@@ -468,7 +468,9 @@ static sl_status executor_init(sl_engine_t *e) {
   size_t ms = (size_t)e->cfg.max_seqs + 1;
   size_t bt = (size_t)e->cfg.max_batched_tokens;
   /* speculative decoding: on a CPU engine (its rows are on the host) */
-  e->draft = (sl_draft_params){e->cfg.draft_max, e->cfg.draft_min, 4, 2};
+  int ng = e->cfg.draft_ngram > 0 ? e->cfg.draft_ngram : 4;
+  e->draft = (sl_draft_params){e->cfg.draft_max, e->cfg.draft_min, ng,
+                               ng < 2 ? ng : 2};
   if (e->cfg.speculative && !sl_draft_params_ok(&e->draft, err, sizeof err)) {
     snprintf(e->start_err, sizeof e->start_err, "speculative decoding: %s",
              err);
