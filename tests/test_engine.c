@@ -351,6 +351,77 @@ static void test_speculative_is_greedy(void) {
   }
 }
 
+/* 200 generated edit-style prompts (a small function with random names
+ * and numbers, and an instruction to rename one name and print it again),
+ * 24 greedy tokens each: with speculation in batches of 16 against
+ * without, one at a time, the same tokens bit for bit. Slow (~2 minutes):
+ * only when named (SL_TEST_ONLY), its own ctest entry labelled slow. */
+static void test_speculative_200(void) {
+  const char *only = getenv("SL_TEST_ONLY");
+  if (!only || !strstr(only, "test_speculative_200"))
+    return;
+  enum { NP = 200, NT = 24, GROUP = 16 };
+  static const char *names[] = {"total",  "count",  "value", "index", "result",
+                                "buffer", "offset", "limit", "item",  "score"};
+  uint64_t rng = 12345;
+  static int32_t *ids[NP];
+  static int n[NP];
+  for (int i = 0; i < NP; i++) {
+    const char *a = names[(rng = rng * 6364136223846793005ull + 1) >> 60],
+               *b = names[(rng = rng * 6364136223846793005ull + 1) >> 60 ^ 5];
+    unsigned k = (unsigned)((rng = rng * 6364136223846793005ull + 1) >> 40);
+    char text[1024];
+    snprintf(text, sizeof text,
+             "Rename %s to %s and print the code again:\n"
+             "def f%u(%s, n):\n    %s = %s * %u\n    for i in range(n):\n"
+             "        %s += i %% %u\n    return %s\n\ndef f%u(%s, n):\n",
+             a, b, k % 97, a, a, a, k % 13 + 2, a, k % 7 + 3, a, k % 97, b);
+    n[i] = tokenize(text, &ids[i]);
+  }
+  static result ref[NP], spec[NP];
+  for (int mode = 0; mode < 2; mode++) {
+    sl_engine_config cfg = sl_engine_config_defaults();
+    cfg.n_ctx = 512;
+    cfg.max_seqs = GROUP;
+    cfg.n_threads = 2;
+    cfg.speculative = mode;
+    sl_engine_t *e = NULL;
+    CHECK_OK(sl_engine_create(g_model, g_tok, &cfg, &e));
+    if (!e)
+      return;
+    result *out = mode ? spec : ref;
+    for (int g = 0; g < NP; g += GROUP) {
+      int m = mode ? GROUP : 1; /* without: one at a time */
+      for (int j = g; j < g + GROUP && j < NP; j += m) {
+        for (int i = j; i < j + m && i < NP; i++) {
+          result_init(&out[i]);
+          sl_gen_params gp = greedy(NT);
+          CHECK_OK(
+              sl_engine_submit(e, ids[i], n[i], &gp, on_event, &out[i], NULL));
+        }
+        for (int i = j; i < j + m && i < NP; i++)
+          result_wait(&out[i]);
+      }
+    }
+    if (mode) {
+      sl_engine_stats st = sl_engine_get_stats(e);
+      fprintf(stderr, "  %d prompts: %llu tokens drafted, %llu accepted\n", NP,
+              (unsigned long long)st.drafted, (unsigned long long)st.accepted);
+      CHECK(st.accepted > 0 && st.drafted > st.accepted);
+    }
+    sl_engine_free(e);
+  }
+  int bad = 0;
+  for (int i = 0; i < NP; i++) {
+    CHECK_EQ_INT(spec[i].n, NT);
+    if (memcmp(spec[i].toks, ref[i].toks, sizeof(int32_t) * NT) != 0 &&
+        bad++ < 3)
+      CHECK_MSG(0, "prompt %d: tokens differ with speculation", i);
+    sl_free(ids[i]);
+  }
+  CHECK_EQ_INT(bad, 0);
+}
+
 static void test_error_ladders(void) {
   char *text = long_text(SL_TEST_SANITIZED ? 3 : 12);
   int32_t *ids;
@@ -889,6 +960,7 @@ int main(void) {
   RUN(test_clear_sites_normal_path);
   RUN(test_load_transform_in_flight);
   RUN(test_speculative_is_greedy);
+  RUN(test_speculative_200);
   RUN(test_error_ladders);
   RUN(test_memory_guard_real_limit);
   RUN(test_batching_invariance_and_prefix_cache);
