@@ -87,17 +87,23 @@ static void preempt(sl_engine_t *e, sl__req *r) {
  * be had (the pool, or the memory limit), the youngest active request is
  * preempted, until one can; returns false when r itself was. A request
  * alone always gets its blocks: max_tokens was clamped to fit alone. */
+/* Gives r free blocks until it has `need`, while the pool has them and the
+ * memory guard allows; true when it has them all. Preempts no one. */
+static bool take_free_blocks(sl_engine_t *e, sl__req *r, int need) {
+  while (r->n_blocks < need) {
+    if (sl_kv_available(e->kv) <= 0 ||
+        (e->cfg.max_memory && sl__guard_estimate(e, 1, 1) > e->cfg.max_memory))
+      return false;
+    int b = sl_kv_block_alloc(e->kv);
+    SL_ASSERT(b >= 0); /* sl_kv_available said so */
+    r->blocks[r->n_blocks++] = b;
+  }
+  return true;
+}
+
 static bool grow_blocks(sl_engine_t *e, sl__req *r) {
   int need = sl__blocks_for(e, r->n_computed + 1);
-  while (r->n_blocks < need) {
-    if (sl_kv_available(e->kv) > 0 &&
-        (!e->cfg.max_memory ||
-         sl__guard_estimate(e, 1, 1) <= e->cfg.max_memory)) {
-      int b = sl_kv_block_alloc(e->kv);
-      SL_ASSERT(b >= 0); /* sl_kv_available said so */
-      r->blocks[r->n_blocks++] = b;
-      continue;
-    }
+  while (!take_free_blocks(e, r, need)) {
     SL_ASSERT(e->n_active > 1 || !r->fits_alone ||
               !"a request alone always fits");
     sl__req *v = e->active[e->n_active - 1];
@@ -309,11 +315,7 @@ static int plan_drafts(sl_engine_t *e, sl__req *r, int room) {
   if (d < e->draft.n_min)
     return 0;
   /* positions n_computed .. n_computed + d */
-  int need = sl__blocks_for(e, r->n_computed + 1 + d);
-  while (
-      r->n_blocks < need && sl_kv_available(e->kv) > 0 &&
-      (!e->cfg.max_memory || sl__guard_estimate(e, 1, 1) <= e->cfg.max_memory))
-    r->blocks[r->n_blocks++] = sl_kv_block_alloc(e->kv);
+  (void)take_free_blocks(e, r, sl__blocks_for(e, r->n_computed + 1 + d));
   int fit = r->n_blocks * e->cfg.kv_block_tokens - r->n_computed - 1;
   d = d < fit ? d : fit;
   if (d < e->draft.n_min)
