@@ -250,10 +250,15 @@ typedef struct spec_rec {
   result r;
   float lp[512];
   sl_token_logprob top[512][2];
+  int accepted, rejected; /* the DONE event's draft counts */
 } spec_rec;
 
 static void on_spec_event(void *ud, const sl_engine_event *ev) {
   spec_rec *sr = ud;
+  if (ev->kind == SL_EV_DONE) { /* before on_event reports the end */
+    sr->accepted = ev->draft_accepted;
+    sr->rejected = ev->draft_rejected;
+  }
   if (ev->kind == SL_EV_TOKEN && ev->token >= 0 && sr->r.n < 512) {
     sr->lp[sr->r.n] = ev->logprob;
     for (int k = 0; k < 2 && k < ev->n_top; k++)
@@ -276,9 +281,11 @@ static const char *SPEC_PROMPTS[] = {
 enum { SPEC_N = 16, SPEC_TOKENS = 40 };
 
 /* Runs SPEC_N requests (the prompts in turn, each a little different), all
- * at once or one at a time, greedy with 2 top logprobs (even ones: no
- * logprobs, the argmax-only path), on an engine with speculation on or
- * off; their tokens and logprobs in out. */
+ * at once or one at a time, with 2 top logprobs (even ones: no logprobs,
+ * the argmax-only path when greedy), on an engine with speculation on or
+ * off; their tokens and logprobs in out. Requests i % 4 < 2 are greedy;
+ * the others sampled with a seed of their own (i % 4 == 3 with penalties
+ * too, which read the tokens kept so far). */
 static void spec_run(bool spec, bool together, spec_rec *out, uint64_t *drafted,
                      uint64_t *accepted) {
   sl_engine_config cfg = sl_engine_config_defaults();
@@ -304,6 +311,14 @@ static void spec_run(bool spec, bool together, spec_rec *out, uint64_t *drafted,
   for (int i = 0; i < SPEC_N; i++) {
     sl_gen_params gp = greedy(SPEC_TOKENS);
     gp.top_logprobs = i % 2 ? 2 : -1;
+    if (i % 4 >= 2) {
+      gp.sampling.temperature = 0.6f;
+      gp.sampling.seed = 1000 + (uint64_t)i;
+    }
+    if (i % 4 == 3) {
+      gp.sampling.repeat_penalty = 1.05f;
+      gp.sampling.presence_penalty = 0.2f;
+    }
     CHECK_OK(
         sl_engine_submit(e, ids[i], n[i], &gp, on_spec_event, &out[i], NULL));
     if (!together)
@@ -317,12 +332,21 @@ static void spec_run(bool spec, bool together, spec_rec *out, uint64_t *drafted,
   sl_engine_stats st = sl_engine_get_stats(e);
   *drafted = st.drafted;
   *accepted = st.accepted;
+  /* each request's counts add up to the engine's */
+  uint64_t sa = 0, sr = 0;
+  for (int i = 0; i < SPEC_N; i++) {
+    sa += (uint64_t)out[i].accepted;
+    sr += (uint64_t)out[i].rejected;
+  }
+  CHECK(sa == st.accepted && sa + sr == st.drafted);
   sl_engine_free(e);
 }
 
 /* Greedy tokens and logprobs with speculative decoding equal those
  * without, bit for bit, alone and in a batch of 16: the drafts of several
- * sequences verified in one step with the others' decode tokens. */
+ * sequences verified in one step with the others' decode tokens. Sampled
+ * requests too, for the same seed: the target's token is drawn from the
+ * same row with the same draw, and a draft kept while it is that token. */
 static void test_speculative_is_greedy(void) {
   static spec_rec ref[SPEC_N], alone[SPEC_N], batch[SPEC_N];
   uint64_t d0, a0, d1, a1, d2, a2;
@@ -337,6 +361,11 @@ static void test_speculative_is_greedy(void) {
           (unsigned long long)d2, (unsigned long long)a2);
   CHECK(a1 > 0 && d1 > a1); /* drafts kept and cut */
   CHECK(a2 > 0 && d2 > a2);
+  int sampled_kept = 0; /* drafts of the sampled requests were kept too */
+  for (int i = 0; i < SPEC_N; i++)
+    if (i % 4 >= 2)
+      sampled_kept += alone[i].accepted + batch[i].accepted;
+  CHECK(sampled_kept > 0);
   for (int i = 0; i < SPEC_N; i++) {
     for (int k = 0; k < 2; k++) {
       const spec_rec *x = k ? &batch[i] : &alone[i];
@@ -349,6 +378,70 @@ static void test_speculative_is_greedy(void) {
           k ? "in a batch" : "alone");
     }
   }
+}
+
+/* A predicted output (OpenAI's prediction) feeds the drafter: a request
+ * whose prediction is its own answer keeps most of its drafts; one with an
+ * unrelated prediction keeps the same answer. Without speculation the
+ * prediction is unused. Bad predictions are refused at submission. */
+static void test_speculative_prediction(void) {
+  enum { NT = 32 };
+  int32_t *ids;
+  int n = tokenize("Once upon a time, in a small village by the sea,", &ids);
+  result ref;
+  spec_rec with, other, off;
+  for (int mode = 0; mode < 4; mode++) {
+    sl_engine_config cfg = sl_engine_config_defaults();
+    cfg.n_ctx = 256;
+    cfg.n_threads = 2;
+    cfg.speculative = mode > 0 && mode < 3;
+    sl_engine_t *e = NULL;
+    CHECK_OK(sl_engine_create(g_model, g_tok, &cfg, &e));
+    if (!e)
+      break;
+    sl_gen_params gp = greedy(NT);
+    spec_rec *out = mode == 1 ? &with : mode == 2 ? &other : &off;
+    int32_t junk[NT];
+    for (int i = 0; i < NT; i++)
+      junk[i] = 100 + 7 * i;
+    if (mode == 0) {
+      result_init(&ref);
+      CHECK_OK(sl_engine_submit(e, ids, n, &gp, on_event, &ref, NULL));
+      result_wait(&ref);
+    } else {
+      memset(out, 0, sizeof *out);
+      result_init(&out->r);
+      gp.prediction = mode == 2 ? junk : ref.toks;
+      gp.n_prediction = NT;
+      CHECK_OK(sl_engine_submit(e, ids, n, &gp, on_spec_event, out, NULL));
+      result_wait(&out->r);
+      CHECK_MSG(out->r.n == NT && !memcmp(out->r.toks, ref.toks, sizeof junk),
+                "prediction mode %d: the answer differs", mode);
+    }
+    if (mode == 1) { /* bad predictions: refused */
+      gp.prediction = NULL;
+      CHECK(sl_engine_submit(e, ids, n, &gp, on_event, &ref, NULL) ==
+            SL_ERR_INVALID_ARG);
+      junk[3] = -1;
+      gp.prediction = junk;
+      CHECK(sl_engine_submit(e, ids, n, &gp, on_event, &ref, NULL) ==
+            SL_ERR_INVALID_ARG);
+      gp.n_prediction = cfg.n_ctx + 1;
+      CHECK(sl_engine_submit(e, ids, n, &gp, on_event, &ref, NULL) ==
+            SL_ERR_INVALID_ARG);
+    }
+    sl_engine_free(e);
+  }
+  fprintf(stderr,
+          "  kept / rejected: its own answer %d / %d, an unrelated text %d / "
+          "%d\n",
+          with.accepted, with.rejected, other.accepted, other.rejected);
+  /* the first two tokens have no n-gram in the prediction yet; after them
+   * each step's drafts are all kept (26 of 32 tokens: 4 steps of 8, 8, 8
+   * and the 2 max_tokens leaves, each with the target's own token) */
+  CHECK(with.accepted >= NT * 3 / 4 && with.rejected <= 2);
+  CHECK(off.accepted == 0 && off.rejected == 0);
+  sl_free(ids);
 }
 
 /* 200 generated edit-style prompts (a small function with random names
@@ -960,6 +1053,7 @@ int main(void) {
   RUN(test_clear_sites_normal_path);
   RUN(test_load_transform_in_flight);
   RUN(test_speculative_is_greedy);
+  RUN(test_speculative_prediction);
   RUN(test_speculative_200);
   RUN(test_error_ladders);
   RUN(test_memory_guard_real_limit);

@@ -1,9 +1,13 @@
 /* Speculative decoding (src/engine/spec.c, issue 47): prompt lookup's
  * drafts (the longest recurring suffix, its latest occurrence, n_min, the
- * caps), and greedy generation over a single-sequence context with drafts
- * on the default model: the same tokens and the same logits, bit for bit,
- * as one token a pass (written here, independently), with drafts both
- * accepted and rejected on the way (DESIGN.md I9 is what makes it so). */
+ * caps); the drafter interface (a predicted output's drafts, its cursor,
+ * the counts); the rejection rule's output distribution (a chi-square test
+ * against the target's); and greedy generation over a single-sequence
+ * context with drafts on the default model: the same tokens and the same
+ * logits, bit for bit, as one token a pass (written here, independently),
+ * with drafts both accepted and rejected on the way (DESIGN.md I9 is what
+ * makes it so). */
+#include <math.h>
 #include <string.h>
 
 #include "default_model.h"
@@ -63,6 +67,145 @@ static void test_lookup(void) {
     CHECK_MSG(!sl_draft_params_ok(&bad[i], err, sizeof err) && err[0],
               "case %zu accepted", i);
   }
+}
+
+/* ---- the drafter interface: prompt lookup with a predicted output ---- */
+
+static void test_drafter_ngram(void) {
+  sl_draft_params p = dparams(4, 1, 3, 2);
+  sl_drafter *d = sl_drafter_ngram_create(&p);
+  CHECK(d && d->stream == NULL && !strcmp(d->ops->name, "ngram"));
+  sl_draft_params bad = dparams(0, 1, 3, 2);
+  CHECK(sl_drafter_ngram_create(&bad) == NULL);
+  if (!d)
+    return;
+  int32_t out[64];
+  /* no reference: sl_draft_lookup's drafts */
+  sl_draft_seq *s = sl_drafter_seq_begin(d, NULL, 0);
+  CHECK(s != NULL);
+  int32_t h[] = {5, 6, 7, 8, 5, 6};
+  CHECK_EQ_INT(sl_drafter_propose(s, h, 6, 4, out), 4);
+  CHECK(out[0] == 7 && out[1] == 8 && out[2] == 5 && out[3] == 6);
+  CHECK_EQ_INT(sl_drafter_propose(s, h, 6, 2, out), 2); /* k caps */
+  sl_drafter_accepted(s, 2, 1);
+  sl_drafter_accepted(s, 3, 7); /* kept is capped at drafted */
+  CHECK(s->drafted == 5 && s->kept == 4);
+  sl_drafter_seq_end(s);
+  /* a reference: its first occurrence at or after the cursor, which moves
+   * past what was kept */
+  int32_t ref[] = {10, 11, 12, 13, 10, 11, 14, 15};
+  s = sl_drafter_seq_begin(d, ref, 8);
+  CHECK(s != NULL);
+  if (!s) {
+    sl_drafter_free(d);
+    return;
+  }
+  int32_t h2[] = {1, 2, 10, 11};
+  CHECK_EQ_INT(sl_drafter_propose(s, h2, 4, 4, out), 4);
+  CHECK(out[0] == 12 && out[1] == 13 && out[2] == 10 && out[3] == 11);
+  sl_drafter_accepted(s, 4, 2);     /* 12 13 kept: the cursor at 4 */
+  int32_t h3[] = {1, 2, 7, 10, 11}; /* [10 11] at 0 and 4: 4 is ahead */
+  CHECK_EQ_INT(sl_drafter_propose(s, h3, 5, 4, out), 2);
+  CHECK(out[0] == 14 && out[1] == 15);
+  /* nothing in the reference follows: the sequence's own tokens */
+  int32_t h4[] = {3, 4, 9, 3, 4};
+  CHECK_EQ_INT(sl_drafter_propose(s, h4, 5, 4, out), 3);
+  CHECK(out[0] == 9 && out[1] == 3 && out[2] == 4);
+  sl_drafter_seq_end(s);
+  sl_drafter_seq_end(NULL);
+  CHECK(sl_drafter_seq_begin(d, NULL, 3) == NULL); /* no tokens for 3 */
+  sl_drafter_free(d);
+  sl_drafter_free(NULL);
+}
+
+/* ---- the rejection rule: the tokens follow the target's distribution ---- */
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static double unif(void) { /* splitmix64, 53 bits */
+  uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return (double)((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
+}
+
+static void normalise(float *v, int n) {
+  double t = 0;
+  for (int i = 0; i < n; i++)
+    t += v[i];
+  for (int i = 0; i < n; i++)
+    v[i] = (float)(v[i] / t);
+}
+
+/* Draws x from q and applies the rule N times: the tokens' counts against
+ * N p by Pearson's chi-square (the tokens p gives 0 must never come), and
+ * the share kept against sum_x min(p(x), q(x)). */
+static void chi_square_case(const char *name, const float *p, const float *q,
+                            int n) {
+  enum { N = 200000 };
+  long cnt[16] = {0}, kept = 0;
+  for (int t = 0; t < N; t++) {
+    double u0 = unif(), acc = 0;
+    int x = n - 1;
+    for (int i = 0; i < n; i++)
+      if (u0 < (acc += q[i])) {
+        x = i;
+        break;
+      }
+    bool k = false;
+    int32_t tok = sl_spec_accept(p, q, n, x, unif(), unif(), &k);
+    CHECK(tok >= 0 && tok < n);
+    if (tok < 0 || tok >= n)
+      return;
+    cnt[tok]++;
+    kept += k;
+    CHECK(!k || tok == x);
+  }
+  double chi = 0, keep = 0;
+  int dof = -1;
+  for (int i = 0; i < n; i++) {
+    keep += p[i] < q[i] ? p[i] : q[i];
+    if (p[i] <= 0) {
+      CHECK_MSG(cnt[i] == 0, "%s: token %d (p 0) drawn %ld times", name, i,
+                cnt[i]);
+      continue;
+    }
+    double e = (double)N * p[i];
+    chi += (cnt[i] - e) * (cnt[i] - e) / e;
+    dof++;
+  }
+  /* 29.9: chi-square with 7 degrees of freedom at 1e-4 (fewer: lower) */
+  double sd = sqrt(fmax(keep * (1 - keep), 0) / N) + 1e-5; /* + rounding */
+  fprintf(stderr, "  %s: chi-square %.2f (%d dof), kept %.4f (theory %.4f)\n",
+          name, chi, dof, (double)kept / N, keep);
+  CHECK_MSG(chi < 29.9, "%s: chi-square %.1f: not the target's distribution",
+            name, chi);
+  CHECK_MSG(fabs((double)kept / N - keep) < 5 * sd, "%s: kept %.4f, not %.4f",
+            name, (double)kept / N, keep);
+}
+
+static void test_rejection_rule(void) {
+  enum { V = 8 };
+  float p[V], q[V];
+  for (int i = 0; i < V; i++) {
+    p[i] = (float)(0.05 + unif());
+    q[i] = (float)(0.05 + unif() * unif());
+  }
+  q[2] *= 6; /* a draft the target likes less than the drafter */
+  normalise(p, V);
+  normalise(q, V);
+  chi_square_case("random p and q", p, q, V);
+  float one[V] = {0};
+  one[3] = 1; /* a drafter sure of its token (prompt lookup) */
+  chi_square_case("q one token", p, one, V);
+  chi_square_case("q = p", p, p, V);
+  float sparse[V];
+  memcpy(sparse, p, sizeof p);
+  sparse[1] = sparse[5] = 0; /* tokens the target never takes */
+  normalise(sparse, V);
+  chi_square_case("p with zeros", sparse, q, V);
+  bool k = true;
+  CHECK(sl_spec_accept(p, q, V, V, 0.5, 0.5, &k) == -1 && !k);
+  CHECK(sl_spec_accept(NULL, q, V, 0, 0.5, 0.5, NULL) == -1);
 }
 
 /* ---- greedy generation with drafts, against one token a pass ---- */
@@ -156,10 +299,12 @@ static void test_greedy_with_drafts_is_greedy(void) {
       sl_draft_params dp =
           mode == 0 ? sl_draft_defaults() : dparams(2, 1, 3, 1);
       sl_spec_stats st;
+      sl_drafter *d = mode == 2 ? NULL : sl_drafter_ngram_create(&dp);
+      CHECK(mode == 2 || d);
       if (c)
         CHECK_OK(sl_spec_generate_greedy(c, N_CTX, hist, (int)n, last, nv,
-                                         N_NEW, mode == 2 ? NULL : &dp,
-                                         on_token, r, &st));
+                                         N_NEW, d, dp.n_max, on_token, r, &st));
+      sl_drafter_free(d);
       sl_ctx_free(c);
       CHECK_EQ_INT(r->n, N_NEW);
       CHECK(memcmp(hist + n, r->toks, sizeof(int32_t) * N_NEW) == 0);
@@ -206,6 +351,8 @@ static void test_greedy_with_drafts_is_greedy(void) {
 
 int main(void) {
   RUN(test_lookup);
+  RUN(test_drafter_ngram);
+  RUN(test_rejection_rule);
   int rc = load_default_model(&g_model, &g_tok);
   if (rc == 0) {
     RUN(test_greedy_with_drafts_is_greedy);

@@ -77,10 +77,11 @@ typedef struct sl_engine_config {
   int queue_timeout_ms; /* --queue-timeout-ms: a request that was never
                            admitted fails after waiting this long (with
                            SL_REASON_QUEUE_TIMEOUT); <= 0: waits forever */
-  /* --speculative ngram (1; 0: off): a greedy request with no grammar, on
-   * a CPU engine, drafts up to draft_max tokens a step by prompt lookup
-   * (include/sluice/spec.h, draft_min at least) and the step verifies them
-   * with its decode token; the output is the same, bit for bit. */
+  /* --speculative ngram (1; 0: off): a request with no grammar, greedy or
+   * sampled, on a CPU engine, drafts up to draft_max tokens a step by
+   * prompt lookup (include/sluice/spec.h, draft_min at least) and the step
+   * verifies them with its decode token; the output is the same, bit for
+   * bit (a sampled one for the same seed). */
   int speculative;
   int draft_max;   /* --draft-max, 1..64 */
   int draft_min;   /* --draft-min, 1..draft_max */
@@ -127,8 +128,13 @@ typedef struct sl_gen_params {
    * GPU. */
   sl_pooling pooling;
   /* no speculative drafts for this request (its output is the same either
-   * way; the API's "speculative": false) */
+   * way, for the same seed; the API's "speculative": false) */
   bool no_speculation;
+  /* tokens the output is expected to resemble (OpenAI's predicted output):
+   * the drafter proposes from them too (copied at submission; unused
+   * without speculative decoding); n_prediction <= n_ctx */
+  const int32_t *prediction;
+  int n_prediction;
 } sl_gen_params;
 
 typedef enum sl_finish {
@@ -165,6 +171,10 @@ typedef struct sl_engine_event {
   int prompt_tokens;
   int cached_tokens; /* prompt tokens served from the prefix cache */
   int completion_tokens;
+  /* SL_EV_DONE: speculative drafts verified that were the target's token
+   * (kept) and that were not (OpenAI's accepted_ / rejected_prediction_
+   * tokens) */
+  int draft_accepted, draft_rejected;
   sl_finish finish;
   sl_status error;       /* SL_EV_DONE with SL_FINISH_ERROR: the cause */
   sl_reason reason;      /* ... and what the client is told (sluice/reason.h) */

@@ -6,8 +6,11 @@
  * prefix it agrees with plus its own next token. Because a token's logits
  * do not depend on how its sequence was cut into passes (DESIGN.md I9),
  * speculative greedy output equals plain greedy output bit for bit, logits
- * included. This round: prompt lookup as the drafter, and the greedy loop
- * over a single-sequence context (`sluice run --speculative ngram`).
+ * included. Drafters sit behind one interface (sl_drafter): prompt lookup
+ * is the first; a draft model, suffix decoding or prediction heads plug in
+ * the same way. The engine speculates in its steps (scheduler.c); this
+ * header also has the greedy loop over a single-sequence context that
+ * `sluice run --speculative ngram` uses.
  */
 #ifndef SLUICE_SPEC_H
 #define SLUICE_SPEC_H
@@ -16,6 +19,7 @@
 #include <stdint.h>
 
 #include "sluice/model.h"
+#include "sluice/rt.h"
 #include "sluice/status.h"
 
 /* Prompt lookup (model-free n-gram drafts). */
@@ -41,6 +45,81 @@ bool sl_draft_params_ok(const sl_draft_params *p, char *err, size_t errcap);
 int sl_draft_lookup(const sl_draft_params *p, const int32_t *hist, int n,
                     int32_t *out);
 
+/* ---- the drafter interface ----
+ *
+ * A drafter proposes the next tokens of sequences and learns, per
+ * sequence, how many of its proposals the target kept. A sequence's state
+ * (sl_draft_seq) is made when it first drafts and freed when it ends; a
+ * drafter serves many sequences, from one thread at a time. */
+typedef struct sl_drafter sl_drafter;
+typedef struct sl_draft_seq sl_draft_seq;
+
+typedef struct sl_drafter_ops {
+  const char *name;
+  /* A sequence's state; ref[0..n_ref) (may be NULL) is text the output is
+   * expected to resemble (OpenAI's predicted output), copied. NULL when
+   * out of memory. */
+  sl_draft_seq *(*seq_begin)(sl_drafter *d, const int32_t *ref, int n_ref);
+  /* Up to k tokens (1 <= k <= 64) to follow hist[0..n), the sequence's
+   * tokens so far (prompt and output), into out; returns their count. */
+  int (*propose)(sl_drafter *d, sl_draft_seq *s, const int32_t *hist, int n,
+                 int k, int32_t *out);
+  /* Of the last proposal's `drafted` tokens the target kept the first
+   * `kept`. */
+  void (*accepted)(sl_drafter *d, sl_draft_seq *s, int drafted, int kept);
+  void (*seq_end)(sl_drafter *d, sl_draft_seq *s);
+  void (*destroy)(sl_drafter *d);
+} sl_drafter_ops;
+
+struct sl_drafter {
+  const sl_drafter_ops *ops;
+  /* The stream its work runs on (a draft model's forward passes), which
+   * every clear of the engine that uses it drains too (DESIGN.md I3); NULL
+   * for a drafter without device work (prompt lookup runs on the caller's
+   * thread and holds no buffer). */
+  sl_stream_t *stream;
+};
+
+/* Every sequence's state begins with this (the drafter's own follows). */
+struct sl_draft_seq {
+  sl_drafter *drafter;
+  int64_t drafted, kept; /* over the sequence's life */
+};
+
+/* The calls through ops, and the counts kept in the sequence's head. */
+sl_draft_seq *sl_drafter_seq_begin(sl_drafter *d, const int32_t *ref,
+                                   int n_ref);
+int sl_drafter_propose(sl_draft_seq *s, const int32_t *hist, int n, int k,
+                       int32_t *out);
+void sl_drafter_accepted(sl_draft_seq *s, int drafted, int kept);
+void sl_drafter_seq_end(sl_draft_seq *s); /* NULL: nothing */
+void sl_drafter_free(sl_drafter *d);      /* NULL: nothing */
+
+/* Prompt lookup behind the interface: sl_draft_lookup over the sequence's
+ * tokens, then (when that finds nothing) the longest suffix of them found
+ * in the sequence's reference text proposes what follows it there. p is
+ * copied; NULL when out of memory or p is out of range. */
+sl_drafter *sl_drafter_ngram_create(const sl_draft_params *p);
+
+/* ---- sampled requests ----
+ *
+ * The standard rejection rule: a draft x drawn from the drafter's
+ * distribution q is kept with probability min(1, p(x) / q(x)) (p the
+ * target's distribution, as the request's sampler makes it); rejected, the
+ * token is drawn from the residual max(0, p - q), normalised. The tokens
+ * then follow p exactly, whatever q is. u1 decides the keeping, u2 the
+ * residual's draw (uniform in [0, 1)); *kept says which happened. p and q
+ * are probabilities over n tokens (each summing to 1); returns the token.
+ *
+ * For a drafter that proposes one token for certain (prompt lookup, a
+ * predicted output, a greedy draft model: q(x) = 1) the rule keeps x with
+ * probability p(x), and the residual is p without x: exactly "draw y from
+ * p; keep x when y == x". The engine verifies such drafts that way, with
+ * the request's own sampler and draws, so a seeded answer is the same with
+ * speculation as without, token for token. */
+int32_t sl_spec_accept(const float *p, const float *q, int64_t n, int32_t x,
+                       double u1, double u2, bool *kept);
+
 typedef struct sl_spec_stats {
   int64_t passes;   /* forward passes over the sequence */
   int64_t drafted;  /* tokens proposed */
@@ -55,16 +134,15 @@ typedef bool (*sl_spec_emit_fn)(void *ud, int32_t tok, const float *logits);
 /* Greedy generation of up to max_new tokens over c, which has evaluated
  * hist[0..n_hist) (the prompt) and whose last logits row is `last`. hist
  * has room for n_hist + max_new tokens and gains each generated token.
- * dp NULL: one token a pass; else each pass feeds the last token and up to
- * dp->n_max drafts (sl_draft_lookup over hist), keeps the drafts while the
- * target's argmax (the lowest index on a tie) agrees, and truncates c past
- * the tokens kept. The same tokens and logits either way. Needs room in c
- * for the drafts: n_past + 1 + n_max <= n_ctx, or drafts are cut. */
+ * d NULL: one token a pass; else each pass feeds the last token and up to
+ * k drafts (d's proposals for hist), keeps the drafts while the target's
+ * argmax (the lowest index on a tie) agrees, and truncates c past the
+ * tokens kept. The same tokens and logits either way. Needs room in c for
+ * the drafts: n_past + 1 + k <= n_ctx, or drafts are cut. */
 sl_status sl_spec_generate_greedy(sl_ctx_t *c, int n_ctx, int32_t *hist,
                                   int n_hist, const float *last,
-                                  int64_t n_vocab, int max_new,
-                                  const sl_draft_params *dp,
-                                  sl_spec_emit_fn emit, void *ud,
+                                  int64_t n_vocab, int max_new, sl_drafter *d,
+                                  int k, sl_spec_emit_fn emit, void *ud,
                                   sl_spec_stats *stats);
 
 #endif

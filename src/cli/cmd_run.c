@@ -216,16 +216,20 @@ static long generate_spec(const run_opts *o, sl_ctx_t *c,
     return -1;
   }
   int32_t *hist = sl_malloc(sizeof(int32_t) * (n_ids + (size_t)o->n_predict));
-  if (!hist) {
+  sl_drafter *d = sl_drafter_ngram_create(&dp);
+  if (!hist || !d) {
+    sl_free(hist);
+    sl_drafter_free(d);
     fprintf(stderr, "sluice run: out of memory\n");
     return -1;
   }
   memcpy(hist, ids, sizeof(int32_t) * n_ids);
   spec_out so = {tok, 0};
-  sl_status st =
-      sl_spec_generate_greedy(c, (int)o->ctx, hist, (int)n_ids, logits, n_vocab,
-                              (int)o->n_predict, &dp, spec_emit, &so, ss);
+  sl_status st = sl_spec_generate_greedy(c, (int)o->ctx, hist, (int)n_ids,
+                                         logits, n_vocab, (int)o->n_predict, d,
+                                         dp.n_max, spec_emit, &so, ss);
   sl_free(hist);
+  sl_drafter_free(d);
   if (st != SL_OK) {
     fprintf(stderr, "\nsluice run: decode failed: %s\n", sl_status_str(st));
     return -1;

@@ -138,9 +138,10 @@ static const sl_flag serve_flags[] = {
      .help = "compute threads", .def = "all CPUs"},
     {SL_FLAG_ENUM, "--speculative", "off|ngram", AT(e.speculative),
      .choices = "off|ngram",
-     .help = "speculative decoding on a CPU engine: greedy requests draft "
-             "by prompt lookup and each step verifies the drafts (the same "
-             "output; a request's \"speculative\": false opts out)"},
+     .help = "speculative decoding on a CPU engine: requests draft by "
+             "prompt lookup (and from OpenAI's \"prediction\") and each step "
+             "verifies the drafts (the same output, a sampled one for its "
+             "seed; a request's \"speculative\": false opts out)"},
     {SL_FLAG_INT, "--draft-max", "N", AT(e.draft_max), 1, 64,
      .help = "tokens a request drafts at most per step"},
     {SL_FLAG_INT, "--draft-min", "N", AT(e.draft_min), 1, 64,

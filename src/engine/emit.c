@@ -25,6 +25,8 @@ void sl__req_free(sl__req *r) {
     sl_free((char *)r->params.stop[i]);
   sl_sampler_free(r->sampler);
   sl_grammar_matcher_free(r->matcher);
+  sl_drafter_seq_end(r->dseq);
+  sl_free(r->pred);
   sl_free(r->emb);
   sl_free(r);
 }
@@ -66,6 +68,8 @@ static void emit_done(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,
   ev.prompt_tokens = r->n_prompt;
   ev.cached_tokens = r->n_cached;
   ev.completion_tokens = r->n_generated;
+  ev.draft_accepted = r->n_kept;
+  ev.draft_rejected = r->n_drafted - r->n_kept;
   ev.finish = why;
   ev.error = err;
   ev.reason = why == SL_FINISH_ERROR && reason == SL_REASON_NONE
@@ -207,28 +211,31 @@ static int32_t pick_token(sl_engine_t *e, sl__req *r, int s, int row, float *lp,
   return tok;
 }
 
-bool sl__sample_and_emit(sl_engine_t *e, sl__req *r, int s, int row) {
-  sl_token_logprob top[SL_MAX_TOP_LOGPROBS];
-  float lp = 0;
-  int n_top = r->params.top_logprobs > 0 ? r->params.top_logprobs : 0;
+bool sl__pick(sl_engine_t *e, sl__req *r, int s, int row, sl__picked *pk) {
+  pk->lp = 0;
+  pk->n_top = r->params.top_logprobs > 0 ? r->params.top_logprobs : 0;
   sl_status st = SL_OK;
-  int32_t tok = pick_token(e, r, s, row, &lp, top, &st);
-  if (tok < 0) {
-    if (r->matcher && sl_grammar_matcher_overrun(r->matcher))
-      sl__finish(e, r, SL_FINISH_ERROR, SL_ERR_INVALID_ARG,
-                 SL_REASON_INVALID_REQUEST,
-                 "the grammar is too ambiguous to follow: it keeps so many "
-                 "parses open at once that the next token's mask would "
-                 "take too long (make its alternatives and repetitions "
-                 "unambiguous)");
-    else
-      sl__finish(e, r, SL_FINISH_ERROR, st, SL_REASON_NONE,
-                 st == SL_ERR_NOMEM
-                     ? "out of memory for the grammar's token mask"
-                     : "the logits row could not be read back from the "
-                       "device");
+  pk->tok = pick_token(e, r, s, row, &pk->lp, pk->top, &st);
+  if (pk->tok >= 0)
     return true;
-  }
+  if (r->matcher && sl_grammar_matcher_overrun(r->matcher))
+    sl__finish(e, r, SL_FINISH_ERROR, SL_ERR_INVALID_ARG,
+               SL_REASON_INVALID_REQUEST,
+               "the grammar is too ambiguous to follow: it keeps so many "
+               "parses open at once that the next token's mask would "
+               "take too long (make its alternatives and repetitions "
+               "unambiguous)");
+  else
+    sl__finish(e, r, SL_FINISH_ERROR, st, SL_REASON_NONE,
+               st == SL_ERR_NOMEM ? "out of memory for the grammar's token mask"
+                                  : "the logits row could not be read back "
+                                    "from the device");
+  return false;
+}
+
+bool sl__emit(sl_engine_t *e, sl__req *r, const sl__picked *pk) {
+  const int32_t tok = pk->tok;
+  const int n_top = pk->n_top;
   if (r->n_generated == 0) {
     r->t_first = sl_now_ns();
   }
@@ -257,7 +264,7 @@ bool sl__sample_and_emit(sl_engine_t *e, sl__req *r, int s, int row) {
   sl_sampler_accept(r->sampler, tok);
   r->tokens[r->n_tokens++] = tok;
   e->tokens_since_clear++;
-  if (sl__detok_step(e, r, tok, lp, n_top ? top : NULL, n_top)) {
+  if (sl__detok_step(e, r, tok, pk->lp, n_top ? pk->top : NULL, n_top)) {
     sl__finish(e, r, SL_FINISH_STOP, SL_OK, SL_REASON_NONE, NULL);
     return true;
   }
@@ -267,4 +274,9 @@ bool sl__sample_and_emit(sl_engine_t *e, sl__req *r, int s, int row) {
     return true;
   }
   return false;
+}
+
+bool sl__sample_and_emit(sl_engine_t *e, sl__req *r, int s, int row) {
+  sl__picked pk;
+  return !sl__pick(e, r, s, row, &pk) || sl__emit(e, r, &pk);
 }

@@ -148,6 +148,8 @@ sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
   if (embed && sl_batch_ctx_samples_on_device(e->bctx))
     return SL_ERR_UNSUPPORTED; /* a GPU context has no hidden-state rows */
   if ((params->max_tokens <= 0 && !embed) || params->n_stop < 0 ||
+      params->n_prediction < 0 || params->n_prediction > e->cfg.n_ctx ||
+      (params->n_prediction && !params->prediction) ||
       params->n_stop > SL_MAX_STOP ||
       params->top_logprobs > SL_MAX_TOP_LOGPROBS)
     return SL_ERR_INVALID_ARG;
@@ -199,6 +201,18 @@ sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
   r->params.logit_bias = NULL; /* the sampler holds its copy */
   r->params.n_logit_bias = 0;
   r->params.n_stop = 0;
+  r->params.prediction = NULL;
+  r->params.n_prediction = 0;
+  if (e->spec && params->n_prediction && !embed) {
+    for (int i = 0; i < params->n_prediction; i++)
+      if (params->prediction[i] < 0 || params->prediction[i] >= hp->n_vocab)
+        goto invalid;
+    if (!(r->pred = sl_malloc(sizeof(int32_t) * (size_t)params->n_prediction)))
+      goto fail;
+    memcpy(r->pred, params->prediction,
+           sizeof(int32_t) * (size_t)params->n_prediction);
+    r->n_pred = params->n_prediction;
+  }
   for (int i = 0; i < params->n_stop; i++) {
     if (!params->stop[i] || !params->stop[i][0])
       continue;
@@ -238,6 +252,9 @@ sl_status sl_engine_submit(sl_engine_t *e, const int32_t *prompt, int n,
 fail:
   sl__req_free(r);
   return SL_ERR_NOMEM;
+invalid:
+  sl__req_free(r);
+  return SL_ERR_INVALID_ARG;
 }
 
 sl_status sl_engine_abort(sl_engine_t *e, uint64_t id) {
@@ -477,6 +494,8 @@ static sl_status executor_init(sl_engine_t *e) {
     return SL_ERR_INVALID_ARG;
   }
   e->spec = e->cfg.speculative && !sl_batch_ctx_samples_on_device(e->bctx);
+  if (e->spec && !(e->drafter = sl_drafter_ngram_create(&e->draft)))
+    return SL_ERR_NOMEM;
   /* logits rows: one a sequence, and every draft's (within the step's
    * token budget) */
   size_t rows = ms + (e->spec ? (ms * (size_t)e->cfg.draft_max < bt
@@ -543,6 +562,8 @@ static void executor_fini(sl_engine_t *e) {
   sl_free(e->batch_tokens);
   sl_free(e->batch_seqs);
   sl_free(e->batch_reqs);
+  sl_drafter_free(e->drafter); /* after every request's sequence state */
+  e->drafter = NULL;
   if (e->stream && sl_sync_and_clear_cache(e->stream) != SL_OK)
     SL_LOGW("engine: an error was pending on the engine stream at shutdown");
   sl_clear_thread_streams(); /* I5 */

@@ -151,6 +151,11 @@ typedef struct sl__req {
   int n_generated;
   int32_t draft[64]; /* this step's drafts (speculative decoding) */
   int n_draft;
+  sl_draft_seq *dseq;    /* its state in the engine's drafter, from its first
+                            draft */
+  int n_drafted, n_kept; /* drafts verified, and of them kept */
+  int32_t *pred;         /* its predicted output (params.prediction's copy) */
+  int n_pred;
   int32_t *blocks; /* block table */
   int n_blocks;
   int retries; /* runtime memory errors so far (the OOM ladder) */
@@ -226,6 +231,7 @@ struct sl_engine {
    * parameters, and what it drafted and kept */
   bool spec;
   sl_draft_params draft;
+  sl_drafter *drafter; /* prompt lookup, made from draft */
   uint64_t drafted, accepted;
   sl_kcu_sample_params *batch_samp; /* (max_seqs + max_batched_tokens) */
   sl_kcu_sample_out *sampled;       /* (max_seqs + max_batched_tokens) */
@@ -269,8 +275,20 @@ void sl__clear_at_site(sl_engine_t *e, sl__clear_site site);
  * computed blocks in the prefix cache (and queues them for the tiers). */
 void sl__release_blocks(sl_engine_t *e, sl__req *r);
 void sl__publish_blocks(sl_engine_t *e, sl__req *r);
-/* Samples the next token of r (batch sequence s, logits row `row`) and
- * reports it. Returns true when the request finished (and was freed). */
+/* A token picked for r, with its logprobs when r asks for them. */
+typedef struct sl__picked {
+  int32_t tok;
+  float lp;
+  int n_top;
+  sl_token_logprob top[SL_MAX_TOP_LOGPROBS];
+} sl__picked;
+/* Picks the next token of r (batch sequence s, logits row `row`); false
+ * when it could not (r then finished with the error, and was freed). */
+bool sl__pick(sl_engine_t *e, sl__req *r, int s, int row, sl__picked *pk);
+/* Reports a picked token: r's stop conditions, its text. Returns true when
+ * r finished (and was freed). */
+bool sl__emit(sl_engine_t *e, sl__req *r, const sl__picked *pk);
+/* sl__pick then sl__emit: true when r finished. */
 bool sl__sample_and_emit(sl_engine_t *e, sl__req *r, int s, int row);
 /* The pick counts into the stats (e->mu held). */
 void sl__publish_picks(sl_engine_t *e);

@@ -299,19 +299,25 @@ static void plan_add(sl_engine_t *e, step_plan *p, sl__req *r, sl_batch_seq q) {
 }
 
 /* Speculative decoding: r's drafts for this step (into r->draft), at most
- * `room` tokens: for a greedy request with no grammar, by prompt lookup
- * over its tokens, cut to what its max_tokens leaves after the step's own
- * token and to the KV blocks it has or can get without preempting anyone
- * (drafts never take memory from other requests). */
+ * `room` tokens: for a request with no grammar, greedy or sampled (the
+ * target's token is drawn as without drafts and a draft is kept while it
+ * is that token: spec.h), from the engine's drafter, cut to what its
+ * max_tokens leaves after the step's own token and to the KV blocks it has
+ * or can get without preempting anyone (drafts never take memory from
+ * other requests). */
 static int plan_drafts(sl_engine_t *e, sl__req *r, int room) {
   r->n_draft = 0;
   if (!e->spec || r->params.no_speculation || r->matcher || !r->sampler ||
-      !sl_sampler_is_argmax(r->sampler) || room <= 0)
+      room <= 0)
     return 0;
-  int d = sl_draft_lookup(&e->draft, r->tokens, r->n_tokens, r->draft);
   int left = r->params.max_tokens - r->n_generated - 1;
-  d = d < left ? d : left;
-  d = d < room ? d : room;
+  int k = e->draft.n_max < left ? e->draft.n_max : left;
+  k = k < room ? k : room;
+  if (k < e->draft.n_min ||
+      (!r->dseq &&
+       !(r->dseq = sl_drafter_seq_begin(e->drafter, r->pred, r->n_pred))))
+    return 0;
+  int d = sl_drafter_propose(r->dseq, r->tokens, r->n_tokens, k, r->draft);
   if (d < e->draft.n_min)
     return 0;
   /* positions n_computed .. n_computed + d */
@@ -557,15 +563,29 @@ static void update_seq(sl_engine_t *e, sl__req *r, int s, int row,
     int d = q->n - 1;
     r->n_draft = 0;
     e->drafted += (uint64_t)d;
+    r->n_drafted += d;
     for (int i = 0; i <= d; i++) {
-      if (sl__sample_and_emit(e, r, s, row + i)) {
+      sl__picked pk;
+      if (!sl__pick(e, r, s, row + i, &pk)) {
         sl__active_remove(e, r);
         return;
       }
-      if (i == d || r->tokens[r->n_tokens - 1] != r->draft[i])
+      /* accounted before the token is emitted, which may end (and free)
+       * r; an ended request's drafter state is not told */
+      bool kept = i < d && pk.tok == r->draft[i];
+      if (kept) {
+        r->n_kept++;
+        e->accepted++;
+      } else {
+        sl_drafter_accepted(r->dseq, d, i);
+      }
+      if (sl__emit(e, r, &pk)) {
+        sl__active_remove(e, r);
+        return;
+      }
+      if (!kept)
         break;
       r->n_computed++;
-      e->accepted++;
     }
     return;
   }

@@ -427,6 +427,18 @@ static void tier_metrics(sl_server_t *s, sl_sbuf *o, const snapshot *sn) {
             w.lock_hold_hist, w.lock_ns_total, w.lock_holds);
 }
 
+/* Speculative decoding's counts: drafted, kept, and the share kept (0
+ * before any draft). */
+static double acceptance(const sl_engine_stats *e) {
+  return e->drafted ? (double)e->accepted / (double)e->drafted : 0.0;
+}
+
+static json_t *spec_json(const sl_engine_stats *e) {
+  return json_pack("{s:I,s:I,s:f}", "drafted", (json_int_t)e->drafted,
+                   "accepted", (json_int_t)e->accepted, "acceptance_rate",
+                   acceptance(e));
+}
+
 /* The pool's models: one labelled series each (sluice_info names every
  * model the server serves, loaded or not). */
 static void model_metrics(const snapshot *sn, sl_sbuf *o) {
@@ -473,10 +485,36 @@ static void model_metrics(const snapshot *sn, sl_sbuf *o) {
   }
 }
 
+/* Speculative decoding per loaded model (its engine's counts since its
+ * load). */
+static void spec_metrics(const snapshot *sn, sl_sbuf *o) {
+  static const struct {
+    const char *name, *type, *help;
+  } fam[] = {
+      {"sluice_spec_drafted_tokens_total", "counter",
+       "Speculative drafts verified (since the model's load)."},
+      {"sluice_spec_accepted_tokens_total", "counter",
+       "Speculative drafts kept: the target's own token."},
+      {"sluice_spec_acceptance_ratio", "gauge",
+       "Drafts kept over drafts verified (0 before any)."},
+  };
+  for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+    sl__sbuf_addf(o, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help,
+                  fam[f].name, fam[f].type);
+    for (int k = 0; k < sn->n_loaded; k++) {
+      const sl_engine_stats *e = &sn->el[k];
+      double v[] = {(double)e->drafted, (double)e->accepted, acceptance(e)};
+      sl__sbuf_addf(o, "%s{model=\"%s\"} %.17g\n", fam[f].name, sn->l[k].name,
+                    v[f]);
+    }
+  }
+}
+
 void sl__srv_metrics_text(sl_server_t *s, sl_sbuf *o) {
   snapshot sn;
   take(s, &sn);
   model_metrics(&sn, o);
+  spec_metrics(&sn, o);
   prom(o, "sluice_http_requests_total", "counter", "HTTP requests received.",
        (double)sn.m.http_requests);
   sl__sbuf_addf(o,
@@ -684,6 +722,9 @@ static json_t *models_json(const snapshot *sn) {
                     e->kv_blocks_total, "kv_blocks_used", e->kv_blocks_used,
                     "kv_blocks_cached", e->kv_blocks_cached, "clears",
                     (json_int_t)e->clears, "step_ns", (json_int_t)e->step_ns));
+      json_t *eng = json_object_get(m, "engine");
+      if (eng)
+        json_object_set_new(eng, "speculative", spec_json(e));
     }
     if (!m || json_array_append_new(a, m) != 0) {
       json_decref(a);
@@ -758,10 +799,7 @@ json_t *sl__srv_stats_json(sl_server_t *s) {
                 (json_int_t)sn.e.grammar_masks, "grammar_unmasked",
                 (json_int_t)sn.e.grammar_unmasked));
   /* speculative decoding: tokens drafted, and of them kept */
-  json_object_set_new(o, "speculative",
-                      json_pack("{s:I,s:I}", "drafted",
-                                (json_int_t)sn.e.drafted, "accepted",
-                                (json_int_t)sn.e.accepted));
+  json_object_set_new(o, "speculative", spec_json(&sn.e));
   json_object_set_new(
       o, "memory",
       json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "active",

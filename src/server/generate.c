@@ -129,6 +129,45 @@ fail:
   return sl__srv_send_error(c, cn->fam, err, false);
 }
 
+/* OpenAI's predicted output, tokenized as text (special tokens not
+ * parsed, no BOS) into r->prediction_ids for the drafter; longer than the
+ * context (which bounds the answer) is refused before it is tokenized
+ * whole. */
+static sl_status prediction_ids(sl_srv_request *r, const sl_pool_lease *ml,
+                                sl_srv_error *err) {
+  size_t n = 0, len = r->prediction_len;
+  uint8_t *plain = sl_malloc(len ? len : 1);
+  if (!plain) {
+    sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
+    return SL_ERR_NOMEM;
+  }
+  memset(plain, 1, len);
+  sl_status st = len ? sl_tokenizer_encode_limited(
+                           ml->tok, r->prediction, len, false, plain,
+                           (size_t)ml->n_ctx, &r->prediction_ids, &n)
+                     : SL_OK;
+  sl_free(plain);
+  if (st == SL_ERR_NOMEM) {
+    sl__srv_error_set(err, 500, NULL, NULL, "out of memory");
+    return st;
+  }
+  if (st == SL_ERR_RANGE) {
+    sl__srv_error_set(err, 400, "context_length_exceeded", "prediction",
+                      "'prediction' has more tokens than this model's "
+                      "maximum context length, %d tokens",
+                      ml->n_ctx);
+    return st;
+  }
+  if (st != SL_OK) {
+    sl__srv_error_set(err, 400, "invalid_value", "prediction",
+                      "cannot tokenize 'prediction'");
+    return st;
+  }
+  r->gen.prediction = r->prediction_ids;
+  r->gen.n_prediction = (int)n;
+  return SL_OK;
+}
+
 /* Anthropic's thinking.budget_tokens (under max_tokens): the first engine
  * request generates that many tokens, then the job closes the thinking
  * and continues (job.c's budget_continue); the tokens of the closing tag
@@ -183,6 +222,8 @@ enum MHD_Result sl__srv_generate(sl_server_t *s, struct MHD_Connection *c,
                       ml->n_ctx, j->n_ids);
     goto fail_respond;
   }
+  if (j->req.prediction && prediction_ids(&j->req, ml, &err) != SL_OK)
+    goto fail_respond;
   size_t nv = sl_tokenizer_vocab_size(ml->tok);
   for (int i = 0; i < j->req.gen.n_logit_bias; i++)
     if ((size_t)j->req.gen.logit_bias[i].id >= nv) {

@@ -247,6 +247,7 @@ static void kid_event(sl_srv_job *p, bool kid_done, bool kid_started) {
     p->t_done = sl_now_ns();
     p->finish = SL_FINISH_STOP;
     p->completion_tokens = p->n_toks = 0;
+    p->draft_accepted = p->draft_rejected = 0;
     for (int i = 0; i < p->n_parts; i++) {
       sl_srv_job *k = &p->kids[i];
       pthread_mutex_lock(&k->mu);
@@ -255,6 +256,8 @@ static void kid_event(sl_srv_job *p, bool kid_done, bool kid_started) {
         p->cached_tokens = k->cached_tokens;
       }
       p->completion_tokens += k->completion_tokens;
+      p->draft_accepted += k->draft_accepted;
+      p->draft_rejected += k->draft_rejected;
       p->n_toks += k->n_toks;
       if (k->t_first && (!p->t_first || k->t_first < p->t_first))
         p->t_first = k->t_first;
@@ -435,6 +438,8 @@ static void on_event(void *user, const sl_engine_event *ev) {
       j->oom = true;
     break;
   case SL_EV_DONE:
+    j->draft_accepted += ev->draft_accepted;
+    j->draft_rejected += ev->draft_rejected;
     first = !j->budget_went;
     if ((bst = budget_continue(j, ev)) == SL_OK)
       break; /* the answer goes on in the continuation */

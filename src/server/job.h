@@ -140,6 +140,8 @@ struct sl_srv_job {
   int n_toks, toks_cap;
   bool started, done, oom;
   int prompt_tokens, cached_tokens, completion_tokens;
+  int draft_accepted, draft_rejected; /* speculative drafts, every request
+                                         of the answer */
   sl_finish finish;
   sl_status error;
   sl_reason reason; /* sluice/reason.h */

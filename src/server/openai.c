@@ -74,8 +74,10 @@ static json_t *cmpl_logprobs(const sl_srv_job *j, int from, int to,
 }
 
 /* usage; completion_tokens_details.reasoning_tokens counts the answer's
- * thinking tokens (OpenAI's field; 0 without a think block). A parent of
- * n choices sums its children's. */
+ * thinking tokens (OpenAI's field; 0 without a think block), its
+ * accepted_ / rejected_prediction_tokens the speculative drafts the
+ * target kept and did not (0 without speculation). A parent of n choices
+ * sums its children's. */
 static json_t *usage_json(sl_srv_job *j) {
   int reasoning = 0;
   if (j->kids)
@@ -83,11 +85,13 @@ static json_t *usage_json(sl_srv_job *j) {
       reasoning += sl__srv_job_reasoning_tokens(&j->kids[i]);
   else
     reasoning = sl__srv_job_reasoning_tokens(j);
-  return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i}}", "prompt_tokens",
+  return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i,s:i,s:i}}", "prompt_tokens",
                    j->prompt_tokens, "completion_tokens", j->completion_tokens,
                    "total_tokens", j->prompt_tokens + j->completion_tokens,
                    "prompt_tokens_details", "cached_tokens", j->cached_tokens,
-                   "completion_tokens_details", "reasoning_tokens", reasoning);
+                   "completion_tokens_details", "reasoning_tokens", reasoning,
+                   "accepted_prediction_tokens", j->draft_accepted,
+                   "rejected_prediction_tokens", j->draft_rejected);
 }
 
 /* message.tool_calls (or one chunk's delta.tool_calls entry). */

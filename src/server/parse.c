@@ -266,6 +266,52 @@ static bool reject_nonempty(json_t *root, const char *key, sl_srv_error *err) {
   return false;
 }
 
+/* OpenAI's predicted output, {"type": "content", "content": a string or
+ * a list of {"type": "text", "text": ...} parts}: its text (the parts
+ * joined) into r->prediction, which feeds the speculative drafter (and is
+ * otherwise unused). 0, or -1 with err filled (-2: out of memory). */
+static int parse_prediction(json_t *root, sl_srv_request *r,
+                            sl_srv_error *err) {
+  json_t *p = member(root, "prediction");
+  if (!p)
+    return 0;
+  json_t *t = json_is_object(p) ? json_object_get(p, "type") : NULL;
+  json_t *c = json_is_object(p) ? json_object_get(p, "content") : NULL;
+  if (!json_is_string(t) || strcmp(json_string_value(t), "content") != 0 ||
+      !(json_is_string(c) || json_is_array(c))) {
+    sl__srv_error_set(err, 400, "invalid_value", "prediction",
+                      "'prediction' must be {\"type\": \"content\", "
+                      "\"content\": a string or a list of text parts}");
+    return -1;
+  }
+  sl_sbuf b = {0};
+  if (json_is_string(c))
+    sl__sbuf_add(&b, json_string_value(c), json_string_length(c));
+  for (size_t i = 0; json_is_array(c) && i < json_array_size(c); i++) {
+    json_t *part = json_array_get(c, i);
+    json_t *pt = json_is_object(part) ? json_object_get(part, "type") : NULL;
+    json_t *tx = json_is_object(part) ? json_object_get(part, "text") : NULL;
+    if (!json_is_string(pt) || strcmp(json_string_value(pt), "text") != 0 ||
+        !json_is_string(tx)) {
+      sl__sbuf_free(&b);
+      sl__srv_error_set(err, 400, "invalid_value", "prediction",
+                        "'prediction.content[%zu]' must be "
+                        "{\"type\": \"text\", \"text\": ...}",
+                        i);
+      return -1;
+    }
+    sl__sbuf_add(&b, json_string_value(tx), json_string_length(tx));
+  }
+  sl__sbuf_add(&b, "", 1); /* NUL-terminated, never NULL */
+  if (b.oom) {
+    sl__sbuf_free(&b);
+    return -2;
+  }
+  r->prediction = b.p;
+  r->prediction_len = b.len - 1;
+  return 0;
+}
+
 static sl_status parse_openai_common(json_t *root, const sl_srv_limits *lim,
                                      sl_srv_request *r, sl_srv_error *err) {
   sl_status st = SL_OK;
@@ -297,6 +343,10 @@ static sl_status parse_openai_common(json_t *root, const sl_srv_limits *lim,
   if ((k = opt_bool(root, "speculative", &spec, err)) < 0)
     goto fail_value;
   r->gen.no_speculation = k && !spec;
+  if ((k = parse_prediction(root, r, err)) == -2)
+    return SL_ERR_NOMEM;
+  if (k < 0)
+    goto fail_value;
   /* beyond OpenAI's API, as llama.cpp and vLLM take them */
   if ((k = opt_int(root, "top_k", -1, INT32_MAX, &ll, err)) < 0)
     goto fail_value;
@@ -866,6 +916,8 @@ void sl__srv_request_free(sl_srv_request *r) {
   sl_jv_free(r->messages);
   sl_free(r->prompt);
   sl_free(r->prompt_ids);
+  sl_free(r->prediction);
+  sl_free(r->prediction_ids);
   sl_free(r->bias);
   sl_grammar_unref(r->grammar);
   sl__srv_embed_free(r);

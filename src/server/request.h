@@ -80,6 +80,11 @@ typedef struct sl_srv_request {
   size_t prompt_len;
   int32_t *prompt_ids; /* completions, token form */
   int n_prompt_ids;
+  /* OpenAI's predicted output (its text), and its tokens once tokenized
+   * (gen.prediction points there): drafts for speculative decoding */
+  char *prediction;
+  size_t prediction_len;
+  int32_t *prediction_ids;
   bool stream;
   int n_choices;      /* n (OpenAI): choices, each its own engine request */
   bool include_usage; /* stream_options.include_usage */

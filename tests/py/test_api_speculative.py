@@ -8,7 +8,12 @@ anthropic SDKs, unmodified:
   eight at once (their drafts verified together in shared steps);
 - the Anthropic route takes the same opt-out;
 - a `speculative` that is not a boolean is a 400 in the API's shape;
-- /admin/api/stats counts the drafted and the kept tokens.
+- /admin/api/stats (all and per model) and /metrics (per model) count the
+  drafted and the kept tokens, and the share kept;
+- a sampled answer with a seed is the same with drafts as without;
+- OpenAI's `prediction` (predicted outputs) feeds the drafter, and
+  usage.completion_tokens_details has accepted_prediction_tokens and
+  rejected_prediction_tokens (streamed too); a bad prediction is a 400.
 
 Skipped without the model, the binary or the SDKs (see conftest.py).
 """
@@ -78,6 +83,25 @@ def test_drafts_change_nothing(spec_server):
         st = json.loads(r.read())
     sp = st["speculative"]
     assert 0 < sp["accepted"] < sp["drafted"], sp
+    assert sp["acceptance_rate"] == pytest.approx(sp["accepted"] /
+                                                  sp["drafted"])
+    # the model's own counts (one model: the same), and /metrics per model
+    (m,) = st["models"]
+    assert m["engine"]["speculative"]["drafted"] == sp["drafted"]
+    with urllib.request.urlopen(spec_server.base + "/metrics",
+                                timeout=30) as r:
+        prom = r.read().decode()
+    series = {}
+    for line in prom.splitlines():
+        if line.startswith("sluice_spec_"):
+            k, v = line.rsplit(" ", 1)
+            series[k] = float(v)
+    name = m["name"]
+    drafted = series['sluice_spec_drafted_tokens_total{model="%s"}' % name]
+    kept = series['sluice_spec_accepted_tokens_total{model="%s"}' % name]
+    ratio = series['sluice_spec_acceptance_ratio{model="%s"}' % name]
+    assert drafted >= sp["drafted"] and 0 < kept < drafted
+    assert ratio == pytest.approx(kept / drafted)
 
 
 def test_anthropic_opt_out(spec_server):
@@ -104,3 +128,79 @@ def test_bad_speculative_is_400(spec_server):
             max_tokens=4, extra_body={"speculative": "yes"})
     err = ei.value.body
     assert err["param"] == "speculative" and err["code"] == "invalid_type"
+
+
+def test_sampled_with_seed_is_the_same(spec_server):
+    def sampled(prompt, spec):
+        extra = {} if spec else {"speculative": False}
+        r = oai(spec_server).chat.completions.create(
+            model=MODEL_NAME, messages=[{"role": "user", "content": prompt}],
+            max_tokens=64, temperature=0.7, top_p=0.95, seed=11,
+            presence_penalty=0.3, logprobs=True, top_logprobs=1,
+            extra_body=extra)
+        c = r.choices[0]
+        d = r.usage.completion_tokens_details
+        return (c.message.content,
+                [(t.token, t.logprob) for t in c.logprobs.content],
+                d.accepted_prediction_tokens + d.rejected_prediction_tokens)
+    kept = 0
+    for p in PROMPTS[:3]:
+        off = sampled(p, False)
+        on = sampled(p, True)
+        assert on[:2] == off[:2], p[:40]
+        assert off[2] == 0
+        kept += on[2]
+    assert kept > 0  # the sampled answers were drafted for
+
+
+def test_prediction_feeds_the_drafter(spec_server):
+    cl = oai(spec_server)
+    msgs = [{"role": "user", "content": "Write a haiku about rivers."}]
+    plain = cl.chat.completions.create(
+        model=MODEL_NAME, messages=msgs, max_tokens=48, temperature=0,
+        extra_body={"speculative": False})
+    text = plain.choices[0].message.content
+    d = plain.usage.completion_tokens_details
+    assert d.accepted_prediction_tokens == 0
+    assert d.rejected_prediction_tokens == 0
+    # the answer itself as the prediction (a string, then as text parts)
+    for pred in (text, [{"type": "text", "text": text[:20]},
+                        {"type": "text", "text": text[20:]}]):
+        r = cl.chat.completions.create(
+            model=MODEL_NAME, messages=msgs, max_tokens=48, temperature=0,
+            prediction={"type": "content", "content": pred})
+        assert r.choices[0].message.content == text
+        d = r.usage.completion_tokens_details
+        assert d.accepted_prediction_tokens >= r.usage.completion_tokens // 2
+        assert d.rejected_prediction_tokens <= 4
+    # streamed: the usage chunk has them too
+    chunks = list(cl.chat.completions.create(
+        model=MODEL_NAME, messages=msgs, max_tokens=48, temperature=0,
+        prediction={"type": "content", "content": text}, stream=True,
+        stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks
+                   if c.choices) == text
+    u = chunks[-1].usage
+    assert u.completion_tokens_details.accepted_prediction_tokens > 0
+    # /v1/completions takes it too
+    r = cl.completions.create(model=MODEL_NAME, prompt="1, 2, 3, 4, 5,",
+                              max_tokens=24, temperature=0,
+                              extra_body={"prediction": {
+                                  "type": "content",
+                                  "content": " 6, 7, 8, 9, 10, 11, 12"}})
+    assert r.usage.completion_tokens_details.accepted_prediction_tokens > 0
+
+
+@pytest.mark.parametrize("pred", [
+    "text", {"type": "other", "content": "x"}, {"type": "content"},
+    {"type": "content", "content": 5},
+    {"type": "content", "content": [{"type": "image", "text": "x"}]},
+    {"type": "content", "content": [{"type": "text"}]},
+])
+def test_bad_prediction_is_400(spec_server, pred):
+    with pytest.raises(openai.BadRequestError) as ei:
+        oai(spec_server).chat.completions.create(
+            model=MODEL_NAME, messages=[{"role": "user", "content": "hi"}],
+            max_tokens=4, extra_body={"prediction": pred})
+    err = ei.value.body
+    assert err["param"] == "prediction" and err["code"] == "invalid_value"

@@ -11,6 +11,8 @@ network limited to this server.
   /tmp/sluice-dashboard): models.png, memory.png, kv.png, clears.png,
   recent.png, chat.png, chat-thinking.png.
 - A reasoning model's thinking shows folded above the answer (issue 45).
+- The models table shows the speculative drafts kept (issue 47; the
+  server runs with --speculative ngram).
 
 Skips, saying why, only where Chromium cannot start."""
 import json
@@ -56,7 +58,8 @@ def srv(sluice_server, tmp_path_factory):
     for n in NAMES:
         os.symlink(model_path(), d / ("%s.gguf" % n))
     env = dict(os.environ, SLUICE_POOL_LOAD_DELAY_MS="3000")
-    return sluice_server(["--models", str(d), "--pin", "alpha"] + BASE,
+    return sluice_server(["--models", str(d), "--pin", "alpha",
+                          "--speculative", "ngram"] + BASE,
                          bare=True, env=env)
 
 
@@ -94,8 +97,12 @@ def test_panels_show_live_numbers_while_a_model_loads(browser, srv):
     b.get(srv.base + "/admin")
     wait_for(lambda: updates(b) >= 2, what="the page's first updates")
     # a request, so that the recent list and the counters have something
+    # (a repetitive one: prompt lookup drafts for it)
     post(srv, "/v1/completions", {"model": "alpha", "prompt": "Hello",
                                   "max_tokens": 8, "temperature": 0})
+    post(srv, "/v1/completions", {
+        "model": "alpha", "max_tokens": 24, "temperature": 0,
+        "prompt": "red, green, blue, red, green, blue, red, green, blue, red,"})
     done = threading.Event()
     t = threading.Thread(target=lambda: (post(
         srv, "/admin/api/models/beta/load", {}), done.set()))
@@ -128,6 +135,13 @@ def test_panels_show_live_numbers_while_a_model_loads(browser, srv):
     assert "alpha" in recent and "200" in recent, recent
     models = b.find_element("id", "models").text
     assert "alpha" in models and "beta" in models, models
+    # alpha's drafts: "kept / verified (share%)"
+    spec = wait_for(lambda: b.execute_script(
+        "const r = document.querySelector('#models tr[data-model=\"alpha\"]');"
+        " return r ? r.querySelector('td.spec').textContent : null"),
+        what="alpha's drafts shown")
+    kept, _, rest = spec.partition(" / ")
+    assert int(kept) > 0 and rest.endswith("%)"), spec
     # nothing was fetched from anywhere but this server
     urls = b.execute_script("return performance.getEntriesByType('resource')"
                             ".map(e => e.name)")
