@@ -42,6 +42,8 @@ static uint64_t limit_for_blocks(int blocks) {
          (uint64_t)blocks * block_bytes();
 }
 
+static bool g_spec; /* speculative decoding on in the engines made */
+
 static sl_engine_t *make(uint64_t max_memory, int max_seqs,
                          int queue_timeout_ms) {
   sl_engine_config cfg = sl_engine_config_defaults();
@@ -53,6 +55,7 @@ static sl_engine_t *make(uint64_t max_memory, int max_seqs,
   cfg.n_threads = 2;
   cfg.max_memory = max_memory;
   cfg.queue_timeout_ms = queue_timeout_ms;
+  cfg.speculative = g_spec;
   sl_engine_t *e = NULL;
   if (sl_engine_create(g_model, g_tok, &cfg, &e) != SL_OK)
     return NULL;
@@ -87,8 +90,10 @@ static void test_max_tokens_clamped_to_fit_alone(void) {
 
 /* Room for about one and a half requests: each fits alone, six at once
  * all finish in full (they wait, or are preempted and recomputed), with
- * the tokens each gets alone. The old guard refused all but the first. */
-static void test_concurrent_requests_wait_and_preempt(void) {
+ * the tokens each gets alone. The old guard refused all but the first.
+ * With speculative decoding (g_spec) too: drafts never preempt anyone,
+ * and a preempted request's drafts and recomputation change nothing. */
+static void concurrent_wait_and_preempt(void) {
   enum { N = SL_TEST_SANITIZED ? 3 : 6, GEN = SL_TEST_SANITIZED ? 40 : 100 };
   const char *prompts[] = {"The capital of France is",   "Once upon a time",
                            "def add(a, b):\n    return", "1, 2, 3, 4,",
@@ -132,6 +137,9 @@ static void test_concurrent_requests_wait_and_preempt(void) {
   }
   CHECK_MSG(st.preemptions > 0, "no request was preempted (%llu)",
             (unsigned long long)st.preemptions);
+  if (g_spec) /* drafts were made, and some kept */
+    CHECK_MSG(st.accepted > 0, "drafted %llu, kept %llu",
+              (unsigned long long)st.drafted, (unsigned long long)st.accepted);
   CHECK_EQ_INT((int)st.requests_failed, 0);
   CHECK_EQ_INT((int)st.requests_total, 2 * N); /* a preemption counts once */
   CHECK_EQ_INT(st.kv_blocks_used, 0);
@@ -140,6 +148,17 @@ static void test_concurrent_requests_wait_and_preempt(void) {
   sl_engine_free(e);
   for (int i = 0; i < N; i++)
     sl_free(ids[i]);
+}
+
+static void test_concurrent_requests_wait_and_preempt(void) {
+  g_spec = false;
+  concurrent_wait_and_preempt();
+}
+
+static void test_preempt_with_speculation(void) {
+  g_spec = true;
+  concurrent_wait_and_preempt();
+  g_spec = false;
 }
 
 /* A prompt that cannot fit even alone fails at once, with a 4xx reason
@@ -214,6 +233,7 @@ int main(void) {
   sl_engine_free(make(0, 1, 0));
   RUN(test_max_tokens_clamped_to_fit_alone);
   RUN(test_concurrent_requests_wait_and_preempt);
+  RUN(test_preempt_with_speculation);
   RUN(test_cannot_fit_alone);
   RUN(test_queue_timeout);
   sl_tokenizer_free(g_tok);

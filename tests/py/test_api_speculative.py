@@ -11,6 +11,8 @@ anthropic SDKs, unmodified:
 - /admin/api/stats (all and per model) and /metrics (per model) count the
   drafted and the kept tokens, and the share kept;
 - a sampled answer with a seed is the same with drafts as without;
+- stop strings, n > 1 and a client that hangs up mid-answer work with
+  drafts (the same answers; the server goes on serving);
 - OpenAI's `prediction` (predicted outputs) feeds the drafter, and
   usage.completion_tokens_details has accepted_prediction_tokens and
   rejected_prediction_tokens (streamed too); a bad prediction is a 400.
@@ -204,3 +206,50 @@ def test_bad_prediction_is_400(spec_server, pred):
             max_tokens=4, extra_body={"prediction": pred})
     err = ei.value.body
     assert err["param"] == "prediction" and err["code"] == "invalid_value"
+
+
+def test_stop_strings_and_n_choices(spec_server):
+    cl = oai(spec_server)
+
+    def run(spec, **kw):
+        extra = {} if spec else {"speculative": False}
+        r = cl.chat.completions.create(
+            model=MODEL_NAME, max_tokens=64, extra_body=extra,
+            messages=[{"role": "user", "content": PROMPTS[2]}], **kw)
+        return [(c.message.content, c.finish_reason) for c in r.choices], r
+    # a stop string inside a run of kept drafts ends the answer there
+    plain, _ = run(False, temperature=0)
+    text = plain[0][0]
+    assert len(text) > 40, text
+    stop = text[24:32]  # its first occurrence ends the answer
+    for kw in ({"temperature": 0, "stop": [stop]},
+               {"temperature": 0, "n": 3},
+               {"temperature": 0.8, "seed": 5, "n": 2, "stop": [stop]}):
+        off, _ = run(False, **kw)
+        on, r = run(True, **kw)
+        assert on == off, kw
+        if "stop" in kw and kw["temperature"] == 0:
+            assert on[0][1] == "stop" and stop not in on[0][0]
+    d = r.usage.completion_tokens_details  # n > 1: the choices' sum
+    assert d.accepted_prediction_tokens + d.rejected_prediction_tokens > 0
+
+
+def test_hang_up_mid_answer(spec_server):
+    # a streamed answer with drafts, dropped after a few chunks
+    body = json.dumps({
+        "model": MODEL_NAME, "max_tokens": 400, "temperature": 0,
+        "stream": True,
+        "messages": [{"role": "user", "content": PROMPTS[0]}]}).encode()
+    req = urllib.request.Request(spec_server.base + "/v1/chat/completions",
+                                 body, {"Content-Type": "application/json"})
+    r = urllib.request.urlopen(req, timeout=60)
+    for _ in range(5):
+        assert r.readline()
+    r.close()
+    # the server goes on: the same greedy answer as without drafts
+    assert ask(spec_server, PROMPTS[1], True) == \
+        ask(spec_server, PROMPTS[1], False)
+    with urllib.request.urlopen(spec_server.base + "/admin/api/stats",
+                                timeout=30) as r:
+        st = json.loads(r.read())
+    assert st["models"][0]["engine"]["running"] == 0
