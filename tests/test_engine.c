@@ -59,7 +59,7 @@ static sl_status hold_task(const sl_task_ctx *ctx, void *p) {
   return SL_OK;
 }
 
-static void queue_work(void *ud, sl_stream_t *s, sl__clear_site site) {
+static void queue_work_ms(sl_stream_t *s, sl__clear_site site, double ms) {
   int n = 128;
   size_t bytes = (size_t)n * (size_t)n * 4;
   sl_buf_t *a = NULL, *b = NULL, *c = NULL;
@@ -72,7 +72,7 @@ static void queue_work(void *ud, sl_stream_t *s, sl__clear_site site) {
     return;
   }
   /* a few ms that the clear must wait for, then dependent products */
-  hold_arg h = {a, 3.0};
+  hold_arg h = {a, ms};
   if (sl_stream_submit(s, hold_task, &h, sizeof h, &a, 1, NULL) != SL_OK)
     atomic_fetch_add(&g_hook_failures, 1);
   for (int i = 0; i < 16; i++) /* not waited */
@@ -85,6 +85,11 @@ static void queue_work(void *ud, sl_stream_t *s, sl__clear_site site) {
   sl_buf_release(b);
   sl_buf_release(c);
   atomic_fetch_add(&g_hook_calls, 1);
+}
+
+static void queue_work(void *ud, sl_stream_t *s, sl__clear_site site) {
+  (void)ud;
+  queue_work_ms(s, site, 3.0);
 }
 
 /* `with_work`: the engine ran with queue_work as its hook, so the site must
@@ -286,6 +291,8 @@ enum { SPEC_N = 16, SPEC_TOKENS = 40 };
  * off; their tokens and logprobs in out. Requests i % 4 < 2 are greedy;
  * the others sampled with a seed of their own (i % 4 == 3 with penalties
  * too, which read the tokens kept so far). */
+static const char *g_spec_draft; /* spec_run's draft model, or NULL */
+
 static void spec_run(bool spec, bool together, spec_rec *out, uint64_t *drafted,
                      uint64_t *accepted) {
   sl_engine_config cfg = sl_engine_config_defaults();
@@ -293,7 +300,8 @@ static void spec_run(bool spec, bool together, spec_rec *out, uint64_t *drafted,
   cfg.max_seqs = SPEC_N;
   cfg.n_threads = 2;
   cfg.kv_block_tokens = 16;
-  cfg.speculative = spec;
+  cfg.speculative = !spec ? 0 : g_spec_draft ? 2 : 1;
+  cfg.draft_model = spec ? g_spec_draft : NULL;
   cfg.draft_max = 6;
   sl_engine_t *e = NULL;
   CHECK_OK(sl_engine_create(g_model, g_tok, &cfg, &e));
@@ -366,16 +374,33 @@ static void test_speculative_is_greedy(void) {
     if (i % 4 >= 2)
       sampled_kept += alone[i].accepted + batch[i].accepted;
   CHECK(sampled_kept > 0);
+  /* a draft model (the default model drafting for itself: its drafts are
+   * a greedy request's own tokens, and often not the token a sampled one
+   * draws) on the drafter's own stream, in a batch of 16 (the sanitizer
+   * builds run it in test_clear_sites_draft_stream only) */
+  static spec_rec viadraft[SPEC_N];
+  char path[4096];
+  uint64_t d3 = 0, a3 = 0;
+  if (!SL_TEST_SANITIZED) {
+    g_spec_draft = default_model_path(path, sizeof path);
+    spec_run(true, true, viadraft, &d3, &a3);
+    g_spec_draft = NULL;
+    fprintf(stderr, "  draft model, in a batch of %d: %llu / %llu\n", SPEC_N,
+            (unsigned long long)d3, (unsigned long long)a3);
+    CHECK(a3 > 0 && d3 > a3); /* kept and cut (the sampled requests') */
+  }
   for (int i = 0; i < SPEC_N; i++) {
-    for (int k = 0; k < 2; k++) {
-      const spec_rec *x = k ? &batch[i] : &alone[i];
+    for (int k = 0; k < (SL_TEST_SANITIZED ? 2 : 3); k++) {
+      const spec_rec *x = k == 2 ? &viadraft[i] : k ? &batch[i] : &alone[i];
       CHECK_MSG(
           memcmp(x->r.toks, ref[i].r.toks, sizeof(int32_t) * SPEC_TOKENS) ==
                   0 &&
               memcmp(x->lp, ref[i].lp, sizeof(float) * SPEC_TOKENS) == 0 &&
               memcmp(x->top, ref[i].top, sizeof(x->top[0]) * SPEC_TOKENS) == 0,
           "request %d, speculative %s: tokens or logprobs differ", i,
-          k ? "in a batch" : "alone");
+          k == 2 ? "with a draft model"
+          : k    ? "in a batch"
+                 : "alone");
     }
   }
 }
@@ -442,6 +467,107 @@ static void test_speculative_prediction(void) {
   CHECK(with.accepted >= NT * 3 / 4 && with.rejected <= 2);
   CHECK(off.accepted == 0 && off.rejected == 0);
   sl_free(ids);
+}
+
+/* A draft model that is not there, or --speculative draft without one, is
+ * refused at start with its reason. */
+static void test_draft_model_refused(void) {
+  sl_engine_config cfg = sl_engine_config_defaults();
+  cfg.n_ctx = 256;
+  cfg.speculative = 2;
+  cfg.draft_model = "/nonexistent/draft.gguf";
+  sl_engine_t *e = NULL;
+  char err[512];
+  CHECK(sl_engine_create2(g_model, g_tok, &cfg, &e, err, sizeof err) != SL_OK);
+  CHECK_MSG(strstr(err, "draft model") && strstr(err, "nonexistent"), "%s",
+            err);
+  cfg.draft_model = NULL; /* draft without a model */
+  CHECK(sl_engine_create2(g_model, g_tok, &cfg, &e, err, sizeof err) != SL_OK);
+  CHECK_MSG(strstr(err, "--draft-model") != NULL, "%s", err);
+}
+
+/* The clear sites with a draft model: real work is queued on the drafter's
+ * stream (and on the engine's) just before each clear, and every clear
+ * drains it: no clear finds the drafter's work in flight (its stream's
+ * evidence: 0 clears, 0 bytes, 0 ms), nothing is pending on it after. */
+static sl_stream_t *_Atomic g_draft_stream;
+
+static void queue_work_both(void *ud, sl_stream_t *s, sl__clear_site site) {
+  queue_work(ud, s, site);
+  sl_stream_t *ds = atomic_load(&g_draft_stream);
+  if (ds) /* longer than the engine stream's: its drain alone would not
+             outlast it */
+    queue_work_ms(ds, site, 20.0);
+}
+
+static void test_clear_sites_draft_stream(void) {
+  char path[4096];
+  sl__engine_test_hooks h = {.before_clear = queue_work_both};
+  sl_engine_config cfg = sl_engine_config_defaults();
+  cfg.n_ctx = 512;
+  cfg.max_seqs = 4;
+  cfg.kv_block_tokens = 16;
+  cfg.clear_every_tokens = 8;
+  cfg.hot_loop_steps = 2;
+  cfg.hot_loop_cache_bytes = 0;
+  cfg.n_threads = 2;
+  cfg.speculative = 2;
+  cfg.draft_max = 4;
+  cfg.draft_model = default_model_path(path, sizeof path);
+  sl_engine_t *e = NULL;
+  CHECK_OK(sl_engine_create(g_model, g_tok, &cfg, &e));
+  if (!e)
+    return;
+  sl_stream_t *ds = sl__engine_draft_stream(e);
+  CHECK(ds != NULL);
+  atomic_store(&g_draft_stream, ds);
+  sl__engine_set_test_hooks(e, &h);
+  static result r[4];
+  int32_t *ids[4];
+  int n[4];
+  for (int i = 0; i < 4; i++) {
+    n[i] = tokenize(SPEC_PROMPTS[i], &ids[i]);
+    result_init(&r[i]);
+    sl_gen_params gp = greedy(16 + 8 * i);
+    if (i % 2) {
+      gp.sampling.temperature = 0.7f;
+      gp.sampling.seed = 7 + (uint64_t)i;
+    }
+    CHECK_OK(sl_engine_submit(e, ids[i], n[i], &gp, on_event, &r[i], NULL));
+  }
+  for (int i = 0; i < 4; i++) {
+    result_wait(&r[i]);
+    CHECK_EQ_INT(r[i].n, 16 + 8 * i);
+    sl_free(ids[i]);
+  }
+  usleep(200000); /* idle reclaim */
+  sl_engine_stats es = sl_engine_get_stats(e);
+  CHECK(es.drafted > 0);
+  const sl__clear_site sites[] = {SL__SITE_PREFILL_END, SL__SITE_DECODE_EVERY_N,
+                                  SL__SITE_DECODE_HOT_LOOP,
+                                  SL__SITE_DECODE_AFTER_FINISH, SL__SITE_IDLE};
+  for (size_t i = 0; i < sizeof sites / sizeof sites[0]; i++) {
+    check_site(e, sites[i]);
+    sl__site_stats st = sl__engine_site_stats(e, sites[i]);
+    CHECK_MSG(st.draft_pending_max == 0,
+              "site %s: %llu drafter-stream tasks pending after the clear",
+              sl__clear_site_name(sites[i]),
+              (unsigned long long)st.draft_pending_max);
+  }
+  (void)sl_stream_sync(ds); /* every queued task done: its times stamped */
+  sl_stream_evidence ev = sl_stream_clear_evidence(ds);
+  fprintf(stderr,
+          "  drafter stream: %llu clears found its work in flight (%llu "
+          "bytes, %.3f ms at most); %llu drafted, %llu kept\n",
+          (unsigned long long)ev.others.clears,
+          (unsigned long long)ev.others.bytes_last, ev.others.ms_max,
+          (unsigned long long)es.drafted, (unsigned long long)es.accepted);
+  CHECK(ev.others.clears == 0 && ev.others.bytes_last == 0 &&
+        ev.others.ms_max == 0.0);
+  sl__engine_test_hooks none = {0};
+  sl__engine_set_test_hooks(e, &none);
+  atomic_store(&g_draft_stream, NULL);
+  sl_engine_free(e);
 }
 
 /* 200 generated edit-style prompts (a small function with random names
@@ -1054,6 +1180,8 @@ int main(void) {
   RUN(test_load_transform_in_flight);
   RUN(test_speculative_is_greedy);
   RUN(test_speculative_prediction);
+  RUN(test_draft_model_refused);
+  RUN(test_clear_sites_draft_stream);
   RUN(test_speculative_200);
   RUN(test_error_ladders);
   RUN(test_memory_guard_real_limit);

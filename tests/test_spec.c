@@ -81,7 +81,7 @@ static void test_drafter_ngram(void) {
     return;
   int32_t out[64];
   /* no reference: sl_draft_lookup's drafts */
-  sl_draft_seq *s = sl_drafter_seq_begin(d, NULL, 0);
+  sl_draft_seq *s = sl_drafter_seq_begin(d, NULL, 0, 64);
   CHECK(s != NULL);
   int32_t h[] = {5, 6, 7, 8, 5, 6};
   CHECK_EQ_INT(sl_drafter_propose(s, h, 6, 4, out), 4);
@@ -94,7 +94,7 @@ static void test_drafter_ngram(void) {
   /* a reference: its first occurrence at or after the cursor, which moves
    * past what was kept */
   int32_t ref[] = {10, 11, 12, 13, 10, 11, 14, 15};
-  s = sl_drafter_seq_begin(d, ref, 8);
+  s = sl_drafter_seq_begin(d, ref, 8, 64);
   CHECK(s != NULL);
   if (!s) {
     sl_drafter_free(d);
@@ -113,7 +113,8 @@ static void test_drafter_ngram(void) {
   CHECK(out[0] == 9 && out[1] == 3 && out[2] == 4);
   sl_drafter_seq_end(s);
   sl_drafter_seq_end(NULL);
-  CHECK(sl_drafter_seq_begin(d, NULL, 3) == NULL); /* no tokens for 3 */
+  CHECK(sl_drafter_seq_begin(d, NULL, 3, 64) == NULL); /* no tokens for 3 */
+  CHECK(sl_drafter_seq_begin(d, NULL, 0, 0) == NULL);  /* no room */
   sl_drafter_free(d);
   sl_drafter_free(NULL);
 }

@@ -81,12 +81,16 @@ typedef struct sl_engine_config {
    * sampled, on a CPU engine, drafts up to draft_max tokens a step by
    * prompt lookup (include/sluice/spec.h, draft_min at least) and the step
    * verifies them with its decode token; the output is the same, bit for
-   * bit (a sampled one for the same seed). */
+   * bit (a sampled one for the same seed). --speculative draft (2): the
+   * drafts are draft_model's, a smaller model sharing the vocabulary, run
+   * on the drafter's own stream (which every clear drains too). */
   int speculative;
-  int draft_max;   /* --draft-max, 1..64 */
-  int draft_min;   /* --draft-min, 1..draft_max */
-  int draft_ngram; /* --draft-ngram: the longest n-gram looked up, 1..64
-                      (down to 2, or 1 when it is 1); 0: 4 */
+  const char *draft_model; /* --draft-model FILE (borrowed: outlives the
+                              engine); speculative 2 needs it */
+  int draft_max;           /* --draft-max, 1..64 */
+  int draft_min;           /* --draft-min, 1..draft_max */
+  int draft_ngram;         /* --draft-ngram: the longest n-gram looked up, 1..64
+                              (down to 2, or 1 when it is 1); 0: 4 */
 } sl_engine_config;
 
 sl_engine_config sl_engine_config_defaults(void);

@@ -57,15 +57,17 @@ typedef struct sl_draft_seq sl_draft_seq;
 typedef struct sl_drafter_ops {
   const char *name;
   /* A sequence's state; ref[0..n_ref) (may be NULL) is text the output is
-   * expected to resemble (OpenAI's predicted output), copied. NULL when
-   * out of memory. */
-  sl_draft_seq *(*seq_begin)(sl_drafter *d, const int32_t *ref, int n_ref);
+   * expected to resemble (OpenAI's predicted output), copied; the sequence
+   * holds max_len tokens at most (prompt and output). NULL when out of
+   * memory. */
+  sl_draft_seq *(*seq_begin)(sl_drafter *d, const int32_t *ref, int n_ref,
+                             int max_len);
   /* Up to k tokens (1 <= k <= 64) to follow hist[0..n), the sequence's
    * tokens so far (prompt and output), into out; returns their count. */
   int (*propose)(sl_drafter *d, sl_draft_seq *s, const int32_t *hist, int n,
                  int k, int32_t *out);
   /* Of the last proposal's `drafted` tokens the target kept the first
-   * `kept`. */
+   * `kept` (NULL: nothing to learn). */
   void (*accepted)(sl_drafter *d, sl_draft_seq *s, int drafted, int kept);
   void (*seq_end)(sl_drafter *d, sl_draft_seq *s);
   void (*destroy)(sl_drafter *d);
@@ -87,8 +89,8 @@ struct sl_draft_seq {
 };
 
 /* The calls through ops, and the counts kept in the sequence's head. */
-sl_draft_seq *sl_drafter_seq_begin(sl_drafter *d, const int32_t *ref,
-                                   int n_ref);
+sl_draft_seq *sl_drafter_seq_begin(sl_drafter *d, const int32_t *ref, int n_ref,
+                                   int max_len);
 int sl_drafter_propose(sl_draft_seq *s, const int32_t *hist, int n, int k,
                        int32_t *out);
 void sl_drafter_accepted(sl_draft_seq *s, int drafted, int kept);
@@ -100,6 +102,17 @@ void sl_drafter_free(sl_drafter *d);      /* NULL: nothing */
  * in the sequence's reference text proposes what follows it there. p is
  * copied; NULL when out of memory or p is out of range. */
 sl_drafter *sl_drafter_ngram_create(const sl_draft_params *p);
+
+/* A draft model behind the interface (spec_model.c): each sequence gets a
+ * context over m (max_len tokens) on `stream`, the drafter's own, whose
+ * work every clear of the engine that uses it drains; a proposal catches
+ * that context up to the sequence's tokens (their common prefix kept: a
+ * rejection is rolled back there) and drafts the draft model's argmax, one
+ * pass a token. m and stream are borrowed and outlive the drafter; m must
+ * share the target's vocabulary (the caller checks). NULL when out of
+ * memory. */
+sl_drafter *sl_drafter_model_create(sl_model_t *m, sl_stream_t *stream,
+                                    int n_threads);
 
 /* ---- sampled requests ----
  *
@@ -119,6 +132,9 @@ sl_drafter *sl_drafter_ngram_create(const sl_draft_params *p);
  * speculation as without, token for token. */
 int32_t sl_spec_accept(const float *p, const float *q, int64_t n, int32_t x,
                        double u1, double u2, bool *kept);
+
+/* The lowest index of the largest of lg[0..n) (the engine's greedy rule). */
+int32_t sl_spec_argmax(const float *lg, int64_t n);
 
 typedef struct sl_spec_stats {
   int64_t passes;   /* forward passes over the sequence */

@@ -104,6 +104,12 @@ sl_status sl_tokenizer_encode_limited(const sl_tokenizer_t *t, const char *text,
  * is no such bound (a special token strips the blanks around it). */
 size_t sl_tokenizer_max_token_bytes(const sl_tokenizer_t *t);
 
+/* Whether b's tokens are a's, id for id: the same count and the same bytes
+ * for each (special tokens included), as a draft model's must be its
+ * target's. The reason (worded for a draft model, b) in err when not. */
+bool sl_tokenizer_same_vocab(const sl_tokenizer_t *a, const sl_tokenizer_t *b,
+                             char *err, size_t errcap);
+
 /* Writes the bytes of token `id` into buf (no NUL added). With `special`
  * false, control and unknown tokens render as nothing. Stores the piece's
  * length in *len. Returns SL_OK, SL_ERR_RANGE when `id` is not in the

@@ -27,7 +27,8 @@ typedef struct run_opts {
   long n_predict, ctx, threads;
   sl_sampler_params sp;
   sl_engine_device dev;
-  int spec; /* 0 off, 1 ngram */
+  int spec; /* 0 off, 1 ngram, 2 draft */
+  const char *draft_model;
   long draft_max, draft_min, draft_ngram;
 } run_opts;
 _Static_assert(sizeof(sl_engine_device) == sizeof(int), "an SL_FLAG_ENUM");
@@ -61,10 +62,14 @@ static const sl_flag run_flags[] = {
      .help = "compute threads", .def = "all CPUs"},
     {SL_FLAG_ENUM, "--device", "auto|cpu|cuda", AT(dev),
      .choices = "auto|cpu|cuda", .help = "where the model runs"},
-    {SL_FLAG_ENUM, "--speculative", "off|ngram", AT(spec),
-     .choices = "off|ngram",
-     .help = "speculative decoding: prompt-lookup drafts, verified in one "
-             "pass (greedy only; the same output as without)"},
+    {SL_FLAG_ENUM, "--speculative", "off|ngram|draft", AT(spec),
+     .choices = "off|ngram|draft",
+     .help = "speculative decoding: prompt-lookup drafts (ngram) or a draft "
+             "model's (draft), verified in one pass (greedy only; the same "
+             "output as without)"},
+    {SL_FLAG_STR, "--draft-model", "FILE", AT(draft_model),
+     .help = "the draft model: a smaller GGUF model with the same vocabulary "
+             "(implies --speculative draft)"},
     {SL_FLAG_LONG, "--draft-max", "N", AT(draft_max), 1, 64,
      .help = "tokens drafted at most per pass"},
     {SL_FLAG_LONG, "--draft-min", "N", AT(draft_min), 1, 64,
@@ -199,8 +204,46 @@ static bool spec_emit(void *ud, int32_t t, const float *logits) {
   return true;
 }
 
-/* Greedy generation with prompt-lookup drafts (after the prefill); the
- * tokens generated, or -1 with a message printed. */
+/* --draft-model: the model (its vocabulary checked against the target's),
+ * the stream its passes run on, and the drafter over both. */
+typedef struct draft_side {
+  sl_model_t *m;
+  sl_stream_t *s;
+  sl_drafter *d;
+} draft_side;
+
+static void draft_close(draft_side *ds) {
+  sl_drafter_free(ds->d);   /* its sequence's context went with it */
+  sl_stream_destroy(ds->s); /* drained */
+  sl_model_free(ds->m);
+}
+
+static bool draft_open(const run_opts *o, const sl_tokenizer_t *tok,
+                       draft_side *ds) {
+  char err[512] = "";
+  sl_status st = SL_OK;
+  sl_tokenizer_t *dt = NULL;
+  if (!(ds->m = sl_model_load(o->draft_model, &st, err, sizeof err)) ||
+      sl_tokenizer_load(sl_model_gguf(ds->m), &dt, err, sizeof err) != SL_OK ||
+      !sl_tokenizer_same_vocab(tok, dt, err, sizeof err)) {
+    fprintf(stderr, "sluice run: draft model '%s': %s\n", o->draft_model, err);
+    sl_tokenizer_free(dt);
+    sl_model_free(ds->m);
+    ds->m = NULL;
+    return false;
+  }
+  sl_tokenizer_free(dt);
+  if (sl_stream_create(sl_cpu_device(), "draft", &ds->s) != SL_OK ||
+      !(ds->d = sl_drafter_model_create(ds->m, ds->s, (int)o->threads))) {
+    fprintf(stderr, "sluice run: out of memory\n");
+    draft_close(ds);
+    return false;
+  }
+  return true;
+}
+
+/* Greedy generation with drafts (prompt lookup or a draft model) after the
+ * prefill; the tokens generated, or -1 with a message printed. */
 static long generate_spec(const run_opts *o, sl_ctx_t *c,
                           const sl_tokenizer_t *tok, const int32_t *ids,
                           size_t n_ids, const float *logits, int64_t n_vocab,
@@ -216,10 +259,23 @@ static long generate_spec(const run_opts *o, sl_ctx_t *c,
     return -1;
   }
   int32_t *hist = sl_malloc(sizeof(int32_t) * (n_ids + (size_t)o->n_predict));
-  sl_drafter *d = sl_drafter_ngram_create(&dp);
+  draft_side ds = {0};
+  sl_drafter *d = NULL;
+  if (o->spec == 2) {
+    if (!draft_open(o, tok, &ds)) {
+      sl_free(hist);
+      return -1;
+    }
+    d = ds.d;
+  } else {
+    d = sl_drafter_ngram_create(&dp);
+  }
   if (!hist || !d) {
     sl_free(hist);
-    sl_drafter_free(d);
+    if (o->spec == 2)
+      draft_close(&ds);
+    else
+      sl_drafter_free(d);
     fprintf(stderr, "sluice run: out of memory\n");
     return -1;
   }
@@ -229,7 +285,10 @@ static long generate_spec(const run_opts *o, sl_ctx_t *c,
                                          logits, n_vocab, (int)o->n_predict, d,
                                          dp.n_max, spec_emit, &so, ss);
   sl_free(hist);
-  sl_drafter_free(d);
+  if (o->spec == 2)
+    draft_close(&ds);
+  else
+    sl_drafter_free(d);
   if (st != SL_OK) {
     fprintf(stderr, "\nsluice run: decode failed: %s\n", sl_status_str(st));
     return -1;
@@ -337,8 +396,9 @@ static int run_model(const run_opts *o, const char *prompt) {
   if (!logits || !smp)
     fprintf(stderr, "sluice run: out of memory\n");
   else if (o->spec && !sl_sampler_is_argmax(smp))
-    fprintf(stderr, "sluice run: --speculative ngram needs greedy decoding "
-                    "for now (--temp 0, no repeat penalty)\n");
+    fprintf(stderr, "sluice run: --speculative needs greedy decoding here "
+                    "for now (--temp 0, no repeat penalty; the server "
+                    "speculates for sampled requests too)\n");
   else
     rc = generate(o, c, tok, smp, ids, n_ids, logits, hp->n_vocab);
 out:
@@ -368,6 +428,15 @@ int sl_cli_run_main(int argc, char **argv) {
     return rc;
   if (!o.model)
     o.model = sl_model_default_path(defbuf, sizeof defbuf);
+  if (o.draft_model && o.spec == 0)
+    o.spec = 2; /* --draft-model alone: draft */
+  if ((o.spec == 2) != (o.draft_model != NULL)) {
+    fprintf(stderr, "sluice run: %s\n",
+            o.draft_model
+                ? "--draft-model goes with --speculative draft, not ngram"
+                : "--speculative draft needs --draft-model FILE");
+    return 2;
+  }
   char *owned_prompt = NULL;
   const char *prompt = o.prompt;
   if (!prompt) {

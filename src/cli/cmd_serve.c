@@ -136,12 +136,16 @@ static const sl_flag serve_flags[] = {
      .seen = SL_FLAG_SEEN(serve_opts, ctx_set)},
     {SL_FLAG_INT, "-t, --threads", "N", AT(e.n_threads), 1, 1024,
      .help = "compute threads", .def = "all CPUs"},
-    {SL_FLAG_ENUM, "--speculative", "off|ngram", AT(e.speculative),
-     .choices = "off|ngram",
+    {SL_FLAG_ENUM, "--speculative", "off|ngram|draft", AT(e.speculative),
+     .choices = "off|ngram|draft",
      .help = "speculative decoding on a CPU engine: requests draft by "
-             "prompt lookup (and from OpenAI's \"prediction\") and each step "
-             "verifies the drafts (the same output, a sampled one for its "
-             "seed; a request's \"speculative\": false opts out)"},
+             "prompt lookup (and from OpenAI's \"prediction\"), or by a "
+             "draft model (draft), and each step verifies the drafts (the "
+             "same output, a sampled one for its seed; a request's "
+             "\"speculative\": false opts out)"},
+    {SL_FLAG_STR, "--draft-model", "FILE", AT(e.draft_model),
+     .help = "the draft model of --speculative draft: a smaller GGUF model "
+             "with the same vocabulary (implies --speculative draft)"},
     {SL_FLAG_INT, "--draft-max", "N", AT(e.draft_max), 1, 64,
      .help = "tokens a request drafts at most per step"},
     {SL_FLAG_INT, "--draft-min", "N", AT(e.draft_min), 1, 64,
@@ -336,6 +340,15 @@ static int parse_serve(serve_opts *o, int argc, char **argv, bool *help) {
     o->s.allowed_hosts = o->allowed_hosts;
   if (o->trusted[0])
     o->s.trusted_proxies = o->trusted;
+  if (o->e.draft_model && o->e.speculative == 0)
+    o->e.speculative = 2; /* --draft-model alone: draft */
+  if ((o->e.speculative == 2) != (o->e.draft_model != NULL)) {
+    fprintf(stderr, "sluice serve: %s\n",
+            o->e.draft_model
+                ? "--draft-model goes with --speculative draft, not ngram"
+                : "--speculative draft needs --draft-model FILE");
+    return 2;
+  }
   /* every running sequence decodes one token a step */
   if (o->e.max_batched_tokens < o->e.max_seqs) {
     if (o->mbt_set) {

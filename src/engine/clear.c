@@ -26,12 +26,20 @@ const char *sl__clear_site_name(sl__clear_site s) {
 }
 
 /* The one clear primitive, with the engine's stream (I3, I4), and the
- * evidence that nothing was in flight on it. */
+ * evidence that nothing was in flight on it. A drafter with a stream of
+ * its own (a draft model's passes) has that stream drained first: its work
+ * is the engine's too (the ancestor's second fix, its MTP loop's verify
+ * stream). */
 static void clear_at(sl_engine_t *e, sl__clear_site site) {
   sl_stream_evidence before = sl_stream_clear_evidence(e->stream);
-  bool busy = sl_stream_query(e->stream).tasks > 0;
+  sl_stream_t *ds = e->draft_stream;
+  bool busy = sl_stream_query(e->stream).tasks > 0 ||
+              (ds && sl_stream_query(ds).tasks > 0);
   uint64_t t0 = sl_now_ns();
+  sl_status dst = ds ? sl_stream_sync(ds) : SL_OK;
   sl_status st = sl_sync_and_clear_cache(e->stream);
+  if (st == SL_OK)
+    st = dst; /* a draft pass's error: failed like the engine's own */
   double drain_ms = sl_ns_to_ms(sl_now_ns() - t0);
   if (drain_ms >= 1.0)
     SL_LOGD("clear at %s: %.2f ms%s", sl__clear_site_name(site), drain_ms,
@@ -64,6 +72,9 @@ static void clear_at(sl_engine_t *e, sl__clear_site site) {
   }
   if (q.tasks > s->engine_pending_max)
     s->engine_pending_max = q.tasks;
+  uint64_t dq = ds ? sl_stream_query(ds).tasks : 0;
+  if (dq > s->draft_pending_max)
+    s->draft_pending_max = dq;
   if (found && after.own.tasks_last > s->engine_pending_max)
     s->engine_pending_max = after.own.tasks_last;
   if (found && after.own.bytes_last > s->inflight_bytes_max)

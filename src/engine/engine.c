@@ -290,6 +290,40 @@ sl_engine_stats sl_engine_get_stats(sl_engine_t *e) {
   return s;
 }
 
+sl_stream_t *sl__engine_draft_stream(sl_engine_t *e) {
+  return e->draft_stream;
+}
+
+/* --speculative draft: the draft model (checked against the target's
+ * vocabulary), its stream and its drafter. */
+static sl_status draft_model_init(sl_engine_t *e) {
+  char err[256] = "";
+  sl_status st = SL_OK;
+  const char *path = e->cfg.draft_model;
+  sl_tokenizer_t *dt = NULL;
+  if (!path || !path[0]) {
+    snprintf(e->start_err, sizeof e->start_err,
+             "speculative decoding with a draft model needs --draft-model");
+    return SL_ERR_INVALID_ARG;
+  }
+  if (!(e->draft_model = sl_model_load(path, &st, err, sizeof err)) ||
+      (st = sl_tokenizer_load(sl_model_gguf(e->draft_model), &dt, err,
+                              sizeof err)) != SL_OK ||
+      !sl_tokenizer_same_vocab(e->tok, dt, err, sizeof err)) {
+    snprintf(e->start_err, sizeof e->start_err, "draft model %s: %s", path,
+             err[0] ? err : sl_status_str(st));
+    sl_tokenizer_free(dt);
+    return st != SL_OK ? st : SL_ERR_INVALID_ARG;
+  }
+  sl_tokenizer_free(dt);
+  if ((st = sl_stream_create(sl_cpu_device(), "draft", &e->draft_stream)) !=
+          SL_OK ||
+      !(e->drafter = sl_drafter_model_create(e->draft_model, e->draft_stream,
+                                             e->cfg.n_threads)))
+    return st != SL_OK ? st : SL_ERR_NOMEM;
+  return SL_OK;
+}
+
 sl__site_stats sl__engine_site_stats(sl_engine_t *e, sl__clear_site site) {
   pthread_mutex_lock(&e->mu);
   sl__site_stats s = e->sites[site];
@@ -494,8 +528,12 @@ static sl_status executor_init(sl_engine_t *e) {
     return SL_ERR_INVALID_ARG;
   }
   e->spec = e->cfg.speculative && !sl_batch_ctx_samples_on_device(e->bctx);
-  if (e->spec && !(e->drafter = sl_drafter_ngram_create(&e->draft)))
+  if (e->spec && e->cfg.speculative == 2) {
+    if ((st = draft_model_init(e)) != SL_OK)
+      return st;
+  } else if (e->spec && !(e->drafter = sl_drafter_ngram_create(&e->draft))) {
     return SL_ERR_NOMEM;
+  }
   /* logits rows: one a sequence, and every draft's (within the step's
    * token budget) */
   size_t rows = ms + (e->spec ? (ms * (size_t)e->cfg.draft_max < bt
@@ -564,8 +602,13 @@ static void executor_fini(sl_engine_t *e) {
   sl_free(e->batch_reqs);
   sl_drafter_free(e->drafter); /* after every request's sequence state */
   e->drafter = NULL;
+  sl_stream_destroy(e->draft_stream); /* drained: its contexts' buffers are
+                                         cached, returned by the clear */
+  e->draft_stream = NULL;
   if (e->stream && sl_sync_and_clear_cache(e->stream) != SL_OK)
     SL_LOGW("engine: an error was pending on the engine stream at shutdown");
+  sl_model_free(e->draft_model); /* its packed weights: after the clear */
+  e->draft_model = NULL;
   sl_clear_thread_streams(); /* I5 */
 }
 

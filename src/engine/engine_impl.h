@@ -44,11 +44,14 @@ typedef struct sl__site_stats {
   uint64_t engine_pending_max; /* engine-stream tasks pending after a clear */
   uint64_t inflight_bytes_max; /* bytes with pending uses at the clear */
   double inflight_ms_max;
-  uint64_t reached_busy;    /* reached with engine-stream work still pending */
-  double busy_drain_ms_max; /* the longest such drain: work in flight then */
+  uint64_t reached_busy; /* reached with engine-stream work still pending */
+  uint64_t draft_pending_max; /* drafter-stream tasks pending after a clear */
+  double busy_drain_ms_max;   /* the longest such drain: work in flight then */
 } sl__site_stats;
 
 sl__site_stats sl__engine_site_stats(sl_engine_t *e, sl__clear_site site);
+/* The drafter's stream (a draft model's), or NULL (tests). */
+sl_stream_t *sl__engine_draft_stream(sl_engine_t *e);
 
 /* Test hooks (tests/test_engine.c). `before_clear` runs on the executor
  * thread just before each clear site, with the engine stream, so a test can
@@ -231,7 +234,9 @@ struct sl_engine {
    * parameters, and what it drafted and kept */
   bool spec;
   sl_draft_params draft;
-  sl_drafter *drafter; /* prompt lookup, made from draft */
+  sl_drafter *drafter;     /* prompt lookup made from draft, or a draft model */
+  sl_model_t *draft_model; /* cfg.draft_model, loaded at start */
+  sl_stream_t *draft_stream; /* its drafter's stream (the engine's own) */
   uint64_t drafted, accepted;
   sl_kcu_sample_params *batch_samp; /* (max_seqs + max_batched_tokens) */
   sl_kcu_sample_out *sampled;       /* (max_seqs + max_batched_tokens) */

@@ -305,6 +305,13 @@ static void plan_add(sl_engine_t *e, step_plan *p, sl__req *r, sl_batch_seq q) {
  * max_tokens leaves after the step's own token and to the KV blocks it has
  * or can get without preempting anyone (drafts never take memory from
  * other requests). */
+/* The most tokens r's sequence holds: its prompt, its output and the
+ * drafts verified after the last of it. */
+static int draft_len(const sl_engine_t *e, const sl__req *r) {
+  long n = (long)r->n_prompt + r->params.max_tokens + e->draft.n_max + 1;
+  return n < e->cfg.n_ctx ? (int)n : e->cfg.n_ctx;
+}
+
 static int plan_drafts(sl_engine_t *e, sl__req *r, int room) {
   r->n_draft = 0;
   if (!e->spec || r->params.no_speculation || r->matcher || !r->sampler ||
@@ -314,8 +321,8 @@ static int plan_drafts(sl_engine_t *e, sl__req *r, int room) {
   int k = e->draft.n_max < left ? e->draft.n_max : left;
   k = k < room ? k : room;
   if (k < e->draft.n_min ||
-      (!r->dseq &&
-       !(r->dseq = sl_drafter_seq_begin(e->drafter, r->pred, r->n_pred))))
+      (!r->dseq && !(r->dseq = sl_drafter_seq_begin(
+                         e->drafter, r->pred, r->n_pred, draft_len(e, r)))))
     return 0;
   int d = sl_drafter_propose(r->dseq, r->tokens, r->n_tokens, k, r->draft);
   if (d < e->draft.n_min)

@@ -51,11 +51,11 @@ int sl_draft_lookup(const sl_draft_params *p, const int32_t *hist, int n,
 
 /* ---- the drafter interface ---- */
 
-sl_draft_seq *sl_drafter_seq_begin(sl_drafter *d, const int32_t *ref,
-                                   int n_ref) {
-  if (!d || n_ref < 0 || (n_ref > 0 && !ref))
+sl_draft_seq *sl_drafter_seq_begin(sl_drafter *d, const int32_t *ref, int n_ref,
+                                   int max_len) {
+  if (!d || n_ref < 0 || (n_ref > 0 && !ref) || max_len < 1)
     return NULL;
-  sl_draft_seq *s = d->ops->seq_begin(d, ref, n_ref);
+  sl_draft_seq *s = d->ops->seq_begin(d, ref, n_ref, max_len);
   if (s) {
     s->drafter = d;
     s->drafted = s->kept = 0;
@@ -108,8 +108,9 @@ typedef struct ngram_seq {
 } ngram_seq;
 
 static sl_draft_seq *ngram_seq_begin(sl_drafter *d, const int32_t *ref,
-                                     int n_ref) {
+                                     int n_ref, int max_len) {
   (void)d;
+  (void)max_len; /* its lookups hold nothing per token */
   ngram_seq *s = sl_calloc(1, sizeof *s);
   if (!s)
     return NULL;
@@ -247,8 +248,7 @@ int32_t sl_spec_accept(const float *p, const float *q, int64_t n, int32_t x,
   return (int32_t)last; /* t at the very top: rounding */
 }
 
-/* The lowest index of the largest logit (the engine's greedy rule). */
-static int32_t argmax(const float *lg, int64_t n) {
+int32_t sl_spec_argmax(const float *lg, int64_t n) {
   int64_t best = 0;
   for (int64_t i = 1; i < n; i++)
     if (lg[i] > lg[best])
@@ -269,7 +269,7 @@ sl_status sl_spec_generate_greedy(sl_ctx_t *c, int n_ctx, int32_t *hist,
       !emit || (d && (k < 1 || k > 64)))
     return SL_ERR_INVALID_ARG;
   const int K = d ? k : 0;
-  sl_draft_seq *ds = d ? sl_drafter_seq_begin(d, NULL, 0) : NULL;
+  sl_draft_seq *ds = d ? sl_drafter_seq_begin(d, NULL, 0, n_ctx) : NULL;
   if (d && !ds)
     return SL_ERR_NOMEM;
   float *rows = sl_malloc(sizeof(float) * (size_t)n_vocab * (size_t)(K + 1));
@@ -283,7 +283,7 @@ sl_status sl_spec_generate_greedy(sl_ctx_t *c, int n_ctx, int32_t *hist,
   sl_status st = SL_OK;
   int n = n_hist, made = 0;
   const float *row = last; /* the logits that chose cur */
-  int32_t cur = argmax(row, n_vocab);
+  int32_t cur = sl_spec_argmax(row, n_vocab);
   while (made < max_new) {
     hist[n++] = cur;
     made++;
@@ -309,7 +309,7 @@ sl_status sl_spec_generate_greedy(sl_ctx_t *c, int n_ctx, int32_t *hist,
     bool stop = false;
     while (i < nd) {
       const float *r = rows + (size_t)i * (size_t)n_vocab;
-      int32_t t = argmax(r, n_vocab);
+      int32_t t = sl_spec_argmax(r, n_vocab);
       if (t != batch[1 + i])
         break;
       i++;
@@ -328,7 +328,7 @@ sl_status sl_spec_generate_greedy(sl_ctx_t *c, int n_ctx, int32_t *hist,
     if (stop)
       break;
     row = rows + (size_t)i * (size_t)n_vocab;
-    cur = argmax(row, n_vocab);
+    cur = sl_spec_argmax(row, n_vocab);
   }
   sl_free(rows);
   sl_free(batch);

@@ -548,3 +548,33 @@ int32_t sl_tokenizer_find(const sl_tokenizer_t *t, const char *text,
                           size_t len) {
   return sl__tok_lookup(t, text, len);
 }
+
+bool sl_tokenizer_same_vocab(const sl_tokenizer_t *a, const sl_tokenizer_t *b,
+                             char *err, size_t errcap) {
+  size_t n = sl_tokenizer_vocab_size(a);
+  if (sl_tokenizer_vocab_size(b) != n) {
+    if (err && errcap)
+      snprintf(err, errcap,
+               "its vocabulary has %zu tokens and the model's %zu: a draft "
+               "model must share the model's vocabulary",
+               sl_tokenizer_vocab_size(b), n);
+    return false;
+  }
+  for (size_t i = 0; i < n; i++) {
+    char pa[256], pb[256];
+    size_t la = 0, lb = 0;
+    sl_status sa =
+        sl_tokenizer_token_to_piece(a, (int32_t)i, true, pa, sizeof pa, &la);
+    sl_status sb =
+        sl_tokenizer_token_to_piece(b, (int32_t)i, true, pb, sizeof pb, &lb);
+    if (sa != sb || la != lb || (sa == SL_OK && memcmp(pa, pb, la) != 0)) {
+      if (err && errcap)
+        snprintf(err, errcap,
+                 "its token %zu is not the model's: a draft model must "
+                 "share the model's vocabulary",
+                 i);
+      return false;
+    }
+  }
+  return true;
+}

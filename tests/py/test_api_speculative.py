@@ -13,6 +13,9 @@ anthropic SDKs, unmodified:
 - a sampled answer with a seed is the same with drafts as without;
 - stop strings, n > 1 and a client that hangs up mid-answer work with
   drafts (the same answers; the server goes on serving);
+- a draft model (`--draft-model`: the default model drafting for itself)
+  gives the same greedy and seeded sampled answers; a missing one, or
+  `--speculative draft` without one, is refused at start;
 - OpenAI's `prediction` (predicted outputs) feeds the drafter, and
   usage.completion_tokens_details has accepted_prediction_tokens and
   rejected_prediction_tokens (streamed too); a bad prediction is a 400.
@@ -26,7 +29,7 @@ import urllib.request
 
 import pytest
 
-from conftest import MODEL_NAME
+from conftest import MODEL_NAME, model_path, sluice_bin
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
@@ -253,3 +256,51 @@ def test_hang_up_mid_answer(spec_server):
                                 timeout=30) as r:
         st = json.loads(r.read())
     assert st["models"][0]["engine"]["running"] == 0
+
+
+@pytest.fixture(scope="module")
+def draft_server(sluice_server):
+    return sluice_server(["-c", "2048", "--draft-model", model_path(),
+                          "--max-seqs", "4", "--draft-max", "4"])
+
+
+def test_draft_model_changes_nothing(draft_server):
+    cl = oai(draft_server)
+
+    def run(prompt, spec, **kw):
+        extra = {} if spec else {"speculative": False}
+        r = cl.chat.completions.create(
+            model=MODEL_NAME, max_tokens=48, extra_body=extra, logprobs=True,
+            messages=[{"role": "user", "content": prompt}], **kw)
+        c = r.choices[0]
+        d = r.usage.completion_tokens_details
+        return ((c.message.content, [t.logprob for t in c.logprobs.content]),
+                d.accepted_prediction_tokens, d.rejected_prediction_tokens)
+    kept = 0
+    for p in PROMPTS[1:]:
+        for kw in ({"temperature": 0}, {"temperature": 0.8, "seed": 3}):
+            off, a0, r0 = run(p, False, **kw)
+            on, a1, r1 = run(p, True, **kw)
+            assert on == off, (p[:30], kw)
+            assert a0 == r0 == 0
+            kept += a1
+    assert kept > 0
+    with urllib.request.urlopen(draft_server.base + "/admin/api/stats",
+                                timeout=30) as r:
+        sp = json.loads(r.read())["speculative"]
+    assert 0 < sp["accepted"] <= sp["drafted"], sp
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--speculative", "draft"], "needs --draft-model"),
+    (["--draft-model", "/nonexistent/d.gguf"], "nonexistent"),
+    (["--speculative", "ngram", "--draft-model", "x.gguf"], "not ngram"),
+])
+def test_bad_draft_model_refused(args, msg):
+    import subprocess
+    if not model_path() or not sluice_bin():
+        pytest.skip("no model or binary")
+    p = subprocess.run([sluice_bin(), "serve", "-m", model_path(), "--port", "0"]
+                       + args, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert msg in p.stderr, p.stderr
