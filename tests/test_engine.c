@@ -414,18 +414,25 @@ static void test_speculative_prediction(void) {
   int32_t *ids;
   int n = tokenize("Once upon a time, in a small village by the sea,", &ids);
   result ref;
-  spec_rec with, other, off;
-  for (int mode = 0; mode < 4; mode++) {
+  spec_rec with, other, off, fixed;
+  /* 0: no speculation (the reference); 1: its own answer as the
+   * prediction; 2: an unrelated one; 3: speculation off, a prediction; 4:
+   * the unrelated one with --draft-fixed */
+  for (int mode = 0; mode < 5; mode++) {
     sl_engine_config cfg = sl_engine_config_defaults();
     cfg.n_ctx = 256;
     cfg.n_threads = 2;
-    cfg.speculative = mode > 0 && mode < 3;
+    cfg.speculative = mode == 1 || mode == 2 || mode == 4;
+    cfg.draft_fixed = mode == 4;
     sl_engine_t *e = NULL;
     CHECK_OK(sl_engine_create(g_model, g_tok, &cfg, &e));
     if (!e)
       break;
     sl_gen_params gp = greedy(NT);
-    spec_rec *out = mode == 1 ? &with : mode == 2 ? &other : &off;
+    spec_rec *out = mode == 1   ? &with
+                    : mode == 2 ? &other
+                    : mode == 4 ? &fixed
+                                : &off;
     int32_t junk[NT];
     for (int i = 0; i < NT; i++)
       junk[i] = 100 + 7 * i;
@@ -436,7 +443,7 @@ static void test_speculative_prediction(void) {
     } else {
       memset(out, 0, sizeof *out);
       result_init(&out->r);
-      gp.prediction = mode == 2 ? junk : ref.toks;
+      gp.prediction = mode == 2 || mode == 4 ? junk : ref.toks;
       gp.n_prediction = NT;
       CHECK_OK(sl_engine_submit(e, ids, n, &gp, on_spec_event, out, NULL));
       result_wait(&out->r);
@@ -466,6 +473,12 @@ static void test_speculative_prediction(void) {
    * and the 2 max_tokens leaves, each with the target's own token) */
   CHECK(with.accepted >= NT * 3 / 4 && with.rejected <= 2);
   CHECK(off.accepted == 0 && off.rejected == 0);
+  /* the adaptive rule: drafts that keep being rejected are held back */
+  fprintf(stderr, "  an unrelated text, --draft-fixed: %d / %d\n",
+          fixed.accepted, fixed.rejected);
+  CHECK_MSG(other.rejected < fixed.rejected,
+            "rejected drafts: %d with the adaptive rule, %d fixed",
+            other.rejected, fixed.rejected);
   sl_free(ids);
 }
 

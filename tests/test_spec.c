@@ -209,6 +209,80 @@ static void test_rejection_rule(void) {
   CHECK(sl_spec_accept(NULL, q, V, 0, 0.5, 0.5, NULL) == -1);
 }
 
+/* ---- when it pays: the adaptive rule's parts ---- */
+
+static void test_allocate(void) {
+  int prop[16], take[16];
+  double alpha[16];
+  for (int i = 0; i < 16; i++) {
+    prop[i] = 8;
+    alpha[i] = 0.8;
+  }
+  /* batch 1, drafts nearly free: most of a likely proposal */
+  int one = sl_spec_allocate(prop, alpha, 1, 1, 0.1, take);
+  CHECK(one == take[0] && one >= 5 && one <= 8);
+  /* batch 16: each sequence gets fewer, the step no longer has room */
+  int all = sl_spec_allocate(prop, alpha, 16, 16, 0.1, take);
+  CHECK_MSG(all > 0 && all <= 3 * 16 && all < 16 * one, "%d of 16x8", all);
+  for (int i = 0; i < 16; i++)
+    CHECK(take[i] <= one);
+  /* unlikely drafts: one at batch 1, none at batch 16 */
+  for (int i = 0; i < 16; i++)
+    alpha[i] = 0.05;
+  CHECK(sl_spec_allocate(prop, alpha, 1, 1, 0.1, take) <= 1);
+  CHECK_EQ_INT(sl_spec_allocate(prop, alpha, 16, 16, 0.1, take), 0);
+  /* the likelier sequence first; the proposal caps; free drafts: all */
+  alpha[0] = 0.9;
+  alpha[1] = 0.3;
+  prop[0] = 3;
+  sl_spec_allocate(prop, alpha, 2, 2, 0.1, take);
+  CHECK(take[0] == 3 && take[1] < 3);
+  CHECK_EQ_INT(sl_spec_allocate(prop, alpha, 16, 16, 0.0, take), 3 + 15 * 8);
+}
+
+static void test_cost_model(void) {
+  sl_spec_cost c = {0};
+  CHECK(sl_spec_cost_ratio(&c, 0.25) == 0.25); /* nothing seen */
+  for (int i = 0; i < 40; i++)                 /* one size only: no slope */
+    sl_spec_cost_observe(&c, 1, 9e6);
+  CHECK(sl_spec_cost_ratio(&c, 0.25) == 0.25);
+  /* a + b n with a = 5 ms, b = 0.5 ms: b / (a + b) = 1/11 */
+  for (int i = 0; i < 400; i++) {
+    int n = 1 + i % 9;
+    sl_spec_cost_observe(&c, n, 5e6 + 5e5 * n);
+  }
+  double r = sl_spec_cost_ratio(&c, 0.25);
+  CHECK_MSG(fabs(r - 1.0 / 11) < 1e-3, "fitted %.5f, not %.5f", r, 1.0 / 11);
+  /* a slope that is not positive: the default */
+  for (int i = 0; i < 400; i++)
+    sl_spec_cost_observe(&c, 1 + i % 9, 9e6 - 5e5 * (1 + i % 9));
+  CHECK(sl_spec_cost_ratio(&c, 0.25) == 0.25);
+}
+
+static void test_acceptance_estimate(void) {
+  sl_spec_accept_est a = {0};
+  CHECK(sl_spec_alpha(&a) == 0.5); /* the prior */
+  for (int i = 0; i < 5; i++)
+    sl_spec_accept_observe(&a, 8, 8);
+  double hi = sl_spec_alpha(&a);
+  CHECK(hi > 0.9);
+  for (int i = 0; i < 5; i++)
+    sl_spec_accept_observe(&a, 8, 0);
+  double lo = sl_spec_alpha(&a);
+  CHECK_MSG(lo < 0.5, "after five rejected proposals: %.3f", lo);
+  sl_spec_accept_observe(&a, 0, 0); /* nothing drafted: nothing learnt */
+  CHECK(sl_spec_alpha(&a) == lo);
+  for (int i = 0; i < 60; i++) /* held back: back up toward the prior */
+    sl_spec_accept_age(&a);
+  CHECK(sl_spec_alpha(&a) > lo && fabs(sl_spec_alpha(&a) - 0.5) < 0.1);
+  sl_spec_accept_est b = {0};
+  for (int i = 0; i < 5; i++)
+    sl_spec_accept_observe(&b, 4, 4);
+  double before = sl_spec_alpha(&b);
+  sl_spec_accept_age(&b); /* a high one is not pulled down */
+  CHECK(sl_spec_alpha(&b) == before);
+}
+
 /* ---- greedy generation with drafts, against one token a pass ---- */
 
 enum { N_NEW = 48, N_CTX = 1024 };
@@ -354,6 +428,9 @@ int main(void) {
   RUN(test_lookup);
   RUN(test_drafter_ngram);
   RUN(test_rejection_rule);
+  RUN(test_allocate);
+  RUN(test_cost_model);
+  RUN(test_acceptance_estimate);
   int rc = load_default_model(&g_model, &g_tok);
   if (rc == 0) {
     RUN(test_greedy_with_drafts_is_greedy);

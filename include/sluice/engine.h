@@ -87,10 +87,15 @@ typedef struct sl_engine_config {
   int speculative;
   const char *draft_model; /* --draft-model FILE (borrowed: outlives the
                               engine); speculative 2 needs it */
-  int draft_max;           /* --draft-max, 1..64 */
-  int draft_min;           /* --draft-min, 1..draft_max */
-  int draft_ngram;         /* --draft-ngram: the longest n-gram looked up, 1..64
-                              (down to 2, or 1 when it is 1); 0: 4 */
+  /* --draft-fixed: every step verifies as many drafts as each request may
+   * take (--draft-max), instead of the adaptive rule (spec.h
+   * sl_spec_allocate: each request's acceptance against the step's cost,
+   * so that drafts stop when they no longer pay) */
+  bool draft_fixed;
+  int draft_max;   /* --draft-max, 1..64 */
+  int draft_min;   /* --draft-min, 1..draft_max */
+  int draft_ngram; /* --draft-ngram: the longest n-gram looked up, 1..64
+                      (down to 2, or 1 when it is 1); 0: 4 */
 } sl_engine_config;
 
 sl_engine_config sl_engine_config_defaults(void);
@@ -288,6 +293,9 @@ typedef struct sl_engine_stats {
   uint64_t prefix_waits;
   /* speculative decoding: tokens drafted, and of them kept */
   uint64_t drafted, accepted;
+  /* the adaptive rule's cost model: one more token's share of a one-token
+   * step (include/sluice/spec.h), as fitted from the steps so far */
+  double spec_token_cost;
 } sl_engine_stats;
 
 /* The store worker (it copies finished prefix blocks into the tiers). */

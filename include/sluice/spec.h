@@ -133,6 +133,53 @@ sl_drafter *sl_drafter_model_create(sl_model_t *m, sl_stream_t *stream,
 int32_t sl_spec_accept(const float *p, const float *q, int64_t n, int32_t x,
                        double u1, double u2, bool *kept);
 
+/* ---- when it pays: how many drafts a step verifies ----
+ *
+ * A step of n tokens costs about a + b n (a: reading the weights and the
+ * step's fixed work; b: one more token's arithmetic). `cost` is b / (a + b),
+ * one more token's share of a one-token step. A sequence's j-th draft is
+ * kept with probability about alpha^j (alpha its drafts' acceptance, each
+ * kept only while the ones before were). sl_spec_allocate adds drafts, the
+ * most likely first, while a draft's expected tokens per its cost exceed
+ * the step's (alpha^j / cost > E / C, E the step's expected tokens and C its
+ * cost so far): at batch 1 a decode step is mostly a, so drafts are nearly
+ * free; in a large batch the step is mostly b n and drafts stop paying,
+ * first the unlikely ones. prop[s]: sequence s's proposal length; n_base:
+ * the step's tokens without drafts (one per decoding sequence, any prefill
+ * chunk). Writes take[s] <= prop[s]; returns their sum. cost <= 0: all. */
+int sl_spec_allocate(const int *prop, const double *alpha, int n, int n_base,
+                     double cost, int *take);
+
+/* The step cost model, fitted from the engine's own steps: exponentially
+ * weighted least squares of step time against tokens (recent steps count
+ * most). Zero-initialise. */
+typedef struct sl_spec_cost {
+  double s0, s1, s2, sy, sny;
+  uint64_t n_obs;
+} sl_spec_cost;
+
+void sl_spec_cost_observe(sl_spec_cost *c, int n_tokens, double ns);
+
+/* b / (a + b) of the fit, or dflt until the steps decide it (fewer than 16
+ * seen, too little spread in their sizes, or a fit that is not positive). */
+double sl_spec_cost_ratio(const sl_spec_cost *c, double dflt);
+
+/* A sequence's drafts' acceptance, alpha: per verification the share of
+ * its drafts kept before the first rejection (kept / (kept + 1) when one
+ * was rejected, 1 when none was), averaged with recent verifications
+ * counting most (0.3 each); 0.5 before any. Zero-initialise. */
+typedef struct sl_spec_accept_est {
+  double a;
+  uint32_t n;
+} sl_spec_accept_est;
+
+void sl_spec_accept_observe(sl_spec_accept_est *a, int drafted, int kept);
+/* A step that gave a sequence no drafts: a low alpha drifts back up toward
+ * the prior (5% of the way a step), so a sequence that stopped drafting
+ * tries again. */
+void sl_spec_accept_age(sl_spec_accept_est *a);
+double sl_spec_alpha(const sl_spec_accept_est *a);
+
 /* The lowest index of the largest of lg[0..n) (the engine's greedy rule). */
 int32_t sl_spec_argmax(const float *lg, int64_t n);
 

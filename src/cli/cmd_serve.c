@@ -148,6 +148,10 @@ static const sl_flag serve_flags[] = {
              "with the same vocabulary (implies --speculative draft)"},
     {SL_FLAG_INT, "--draft-max", "N", AT(e.draft_max), 1, 64,
      .help = "tokens a request drafts at most per step"},
+    {SL_FLAG_SWITCH, "--draft-fixed", NULL, AT(e.draft_fixed),
+     .help = "verify every draft a request may take each step, instead of "
+             "the adaptive rule (fewer drafts as their acceptance falls or "
+             "the batch grows, so that they pay)"},
     {SL_FLAG_INT, "--draft-min", "N", AT(e.draft_min), 1, 64,
      .help = "draft nothing when fewer would be drafted"},
     {SL_FLAG_INT, "--draft-ngram", "N", AT(e.draft_ngram), 1, 64,

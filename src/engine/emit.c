@@ -85,7 +85,7 @@ static void emit_done(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,
   r->cb(r->user, &ev);
 }
 
-/* The pick counts into the stats (e->mu held). */
+/* The pick counts (and the drafts') into the stats (e->mu held). */
 void sl__publish_picks(sl_engine_t *e) {
   e->stats.argmax_device = e->n_argmax;
   e->stats.sampled_device = e->n_sampled_device;
@@ -93,6 +93,8 @@ void sl__publish_picks(sl_engine_t *e) {
   e->stats.grammar_masks = e->n_grammar_masks;
   e->stats.grammar_unmasked = e->n_grammar_unmasked;
   e->stats.sample_fallbacks = e->n_fallbacks;
+  e->stats.drafted = e->drafted; /* a request's drafts, before its end */
+  e->stats.accepted = e->accepted;
 }
 
 void sl__finish(sl_engine_t *e, sl__req *r, sl_finish why, sl_status err,

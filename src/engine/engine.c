@@ -534,6 +534,15 @@ static sl_status executor_init(sl_engine_t *e) {
   } else if (e->spec && !(e->drafter = sl_drafter_ngram_create(&e->draft))) {
     return SL_ERR_NOMEM;
   }
+  if (e->spec) {
+    e->spec_cost = SL__SPEC_COST_DEFAULT;
+    e->spec_req = sl_calloc(ms, sizeof *e->spec_req);
+    e->spec_prop = sl_calloc(ms, sizeof *e->spec_prop);
+    e->spec_take = sl_calloc(ms, sizeof *e->spec_take);
+    e->spec_alpha = sl_calloc(ms, sizeof *e->spec_alpha);
+    if (!e->spec_req || !e->spec_prop || !e->spec_take || !e->spec_alpha)
+      return SL_ERR_NOMEM;
+  }
   /* logits rows: one a sequence, and every draft's (within the step's
    * token budget) */
   size_t rows = ms + (e->spec ? (ms * (size_t)e->cfg.draft_max < bt
@@ -600,6 +609,10 @@ static void executor_fini(sl_engine_t *e) {
   sl_free(e->batch_tokens);
   sl_free(e->batch_seqs);
   sl_free(e->batch_reqs);
+  sl_free(e->spec_req);
+  sl_free(e->spec_prop);
+  sl_free(e->spec_take);
+  sl_free(e->spec_alpha);
   sl_drafter_free(e->drafter); /* after every request's sequence state */
   e->drafter = NULL;
   sl_stream_destroy(e->draft_stream); /* drained: its contexts' buffers are

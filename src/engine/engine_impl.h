@@ -30,6 +30,10 @@
   X(SL__SITE_KV_EVICT, "kv.eviction")                                          \
   X(SL__SITE_ADMIN, "admin.clear_cache")
 
+/* One more token's share of a one-token step until the engine's own steps
+ * fit the cost model (spec.h): measured on the CPU (docs/PERF.md). */
+#define SL__SPEC_COST_DEFAULT 0.1
+
 typedef enum sl__clear_site {
 #define SL__SITE_ENUM(id, name) id,
   SL__CLEAR_SITES(SL__SITE_ENUM)
@@ -154,10 +158,11 @@ typedef struct sl__req {
   int n_generated;
   int32_t draft[64]; /* this step's drafts (speculative decoding) */
   int n_draft;
-  sl_draft_seq *dseq;    /* its state in the engine's drafter, from its first
-                            draft */
-  int n_drafted, n_kept; /* drafts verified, and of them kept */
-  int32_t *pred;         /* its predicted output (params.prediction's copy) */
+  sl_draft_seq *dseq;     /* its state in the engine's drafter, from its first
+                             draft */
+  int n_drafted, n_kept;  /* drafts verified, and of them kept */
+  sl_spec_accept_est acc; /* its drafts' acceptance (the adaptive rule) */
+  int32_t *pred;          /* its predicted output (params.prediction's copy) */
   int n_pred;
   int32_t *blocks; /* block table */
   int n_blocks;
@@ -237,6 +242,13 @@ struct sl_engine {
   sl_drafter *drafter;     /* prompt lookup made from draft, or a draft model */
   sl_model_t *draft_model; /* cfg.draft_model, loaded at start */
   sl_stream_t *draft_stream; /* its drafter's stream (the engine's own) */
+  /* the adaptive rule (plan_spec): the step cost model and its ratio, and
+   * per running request its cap, acceptance and share (max_seqs + 1) */
+  sl_spec_cost cost_model;
+  double spec_cost;
+  sl__req **spec_req;
+  int *spec_prop, *spec_take;
+  double *spec_alpha;
   uint64_t drafted, accepted;
   sl_kcu_sample_params *batch_samp; /* (max_seqs + max_batched_tokens) */
   sl_kcu_sample_out *sampled;       /* (max_seqs + max_batched_tokens) */

@@ -298,13 +298,6 @@ static void plan_add(sl_engine_t *e, step_plan *p, sl__req *r, sl_batch_seq q) {
   p->batch.n_tokens += q.n;
 }
 
-/* Speculative decoding: r's drafts for this step (into r->draft), at most
- * `room` tokens: for a request with no grammar, greedy or sampled (the
- * target's token is drawn as without drafts and a draft is kept while it
- * is that token: spec.h), from the engine's drafter, cut to what its
- * max_tokens leaves after the step's own token and to the KV blocks it has
- * or can get without preempting anyone (drafts never take memory from
- * other requests). */
 /* The most tokens r's sequence holds: its prompt, its output and the
  * drafts verified after the last of it. */
 static int draft_len(const sl_engine_t *e, const sl__req *r) {
@@ -312,15 +305,56 @@ static int draft_len(const sl_engine_t *e, const sl__req *r) {
   return n < e->cfg.n_ctx ? (int)n : e->cfg.n_ctx;
 }
 
-static int plan_drafts(sl_engine_t *e, sl__req *r, int room) {
-  r->n_draft = 0;
-  if (!e->spec || r->params.no_speculation || r->matcher || !r->sampler ||
-      room <= 0)
+/* The most drafts r may take this step: for a request with no grammar,
+ * greedy or sampled (the target's token is drawn as without drafts and a
+ * draft is kept while it is that token: spec.h), what --draft-max and its
+ * max_tokens leave after the step's own token; 0 when that is under
+ * --draft-min. */
+static int draft_cap(const sl_engine_t *e, const sl__req *r) {
+  if (r->params.no_speculation || r->matcher || !r->sampler)
     return 0;
   int left = r->params.max_tokens - r->n_generated - 1;
   int k = e->draft.n_max < left ? e->draft.n_max : left;
-  k = k < room ? k : room;
-  if (k < e->draft.n_min ||
+  return k >= e->draft.n_min ? k : 0;
+}
+
+/* Speculative decoding: how many drafts each running request may take this
+ * step (r->n_draft), by the adaptive rule (sl_spec_allocate: each
+ * request's acceptance against the step's cost model) or, with
+ * cfg.draft_fixed, all it may. n_run: the step's decoding requests. */
+static void plan_spec(sl_engine_t *e, int n_run) {
+  int n = 0;
+  for (int i = 0; i < e->n_active; i++) {
+    sl__req *r = e->active[i];
+    r->n_draft = 0;
+    if (r->state != SL__REQ_RUNNING)
+      continue;
+    e->spec_req[n] = r;
+    e->spec_prop[n] = draft_cap(e, r);
+    e->spec_alpha[n] = sl_spec_alpha(&r->acc);
+    n++;
+  }
+  if (!e->cfg.draft_fixed)
+    sl_spec_allocate(e->spec_prop, e->spec_alpha, n, n_run, e->spec_cost,
+                     e->spec_take);
+  for (int s = 0; s < n; s++) {
+    int k = e->cfg.draft_fixed ? e->spec_prop[s] : e->spec_take[s];
+    if (k < e->draft.n_min)
+      k = 0;
+    if (k == 0 && e->spec_prop[s] > 0) /* held back: it will try again */
+      sl_spec_accept_age(&e->spec_req[s]->acc);
+    e->spec_req[s]->n_draft = k;
+  }
+}
+
+/* r's drafts for this step (into r->draft): up to r->n_draft (plan_spec)
+ * and `room` tokens, from the engine's drafter, cut to the KV blocks r has
+ * or can get without preempting anyone (drafts never take memory from
+ * other requests). */
+static int plan_drafts(sl_engine_t *e, sl__req *r, int room) {
+  int k = r->n_draft < room ? r->n_draft : room;
+  r->n_draft = 0;
+  if (k < e->draft.n_min || k < 1 ||
       (!r->dseq && !(r->dseq = sl_drafter_seq_begin(
                          e->drafter, r->pred, r->n_pred, draft_len(e, r)))))
     return 0;
@@ -350,13 +384,15 @@ static void plan_decode(sl_engine_t *e, step_plan *p) {
   int running = 0; /* each keeps a token of the budget from the drafts */
   for (int i = 0; i < e->n_active; i++)
     running += e->active[i]->state == SL__REQ_RUNNING;
+  if (e->spec)
+    plan_spec(e, running);
   for (int i = 0; i < e->n_active && p->batch.n_tokens < budget; i++) {
     sl__req *r = e->active[i];
     if (r->state != SL__REQ_RUNNING)
       continue;
     int nt = p->batch.n_tokens;
     e->batch_tokens[nt] = r->tokens[r->n_tokens - 1];
-    int d = plan_drafts(e, r, budget - nt - running--);
+    int d = e->spec ? plan_drafts(e, r, budget - nt - running--) : 0;
     memcpy(e->batch_tokens + nt + 1, r->draft, sizeof(int32_t) * (size_t)d);
     plan_add(e, p, r,
              (sl_batch_seq){r->blocks, r->n_blocks, r->n_computed, nt, 1 + d,
@@ -585,6 +621,7 @@ static void update_seq(sl_engine_t *e, sl__req *r, int s, int row,
         e->accepted++;
       } else {
         sl_drafter_accepted(r->dseq, d, i);
+        sl_spec_accept_observe(&r->acc, d, i);
       }
       if (sl__emit(e, r, &pk)) {
         sl__active_remove(e, r);
@@ -633,7 +670,16 @@ static void update_step(sl_engine_t *e, const step_plan *p, sl_status st) {
   e->stats.steps = e->steps;
   e->stats.drafted = e->drafted;
   e->stats.accepted = e->accepted;
-  e->stats.step_ns += sl_now_ns() - p->t_start;
+  uint64_t step_ns = sl_now_ns() - p->t_start;
+  e->stats.step_ns += step_ns;
+  /* the cost model of the drafts' rule, from decode steps alone: every
+   * token of one has its logits row (a prefill chunk's has one, so its
+   * tokens cost less than a draft's) */
+  if (e->spec && !p->prefill_mid && !p->prefill_end) {
+    sl_spec_cost_observe(&e->cost_model, p->batch.n_tokens, (double)step_ns);
+    e->spec_cost = sl_spec_cost_ratio(&e->cost_model, SL__SPEC_COST_DEFAULT);
+    e->stats.spec_token_cost = e->spec_cost;
+  }
   pthread_mutex_unlock(&e->mu);
 }
 

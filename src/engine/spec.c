@@ -2,6 +2,7 @@
  * drafter interface, prompt lookup behind it, and greedy generation over
  * a single-sequence context that verifies the drafts in one pass and
  * truncates what it rejects. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -246,6 +247,84 @@ int32_t sl_spec_accept(const float *p, const float *q, int64_t n, int32_t x,
       return (int32_t)i;
   }
   return (int32_t)last; /* t at the very top: rounding */
+}
+
+/* ---- when it pays ---- */
+
+int sl_spec_allocate(const int *prop, const double *alpha, int n, int n_base,
+                     double cost, int *take) {
+  int total = 0;
+  for (int s = 0; s < n; s++)
+    take[s] = 0;
+  double E = n_base, C = 1.0 + (cost > 0 ? cost : 0) * n_base;
+  for (;;) {
+    int best = -1;
+    double bg = -1;
+    for (int s = 0; s < n; s++) {
+      if (take[s] >= prop[s])
+        continue;
+      double g = pow(alpha[s], take[s] + 1);
+      if (g > bg) {
+        bg = g;
+        best = s;
+      }
+    }
+    /* the draft pays when bg / cost > E / C */
+    if (best < 0 || (cost > 0 && bg * C <= cost * E))
+      break;
+    take[best]++;
+    total++;
+    E += bg;
+    C += cost > 0 ? cost : 0;
+  }
+  return total;
+}
+
+enum { COST_MIN_OBS = 16 };
+#define COST_DECAY 0.98
+
+void sl_spec_cost_observe(sl_spec_cost *c, int n_tokens, double ns) {
+  double x = n_tokens;
+  c->s0 = c->s0 * COST_DECAY + 1;
+  c->s1 = c->s1 * COST_DECAY + x;
+  c->s2 = c->s2 * COST_DECAY + x * x;
+  c->sy = c->sy * COST_DECAY + ns;
+  c->sny = c->sny * COST_DECAY + x * ns;
+  c->n_obs++;
+}
+
+double sl_spec_cost_ratio(const sl_spec_cost *c, double dflt) {
+  if (c->n_obs < COST_MIN_OBS)
+    return dflt;
+  double det = c->s0 * c->s2 - c->s1 * c->s1;
+  /* the sizes' variance (det / s0^2) under one token: no slope to read */
+  if (!(det > c->s0 * c->s0))
+    return dflt;
+  double b = (c->s0 * c->sny - c->s1 * c->sy) / det;
+  double a = (c->sy - b * c->s1) / c->s0;
+  if (!(a > 0 && b > 0))
+    return dflt;
+  return b / (a + b);
+}
+
+#define ACCEPT_WEIGHT 0.3 /* a verification's weight in alpha */
+#define ACCEPT_PRIOR  0.5
+
+void sl_spec_accept_observe(sl_spec_accept_est *a, int drafted, int kept) {
+  if (drafted <= 0)
+    return;
+  double x = kept < drafted ? (double)kept / (kept + 1) : 1.0;
+  a->a = (1 - ACCEPT_WEIGHT) * sl_spec_alpha(a) + ACCEPT_WEIGHT * x;
+  a->n++;
+}
+
+void sl_spec_accept_age(sl_spec_accept_est *a) {
+  if (a->n && a->a < ACCEPT_PRIOR) /* up toward the prior, never down */
+    a->a += 0.05 * (ACCEPT_PRIOR - a->a);
+}
+
+double sl_spec_alpha(const sl_spec_accept_est *a) {
+  return a->n ? a->a : ACCEPT_PRIOR;
 }
 
 int32_t sl_spec_argmax(const float *lg, int64_t n) {

@@ -179,6 +179,8 @@ static void add_stats(sl_engine_stats *a, const sl_engine_stats *b) {
   a->preemptions += b->preemptions;
   a->drafted += b->drafted;
   a->accepted += b->accepted;
+  if (b->spec_token_cost > a->spec_token_cost) /* a ratio: the largest */
+    a->spec_token_cost = b->spec_token_cost;
   a->queue_timeouts += b->queue_timeouts;
   a->restored_blocks += b->restored_blocks;
   a->restore_ns += b->restore_ns;
@@ -434,9 +436,9 @@ static double acceptance(const sl_engine_stats *e) {
 }
 
 static json_t *spec_json(const sl_engine_stats *e) {
-  return json_pack("{s:I,s:I,s:f}", "drafted", (json_int_t)e->drafted,
+  return json_pack("{s:I,s:I,s:f,s:f}", "drafted", (json_int_t)e->drafted,
                    "accepted", (json_int_t)e->accepted, "acceptance_rate",
-                   acceptance(e));
+                   acceptance(e), "token_cost", e->spec_token_cost);
 }
 
 /* The pool's models: one labelled series each (sluice_info names every
