@@ -118,7 +118,7 @@ def run_phase(port, kind, n, max_tokens):
     # its first to its last chunk; summed over the clients
     dec = sum((u["completion_tokens"] - 1) / (tl - tf)
               for _, u, tf, tl in res if tl and tf and tl > tf)
-    det = [u.get("completion_tokens_details", {}) for _, u, _, _ in res]
+    det = [u.get("completion_tokens_details") or {} for _, u, _, _ in res]
     return {"clients": n, "tokens": toks, "wall_s": round(wall, 3),
             "tokens_per_s": round(toks / wall, 2),
             "decode_tokens_per_s": round(dec, 2),
@@ -138,6 +138,11 @@ def main():
     ap.add_argument("--workloads", default="edit,summarise,chat")
     ap.add_argument("--configs", default="off,ngram,ngram-fixed")
     ap.add_argument("--max-tokens", type=int, default=192)
+    ap.add_argument("--llama-server", default=None,
+                    help="llama.cpp's llama-server binary: configs llama "
+                    "(no speculation) and llama-TYPE (--spec-type TYPE: "
+                    "ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, "
+                    "ngram-cache) run it beside sluice")
     a = ap.parse_args()
     clients = [int(x) for x in a.clients.split(",")]
     args_of = {"off": [], "ngram": ["--speculative", "ngram"],
@@ -153,10 +158,20 @@ def main():
     try:
         for cfg in a.configs.split(","):
             port = free_port()
-            cmd = [a.bin, "serve", "-m", a.model, "--port", str(port), "-t",
-                   str(a.threads), "-c", "4096", "--max-seqs",
-                   str(max(clients)), "--max-batched-tokens", "512"] + \
-                args_of[cfg]
+            if cfg.startswith("llama"):
+                if not a.llama_server:
+                    sys.exit("bench_spec: %s needs --llama-server" % cfg)
+                np_ = max(clients)
+                cmd = [a.llama_server, "-m", a.model, "--port", str(port),
+                       "-t", str(a.threads), "-np", str(np_), "-c",
+                       str(4096 * np_), "--cont-batching"]
+                if cfg != "llama":
+                    cmd += ["--spec-type", cfg[len("llama-"):]]
+            else:
+                cmd = [a.bin, "serve", "-m", a.model, "--port", str(port),
+                       "-t", str(a.threads), "-c", "4096", "--max-seqs",
+                       str(max(clients)), "--max-batched-tokens", "512"] + \
+                    args_of[cfg]
             servers[cfg] = (port, subprocess.Popen(
                 cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         for cfg, (port, _) in servers.items():
@@ -184,6 +199,8 @@ def main():
                            r["decode_tokens_per_s"], r["accepted"],
                            r["rejected"]), file=sys.stderr)
         for cfg, (port, _) in servers.items():
+            if cfg.startswith("llama"):
+                continue
             with urllib.request.urlopen(
                     "http://127.0.0.1:%d/admin/api/stats" % port,
                     timeout=30) as r:
