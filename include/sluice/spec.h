@@ -21,6 +21,7 @@
 #include "sluice/model.h"
 #include "sluice/rt.h"
 #include "sluice/status.h"
+#include "sluice/tokenizer.h"
 
 /* Prompt lookup (model-free n-gram drafts). */
 typedef struct sl_draft_params {
@@ -113,6 +114,21 @@ sl_drafter *sl_drafter_ngram_create(const sl_draft_params *p);
  * memory. */
 sl_drafter *sl_drafter_model_create(sl_model_t *m, sl_stream_t *stream,
                                     int n_threads);
+
+/* What a draft model needs, made together: the model at `path` (its
+ * vocabulary checked against the target's tokenizer, id for id), a CPU
+ * stream of its own ("draft") and the drafter over both. On failure
+ * nothing is left made, *out is zeroed and err says why. The caller frees
+ * the drafter, then destroys the stream (drained), then frees the model. */
+typedef struct sl_draft_side {
+  sl_model_t *model;
+  sl_stream_t *stream;
+  sl_drafter *drafter;
+} sl_draft_side;
+
+sl_status sl_draft_side_open(const char *path, const sl_tokenizer_t *target,
+                             int n_threads, sl_draft_side *out, char *err,
+                             size_t errcap);
 
 /* ---- sampled requests ----
  *

@@ -204,42 +204,10 @@ static bool spec_emit(void *ud, int32_t t, const float *logits) {
   return true;
 }
 
-/* --draft-model: the model (its vocabulary checked against the target's),
- * the stream its passes run on, and the drafter over both. */
-typedef struct draft_side {
-  sl_model_t *m;
-  sl_stream_t *s;
-  sl_drafter *d;
-} draft_side;
-
-static void draft_close(draft_side *ds) {
-  sl_drafter_free(ds->d);   /* its sequence's context went with it */
-  sl_stream_destroy(ds->s); /* drained */
-  sl_model_free(ds->m);
-}
-
-static bool draft_open(const run_opts *o, const sl_tokenizer_t *tok,
-                       draft_side *ds) {
-  char err[512] = "";
-  sl_status st = SL_OK;
-  sl_tokenizer_t *dt = NULL;
-  if (!(ds->m = sl_model_load(o->draft_model, &st, err, sizeof err)) ||
-      sl_tokenizer_load(sl_model_gguf(ds->m), &dt, err, sizeof err) != SL_OK ||
-      !sl_tokenizer_same_vocab(tok, dt, err, sizeof err)) {
-    fprintf(stderr, "sluice run: draft model '%s': %s\n", o->draft_model, err);
-    sl_tokenizer_free(dt);
-    sl_model_free(ds->m);
-    ds->m = NULL;
-    return false;
-  }
-  sl_tokenizer_free(dt);
-  if (sl_stream_create(sl_cpu_device(), "draft", &ds->s) != SL_OK ||
-      !(ds->d = sl_drafter_model_create(ds->m, ds->s, (int)o->threads))) {
-    fprintf(stderr, "sluice run: out of memory\n");
-    draft_close(ds);
-    return false;
-  }
-  return true;
+static void draft_close(sl_draft_side *ds) {
+  sl_drafter_free(ds->drafter);  /* its sequence's context went with it */
+  sl_stream_destroy(ds->stream); /* drained */
+  sl_model_free(ds->model);
 }
 
 /* Greedy generation with drafts (prompt lookup or a draft model) after the
@@ -253,20 +221,23 @@ static long generate_spec(const run_opts *o, sl_ctx_t *c,
   dp.n_min = (int)o->draft_min;
   dp.ngram_max = (int)o->draft_ngram;
   dp.ngram_min = dp.ngram_max < 2 ? dp.ngram_max : 2;
-  char err[128];
+  char err[512];
   if (!sl_draft_params_ok(&dp, err, sizeof err)) {
     fprintf(stderr, "sluice run: %s\n", err);
     return -1;
   }
   int32_t *hist = sl_malloc(sizeof(int32_t) * (n_ids + (size_t)o->n_predict));
-  draft_side ds = {0};
+  sl_draft_side ds = {0};
   sl_drafter *d = NULL;
   if (o->spec == 2) {
-    if (!draft_open(o, tok, &ds)) {
+    if (sl_draft_side_open(o->draft_model, tok, (int)o->threads, &ds, err,
+                           sizeof err) != SL_OK) {
+      fprintf(stderr, "sluice run: draft model '%s': %s\n", o->draft_model,
+              err);
       sl_free(hist);
       return -1;
     }
-    d = ds.d;
+    d = ds.drafter;
   } else {
     d = sl_drafter_ngram_create(&dp);
   }

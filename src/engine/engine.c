@@ -298,29 +298,23 @@ sl_stream_t *sl__engine_draft_stream(sl_engine_t *e) {
  * vocabulary), its stream and its drafter. */
 static sl_status draft_model_init(sl_engine_t *e) {
   char err[256] = "";
-  sl_status st = SL_OK;
   const char *path = e->cfg.draft_model;
-  sl_tokenizer_t *dt = NULL;
   if (!path || !path[0]) {
     snprintf(e->start_err, sizeof e->start_err,
              "speculative decoding with a draft model needs --draft-model");
     return SL_ERR_INVALID_ARG;
   }
-  if (!(e->draft_model = sl_model_load(path, &st, err, sizeof err)) ||
-      (st = sl_tokenizer_load(sl_model_gguf(e->draft_model), &dt, err,
-                              sizeof err)) != SL_OK ||
-      !sl_tokenizer_same_vocab(e->tok, dt, err, sizeof err)) {
+  sl_draft_side ds;
+  sl_status st =
+      sl_draft_side_open(path, e->tok, e->cfg.n_threads, &ds, err, sizeof err);
+  if (st != SL_OK) {
     snprintf(e->start_err, sizeof e->start_err, "draft model %s: %s", path,
-             err[0] ? err : sl_status_str(st));
-    sl_tokenizer_free(dt);
-    return st != SL_OK ? st : SL_ERR_INVALID_ARG;
+             err);
+    return st;
   }
-  sl_tokenizer_free(dt);
-  if ((st = sl_stream_create(sl_cpu_device(), "draft", &e->draft_stream)) !=
-          SL_OK ||
-      !(e->drafter = sl_drafter_model_create(e->draft_model, e->draft_stream,
-                                             e->cfg.n_threads)))
-    return st != SL_OK ? st : SL_ERR_NOMEM;
+  e->draft_model = ds.model;
+  e->draft_stream = ds.stream;
+  e->drafter = ds.drafter;
   return SL_OK;
 }
 

@@ -6,6 +6,7 @@
  * pass of the draft model per token. The drafts are the draft model's
  * argmax (q puts all its mass on them), so the engine verifies them as it
  * verifies prompt lookup's: exactly, greedy or sampled. */
+#include <stdio.h>
 #include <string.h>
 
 #include "sluice/spec.h"
@@ -124,4 +125,34 @@ sl_drafter *sl_drafter_model_create(sl_model_t *m, sl_stream_t *stream,
   md->model = m;
   md->n_threads = n_threads;
   return &md->base;
+}
+
+sl_status sl_draft_side_open(const char *path, const sl_tokenizer_t *target,
+                             int n_threads, sl_draft_side *out, char *err,
+                             size_t errcap) {
+  char why[256] = "";
+  sl_status st = SL_OK;
+  sl_tokenizer_t *dt = NULL;
+  memset(out, 0, sizeof *out);
+  if (!(out->model = sl_model_load(path, &st, why, sizeof why)) ||
+      (st = sl_tokenizer_load(sl_model_gguf(out->model), &dt, why,
+                              sizeof why)) != SL_OK ||
+      !sl_tokenizer_same_vocab(target, dt, why, sizeof why)) {
+    st = st != SL_OK ? st : SL_ERR_INVALID_ARG;
+  } else if ((st = sl_stream_create(sl_cpu_device(), "draft", &out->stream)) !=
+                 SL_OK ||
+             !(out->drafter = sl_drafter_model_create(out->model, out->stream,
+                                                      n_threads))) {
+    st = st != SL_OK ? st : SL_ERR_NOMEM;
+    snprintf(why, sizeof why, "%s", sl_status_str(st));
+  }
+  sl_tokenizer_free(dt);
+  if (st != SL_OK) {
+    if (err && errcap)
+      snprintf(err, errcap, "%s", why[0] ? why : sl_status_str(st));
+    sl_stream_destroy(out->stream);
+    sl_model_free(out->model);
+    memset(out, 0, sizeof *out);
+  }
+  return st;
 }
